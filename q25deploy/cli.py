@@ -1,0 +1,246 @@
+"""The ``q25deploy`` command line.
+
+This is the one place where errors become messages and exit codes (see ``EXIT_CODES``,
+documented in README.md). Library code raises :class:`~q25deploy.errors.Q25Error`
+subclasses and never prints or exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import __version__
+from .errors import (
+    CodecError,
+    GGUFError,
+    ImageError,
+    ModelSourceError,
+    OutputError,
+    Q25Error,
+    TokenizerError,
+    UsageError,
+)
+
+#: error class → exit code; the first matching class (in this order) wins
+EXIT_CODES: list[tuple[type[Q25Error], int]] = [
+    (UsageError, 2),
+    (ModelSourceError, 3),
+    (GGUFError, 4),
+    (TokenizerError, 5),
+    (ImageError, 6),
+    (CodecError, 7),
+    (OutputError, 8),
+    (Q25Error, 1),
+]
+EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)
+EXIT_INTERRUPTED = 130
+
+EPILOG = """\
+MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b
+(looked up in $OLLAMA_MODELS or ~/.ollama/models).
+
+exit codes: 0 ok, 2 usage, 3 model not found / digest mismatch, 4 not a valid GGUF,
+5 unsupported tokenizer, 6 bad runtime image, 7 bad token id / encode failure,
+8 cannot write output, 70 internal error, 130 interrupted.
+"""
+
+
+def _open_model(ref: str):
+    from .gguf_reader import GGUFFile
+    from .model_source import resolve
+
+    src = resolve(ref)
+    return src, GGUFFile(src.path)
+
+
+def cmd_inspect(a: argparse.Namespace) -> int:
+    from .catalog import build_catalog, render_catalog
+
+    src, f = _open_model(a.model)
+    with f:
+        cat = build_catalog(src, f)
+    if a.json:
+        print(json.dumps(cat, indent=2, ensure_ascii=False))
+    else:
+        print(render_catalog(cat))
+    return 0
+
+
+def cmd_export_tokenizer(a: argparse.Namespace) -> int:
+    from .model_source import file_sha256
+    from .outputs import OutputDir
+    from .progress import Progress
+    from .tokenizer_assets import tokenizer_assets, write_assets
+    from .vocab import vocab_from_gguf
+
+    prog = Progress()
+    prog.step(f"reading {a.model}")
+    src, f = _open_model(a.model)
+    with f:
+        vocab = vocab_from_gguf(f)
+        name = f.metadata.get("general.name", "")
+    prog.step("hashing the source model")
+    digest = src.sha256 or file_sha256(src.path)
+    prog.step("building the PS bundle and the runtime image")
+    assets, image_manifest = tokenizer_assets(
+        vocab, source_sha256=digest, model_name=name if isinstance(name, str) else "", alignment=a.alignment
+    )
+    prog.step(f"writing {a.out}")
+    with OutputDir(a.out) as out:
+        write_assets(out, assets)
+    prog.done()
+    if a.json:
+        print(json.dumps({"out": str(a.out), "image": image_manifest}, indent=2))
+    else:
+        print(f"wrote {len(assets) + 1} files to {a.out}")
+        print(f"  runtime image {image_manifest['path']}: {image_manifest['size']:,} bytes, "
+              f"vocab fingerprint {image_manifest['vocab_fingerprint'][:16]}")
+    return 0
+
+
+def _load_codec(image_path: str):
+    from .codec import Codec
+    from .image_reader import read_image_file
+
+    return Codec(read_image_file(image_path))
+
+
+def cmd_tokenize(a: argparse.Namespace) -> int:
+    if a.text is not None and a.file:
+        raise UsageError("give TEXT or --file, not both")
+    codec = _load_codec(a.image)
+    inputs: list[tuple[str, bytes]] = []
+    if a.file:
+        for fn in a.file:
+            try:
+                inputs.append((fn, Path(fn).read_bytes()))
+            except OSError as e:
+                raise UsageError(f"{fn}: cannot read: {e.strerror}") from None
+    elif a.text is not None:
+        inputs.append(("<arg>", os.fsencode(a.text)))
+    else:
+        inputs.append(("<stdin>", sys.stdin.buffer.read()))
+    results = [(name, codec.encode(data, parse_special=a.special)) for name, data in inputs]
+    if a.json:
+        if a.file:
+            print(json.dumps([{"file": n, "ids": ids} for n, ids in results]))
+        else:
+            print(json.dumps({"ids": results[0][1]}))
+    else:
+        for _n, ids in results:
+            print(" ".join(map(str, ids)))
+    return 0
+
+
+def cmd_detokenize(a: argparse.Namespace) -> int:
+    ids = []
+    for s in a.ids:
+        try:
+            ids.append(int(s, 10))
+        except ValueError:
+            raise UsageError(f"{s!r} is not a token id") from None
+    codec = _load_codec(a.image)
+    data = codec.decode(ids, special=a.special)
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _positive_pow2(s: str) -> int:
+    try:
+        v = int(s, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if v < 64 or v & (v - 1):
+        raise argparse.ArgumentTypeError(f"{v} is not a power of two >= 64")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="q25deploy",
+        description="Take a Qwen2.5 model (GGUF file or Ollama model) onto Zynq UltraScale+ boards.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"q25deploy {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    sp = sub.add_parser("inspect", help="show a model's metadata, tensors, tokenizer and quant mix",
+                        description="Show the catalog of MODEL: metadata, tensor directory, tokenizer summary "
+                        "and quant mix. Reads the GGUF header only; tensor data is never read.")
+    sp.add_argument("model", metavar="MODEL")
+    sp.add_argument("--json", action="store_true", help="print the full catalog as JSON (for scripts)")
+    sp.set_defaults(func=cmd_inspect)
+
+    ex = sub.add_parser("export", help="export tokenizer assets (and, later, tensors)")
+    exs = ex.add_subparsers(dest="what", metavar="WHAT")
+    exs.required = True
+    et = exs.add_parser("tokenizer", help="write the tokenizer assets, PS bundle and Q25TOKRT runtime image",
+                        description="Write tokens.jsonl, merges.txt, token_types.bin, chat_template.txt, the PS "
+                        "bundle (token_index.bin, token_bytes.bin, merge_table_u32.bin), the Q25TOKRT runtime "
+                        "image and manifests into DIR. DIR is replaced atomically.")
+    et.add_argument("model", metavar="MODEL")
+    et.add_argument("--out", required=True, metavar="DIR", type=Path)
+    et.add_argument("--alignment", type=_positive_pow2, default=4096,
+                    help="section alignment of the runtime image (power of two, default 4096)")
+    et.add_argument("--json", action="store_true", help="print the runtime image manifest as JSON")
+    et.set_defaults(func=cmd_export_tokenizer)
+
+    tk = sub.add_parser("tokenize", help="encode text to token ids with a runtime image",
+                        description="Encode raw UTF-8 bytes (TEXT, each --file, or stdin) into token ids exactly "
+                        "as llama.cpp's llama_tokenize(add_special=false) does. One output line per input.")
+    tk.add_argument("--image", required=True, metavar="IMG", help="a Q25TOKRT runtime image")
+    tk.add_argument("--special", action="store_true", help="parse control tokens such as <|im_start|> in the text")
+    tk.add_argument("--json", action="store_true", help="print JSON instead of space-separated ids")
+    tk.add_argument("--file", action="append", metavar="F", help="encode this file (repeatable)")
+    tk.add_argument("text", nargs="?", metavar="TEXT")
+    tk.set_defaults(func=cmd_tokenize)
+
+    dt = sub.add_parser("detokenize", help="write the bytes of token ids",
+                        description="Write the bytes of the given token ids to stdout. Control tokens are "
+                        "written only with --special.")
+    dt.add_argument("--image", required=True, metavar="IMG")
+    dt.add_argument("--special", action="store_true", help="also write control tokens' text")
+    dt.add_argument("ids", nargs="+", metavar="ID")
+    dt.set_defaults(func=cmd_detokenize)
+    return p
+
+
+def exit_code_for(err: Q25Error) -> int:
+    for cls, code in EXIT_CODES:
+        if isinstance(err, cls):
+            return code
+    return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except Q25Error as e:
+        print(f"q25deploy: error: {_one_line(str(e))}", file=sys.stderr)
+        return exit_code_for(e)
+    except KeyboardInterrupt:
+        print("q25deploy: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug, not bad input: one line, full trace only on request
+        if os.environ.get("Q25DEPLOY_DEBUG"):
+            raise
+        print(f"q25deploy: internal error: {type(e).__name__}: {_one_line(str(e))} "
+              "(set Q25DEPLOY_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,0 +1,42 @@
+"""The one family of user errors raised by library code.
+
+Library code raises a subclass of :class:`Q25Error` for anything the user can fix (bad
+input, a missing model, a board that refuses). The CLI (``q25deploy.cli``) is the one place
+that turns these into a one-line message and an exit code; nothing else prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class Q25Error(Exception):
+    """Base class of every error the user can act on. ``str(err)`` is the one-line message."""
+
+
+class UsageError(Q25Error):
+    """The command line or an option value is wrong."""
+
+
+class ModelSourceError(Q25Error):
+    """A model reference cannot be resolved: no Ollama store, unknown model, missing blob,
+    digest or size mismatch."""
+
+
+class GGUFError(Q25Error):
+    """A file is not a GGUF this tool accepts (bad magic, truncated, absurd counts, data out
+    of range, unknown type, ...)."""
+
+
+class TokenizerError(Q25Error):
+    """The GGUF's tokenizer is missing, inconsistent, or not one this tool supports."""
+
+
+class ImageError(Q25Error):
+    """A Q25TOKRT runtime image is malformed, of another major version, or corrupt."""
+
+
+class CodecError(Q25Error):
+    """Encoding or decoding failed on the given input (e.g. an out-of-range token id)."""
+
+
+class OutputError(Q25Error):
+    """An output path cannot be written (exists as a file, not writable, ...)."""

@@ -1,0 +1,136 @@
+"""The tokenizer as a GGUF stores it, turned into ids and raw bytes.
+
+:func:`vocab_from_gguf` reads ``tokenizer.ggml.*`` and checks it is a byte-level BPE
+("gpt2") vocabulary this tool can run; the result, :class:`Vocab`, is the single input of
+every tokenizer asset (text assets, PS bundle, runtime image).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bytelevel import decode_mapped
+from .errors import TokenizerError
+from .gguf_reader import GGUFFile, StringArray
+
+# GGUF token types (llama.cpp's llama_token_type)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+TYPE_NAMES = {0: "UNDEFINED", 1: "NORMAL", 2: "UNKNOWN", 3: "CONTROL", 4: "USER_DEFINED", 5: "UNUSED", 6: "BYTE"}
+NO_TOKEN = 0xFFFFFFFF
+SUPPORTED_PRE = ("qwen2",)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """Token ids, raw token bytes, types and merges of one GGUF tokenizer."""
+
+    model: str  # tokenizer.ggml.model
+    pre: str  # tokenizer.ggml.pre
+    texts: list[bytes]  # tokens as stored in the GGUF
+    raw: list[bytes]  # NORMAL/BYTE ByteLevel-decoded, others their UTF-8 text
+    types: np.ndarray  # uint16 per id
+    merges: np.ndarray  # (n, 4) uint32: left id, right id, out id, rank
+    merge_texts: list[bytes]  # as stored ("Ġ t")
+    bos: int
+    eos: int
+    pad: int
+    add_bos: bool
+    chat_template: str | None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.texts)
+
+    def special_ids(self) -> list[int]:
+        """CONTROL, USER_DEFINED and UNKNOWN ids, longest text first, then by id."""
+        ids = np.nonzero(np.isin(self.types, (CONTROL, USER_DEFINED, UNKNOWN)))[0].tolist()
+        return sorted(ids, key=lambda i: (-len(self.raw[i]), i))
+
+
+def _req(f: GGUFFile, key: str):
+    try:
+        return f.metadata[key]
+    except KeyError:
+        raise TokenizerError(f"{f.path}: no {key} (is this a model GGUF with a tokenizer?)") from None
+
+
+def _opt_id(f: GGUFFile, key: str, n: int) -> int:
+    v = f.metadata.get(key)
+    if v is None:
+        return NO_TOKEN
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
+        raise TokenizerError(f"{f.path}: {key} = {v!r} is not a token id below {n}")
+    return v
+
+
+def vocab_from_gguf(f: GGUFFile) -> Vocab:
+    model = _req(f, "tokenizer.ggml.model")
+    if model != "gpt2":
+        raise TokenizerError(f"{f.path}: tokenizer model {model!r} is not supported (need byte-level BPE 'gpt2')")
+    pre = f.metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in SUPPORTED_PRE:
+        raise TokenizerError(
+            f"{f.path}: pre-tokenizer {pre!r} is not supported (supported: {', '.join(SUPPORTED_PRE)})"
+        )
+    tokens = _req(f, "tokenizer.ggml.tokens")
+    if not isinstance(tokens, StringArray) or len(tokens) == 0:
+        raise TokenizerError(f"{f.path}: tokenizer.ggml.tokens is not a non-empty string array")
+    n = len(tokens)
+    if n >= NO_TOKEN:
+        raise TokenizerError(f"{f.path}: {n} tokens is more than a uint32 id can hold")
+    texts = tokens.to_list()
+    types_raw = f.metadata.get("tokenizer.ggml.token_type")
+    if types_raw is None:
+        types = np.full(n, NORMAL, dtype=np.uint16)
+    else:
+        if not isinstance(types_raw, np.ndarray) or types_raw.dtype.kind not in "iu" or len(types_raw) != n:
+            raise TokenizerError(f"{f.path}: tokenizer.ggml.token_type must be {n} integers")
+        if types_raw.size and (types_raw.min() < 0 or types_raw.max() > BYTE):
+            raise TokenizerError(f"{f.path}: tokenizer.ggml.token_type holds values outside 0..{BYTE}")
+        types = types_raw.astype(np.uint16)
+
+    raw: list[bytes] = []
+    for i, (t, ty) in enumerate(zip(texts, types.tolist())):
+        if ty in (NORMAL, BYTE):
+            raw.append(decode_mapped(t, i))
+        else:
+            raw.append(t)
+        if len(raw[-1]) > 0xFFFF:
+            raise TokenizerError(f"{f.path}: token {i} is longer than 65535 bytes")
+
+    text_to_id: dict[bytes, int] = {}
+    for i, t in enumerate(texts):
+        text_to_id[t] = i  # llama.cpp: the last id of a duplicated text wins
+    merges_sa = _req(f, "tokenizer.ggml.merges")
+    if not isinstance(merges_sa, StringArray):
+        raise TokenizerError(f"{f.path}: tokenizer.ggml.merges is not a string array")
+    merge_texts = merges_sa.to_list()
+    merges = np.empty((len(merge_texts), 4), dtype=np.uint32)
+    for rank, m in enumerate(merge_texts):
+        left, sep, right = m.partition(b" ")
+        if not sep or not left or not right:
+            raise TokenizerError(f"{f.path}: merge #{rank} {m[:40]!r} is not 'left right'")
+        try:
+            merges[rank] = (text_to_id[left], text_to_id[right], text_to_id[left + right], rank)
+        except KeyError:
+            raise TokenizerError(
+                f"{f.path}: merge #{rank} {m[:40]!r} names a token that is not in the vocabulary"
+            ) from None
+
+    template = f.metadata.get("tokenizer.chat_template")
+    return Vocab(
+        model=model,
+        pre=pre,
+        texts=texts,
+        raw=raw,
+        types=types,
+        merges=merges,
+        merge_texts=merge_texts,
+        bos=_opt_id(f, "tokenizer.ggml.bos_token_id", n),
+        eos=_opt_id(f, "tokenizer.ggml.eos_token_id", n),
+        pad=_opt_id(f, "tokenizer.ggml.padding_token_id", n),
+        add_bos=bool(f.metadata.get("tokenizer.ggml.add_bos_token", False)),
+        chat_template=template if isinstance(template, str) else None,
+    )
