@@ -92,12 +92,12 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         raise _fail(name, f"header says {file_size} bytes, file has {size}")
     if not 1 <= count <= MAX_SECTIONS or header_size != HEADER.size + count * SECTION.size or header_size > size:
         raise _fail(name, f"bad header size {header_size} for {count} sections")
-    if alignment < 8 or alignment & (alignment - 1):
-        raise _fail(name, f"alignment {alignment} is not a power of two >= 8")
     head = bytearray(data[:header_size])
     struct.pack_into("<I", head, HEADER_CRC_OFFSET, 0)
     if zlib.crc32(head) != crc:
         raise _fail(name, "header checksum mismatch")
+    if alignment < 8 or alignment & (alignment - 1):
+        raise _fail(name, f"alignment {alignment} is not a power of two >= 8")
 
     found: dict[int, tuple[int, int, int]] = {}
     sections = []

@@ -21,6 +21,51 @@ TYPE_NAMES = {0: "UNDEFINED", 1: "NORMAL", 2: "UNKNOWN", 3: "CONTROL", 4: "USER_
 NO_TOKEN = 0xFFFFFFFF
 SUPPORTED_PRE = ("qwen2",)
 
+# llama.cpp (src/llama-vocab.cpp, load) ORs CONTROL into the attributes of tokens whose text
+# names an end-of-generation or fill-in-the-middle token, whatever the GGUF says; so a
+# USER_DEFINED "<|fim_prefix|>" is matched only with parse_special and rendered only with
+# special output. EOG names always; a FIM category only when the GGUF does not give its id.
+EOG_TEXTS = frozenset(t.encode() for t in (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+))
+FIM_CATEGORIES: tuple[tuple[tuple[str, ...], frozenset[bytes]], ...] = tuple(
+    (keys, frozenset(t.encode() for t in texts)) for keys, texts in (
+        (("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
+         ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>",
+          "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>")),
+        (("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
+         ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uff5cfim\u2581hole\uff5c>", "<SUF>",
+          "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>")),
+        (("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
+         ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uff5cfim\u2581end\uff5c>", "<MID>",
+          "\u2581<MID>", "<|code_middle|>", "<|middle|>")),
+        (("tokenizer.ggml.fim_pad_token_id",), ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]")),
+        (("tokenizer.ggml.fim_rep_token_id",), ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>")),
+        (("tokenizer.ggml.fim_sep_token_id",), ("<|file_sep|>",)),
+        (("tokenizer.ggml.eot_token_id",), ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")),
+        (("tokenizer.ggml.eom_token_id",), ("<|eom_id|>",)),
+    )
+)
+FORCED_USER_DEFINED = frozenset(t.encode() for t in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"))
+
+
+def effective_types(texts: list[bytes], gguf_types: np.ndarray, metadata: dict) -> np.ndarray:
+    """Token types as llama.cpp uses them after its load-time overrides (see above)."""
+    types = gguf_types.copy()
+    control_texts = set(EOG_TEXTS)
+    for keys, names in FIM_CATEGORIES:
+        if not any(k in metadata for k in keys):
+            control_texts |= names
+    for i, t in enumerate(texts):
+        if t in control_texts:
+            types[i] = CONTROL
+        if t in FORCED_USER_DEFINED:
+            types[i] = USER_DEFINED
+    return types
+
 
 @dataclass(frozen=True)
 class Vocab:
@@ -30,7 +75,8 @@ class Vocab:
     pre: str  # tokenizer.ggml.pre
     texts: list[bytes]  # tokens as stored in the GGUF
     raw: list[bytes]  # NORMAL/BYTE ByteLevel-decoded, others their UTF-8 text
-    types: np.ndarray  # uint16 per id
+    types: np.ndarray  # uint16 per id: llama.cpp's effective types (see effective_types)
+    gguf_types: np.ndarray  # uint16 per id, as stored in the GGUF
     merges: np.ndarray  # (n, 4) uint32: left id, right id, out id, rank
     merge_texts: list[bytes]  # as stored ("Ġ t")
     bos: int
@@ -125,7 +171,8 @@ def vocab_from_gguf(f: GGUFFile) -> Vocab:
         pre=pre,
         texts=texts,
         raw=raw,
-        types=types,
+        types=effective_types(texts, types, f.metadata),
+        gguf_types=types,
         merges=merges,
         merge_texts=merge_texts,
         bos=_opt_id(f, "tokenizer.ggml.bos_token_id", n),

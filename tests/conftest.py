@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from q25deploy.codec import Codec
+from q25deploy.gguf_reader import GGUFFile
+from q25deploy.image_format import build_image
+from q25deploy.image_reader import open_image
+from q25deploy.testmodel import write_model
+from q25deploy.vocab import vocab_from_gguf
+
+DATA = Path(__file__).parent / "data"
+VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"
+
+
+@pytest.fixture(scope="session")
+def vocab_gguf() -> Path:
+    return VOCAB_GGUF
+
+
+@pytest.fixture(scope="session")
+def qwen2_vocab():
+    with GGUFFile(VOCAB_GGUF) as f:
+        return vocab_from_gguf(f)
+
+
+@pytest.fixture(scope="session")
+def qwen25_tiny(tmp_path_factory) -> Path:
+    """A tiny Qwen2.5-shaped model with the real Qwen2.5 tokenizer (written once per run)."""
+    p = tmp_path_factory.mktemp("models") / "qwen25-tiny.gguf"
+    write_model(p, "tiny", str(VOCAB_GGUF))
+    return p
+
+
+@pytest.fixture(scope="session")
+def qwen25_vocab(qwen25_tiny):
+    with GGUFFile(qwen25_tiny) as f:
+        return vocab_from_gguf(f)
+
+
+@pytest.fixture(scope="session")
+def qwen2_image(qwen2_vocab):
+    return build_image(qwen2_vocab)
+
+
+@pytest.fixture(scope="session")
+def qwen25_image(qwen25_vocab):
+    return build_image(qwen25_vocab)
+
+
+@pytest.fixture(scope="session")
+def qwen2_codec(qwen2_image) -> Codec:
+    return Codec(open_image(qwen2_image.data))
+
+
+@pytest.fixture(scope="session")
+def qwen25_codec(qwen25_image) -> Codec:
+    return Codec(open_image(qwen25_image.data))

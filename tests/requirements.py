@@ -1,0 +1,31 @@
+"""Tests that need an external tool or package: skipped with a reason on a user's machine,
+failed on CI (``CI`` set), where .ci/run installs everything."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+
+import pytest
+
+
+def _missing(what: str, how: str) -> None:
+    message = f"{what} is not available ({how})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}: CI must install it", pytrace=False)
+    pytest.skip(message)
+
+
+def need_module(name: str, how: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        _missing(f"Python module {name}", how)
+
+
+def need_program(name: str, how: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        _missing(f"program {name}", how)
+    return path  # type: ignore[return-value]
