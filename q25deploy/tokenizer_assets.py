@@ -30,8 +30,11 @@ class Asset:
 
 def tokens_jsonl(vocab: Vocab) -> bytes:
     lines = []
-    for i, (text, raw, t) in enumerate(zip(vocab.texts, vocab.raw, vocab.types.tolist())):
+    effective = vocab.types.tolist()
+    for i, (text, raw, t) in enumerate(zip(vocab.texts, vocab.raw, vocab.gguf_types.tolist())):
         rec = {"id": i, "type": TYPE_NAMES.get(t, str(t)), "text": text.decode("utf-8", "replace"), "bytes": raw.hex()}
+        if effective[i] != t:
+            rec["runtime_type"] = TYPE_NAMES.get(effective[i], str(effective[i]))
         lines.append(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
     return ("\n".join(lines) + "\n").encode("utf-8")
 
@@ -70,7 +73,7 @@ def tokenizer_assets(
     assets = [
         Asset("tokens.jsonl", "tokens-jsonl", tokens_jsonl(vocab)),
         Asset("merges.txt", "merges-txt", b"".join(m + b"\n" for m in vocab.merge_texts)),
-        Asset("token_types.bin", "token-types", vocab.types.astype(np.uint8).tobytes()),
+        Asset("token_types.bin", "token-types", vocab.gguf_types.astype(np.uint8).tobytes()),
         Asset("token_index.bin", "ps-token-index", bundle["token_index.bin"]),
         Asset("token_bytes.bin", "ps-token-bytes", bundle["token_bytes.bin"]),
         Asset("merge_table_u32.bin", "ps-merge-table", bundle["merge_table_u32.bin"]),
