@@ -23,6 +23,7 @@ from .errors import (
     OutputError,
     Q25Error,
     TokenizerError,
+    ToolError,
     UsageError,
 )
 
@@ -35,6 +36,7 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (ImageError, 6),
     (CodecError, 7),
     (OutputError, 8),
+    (ToolError, 9),
     (Q25Error, 1),
 ]
 EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)
@@ -46,7 +48,8 @@ MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b
 
 exit codes: 0 ok, 2 usage, 3 model not found / digest mismatch, 4 not a valid GGUF,
 5 unsupported tokenizer, 6 bad runtime image, 7 bad token id / encode failure,
-8 cannot write output, 70 internal error, 130 interrupted.
+8 cannot write output, 9 a system tool is missing or failed, 70 internal error,
+130 interrupted.
 """
 
 
@@ -151,6 +154,22 @@ def cmd_detokenize(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runtime_build(a: argparse.Namespace) -> int:
+    from .progress import Progress
+    from .runtime_build import build_runtime
+
+    prog = Progress()
+    prog.step("compiling the C runtime")
+    manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize)
+    prog.done()
+    if a.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        rt = manifest["runtime"]
+        print(f"built q25tok, libq25tok.a and q25tok.h for {rt['target']} with {rt['toolchain']['cc']} in {a.out}")
+    return 0
+
+
 def _positive_pow2(s: str) -> int:
     try:
         v = int(s, 0)
@@ -159,6 +178,14 @@ def _positive_pow2(s: str) -> int:
     if v < 64 or v & (v - 1):
         raise argparse.ArgumentTypeError(f"{v} is not a power of two >= 64")
     return v
+
+
+def _group(sub, name: str, help: str):
+    """A command with sub-commands of its own (``export tokenizer``, ``runtime build``)."""
+    parser = sub.add_parser(name, help=help)
+    group = parser.add_subparsers(dest="what", metavar="WHAT")
+    group.required = True
+    return group
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,9 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the full catalog as JSON (for scripts)")
     sp.set_defaults(func=cmd_inspect)
 
-    ex = sub.add_parser("export", help="export tokenizer assets (and, later, tensors)")
-    exs = ex.add_subparsers(dest="what", metavar="WHAT")
-    exs.required = True
+    exs = _group(sub, "export", "export tokenizer assets (and, later, tensors)")
     et = exs.add_parser("tokenizer", help="write the tokenizer assets, PS bundle and Q25TOKRT runtime image",
                         description="Write tokens.jsonl, merges.txt, token_types.bin, chat_template.txt, the PS "
                         "bundle (token_index.bin, token_bytes.bin, merge_table_u32.bin), the Q25TOKRT runtime "
@@ -202,6 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     tk.add_argument("--file", action="append", metavar="F", help="encode this file (repeatable)")
     tk.add_argument("text", nargs="?", metavar="TEXT")
     tk.set_defaults(func=cmd_tokenize)
+
+    rts = _group(sub, "runtime", "build the board-side C runtime (q25tok)")
+    rb = rts.add_parser("build", help="compile q25tok, libq25tok.a and q25tok.h",
+                        description="Compile the C runtime from this installation's sources with its Makefile, "
+                        "as the BitBake recipe does: host cc by default, aarch64-linux-gnu-gcc -mcpu=cortex-a53 "
+                        "with --cross aarch64, AddressSanitizer+UndefinedBehaviorSanitizer with --sanitize.")
+    rb.add_argument("--out", required=True, metavar="DIR", type=Path)
+    rb.add_argument("--cross", choices=["aarch64"], help="cross-compile for the Cortex-A53 (Zynq UltraScale+)")
+    rb.add_argument("--sanitize", action="store_true", help="host build with ASan and UBSan")
+    rb.add_argument("--json", action="store_true", help="print the output manifest as JSON")
+    rb.set_defaults(func=cmd_runtime_build)
 
     dt = sub.add_parser("detokenize", help="write the bytes of token ids",
                         description="Write the bytes of the given token ids to stdout. Control tokens are "

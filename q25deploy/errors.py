@@ -40,3 +40,7 @@ class CodecError(Q25Error):
 
 class OutputError(Q25Error):
     """An output path cannot be written (exists as a file, not writable, ...)."""
+
+
+class ToolError(Q25Error):
+    """A system tool is missing or failed (compiler, emulator, ...)."""

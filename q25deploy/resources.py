@@ -1,0 +1,35 @@
+"""Where the data shipped beside the package lives: the layer templates and C runtime
+sources (top-level ``recipes/``) and, later, board files (``targets/``).
+
+In an installed package they are the ``q25deploy._recipes`` / ``q25deploy._targets``
+package data (mapped by pyproject.toml); in a source checkout, the top-level folders.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from .errors import Q25Error
+
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir(name: str) -> Path:
+    """``recipes`` or ``targets`` as a real directory."""
+    try:
+        module = importlib.import_module(f"q25deploy._{name}")
+        for entry in getattr(module, "__path__", []):
+            if Path(entry).is_dir():
+                return Path(entry)
+    except ModuleNotFoundError:
+        pass
+    path = _SOURCE_ROOT / name
+    if not path.is_dir():
+        raise Q25Error(f"q25deploy's {name!r} data folder is missing from this installation (reinstall q25deploy)")
+    return path
+
+
+def runtime_sources() -> Path:
+    """The C runtime's sources, as the BitBake recipe's local files."""
+    return data_dir("recipes") / "meta-q25" / "recipes-q25" / "q25-tokenizer-runtime" / "files"

@@ -1,0 +1,151 @@
+/*
+ * q25tok: the Q25TOKRT tokenizer runtime (board side).
+ *
+ * Opens a Q25TOKRT runtime image in place (see docs/runtime-image.md), and encodes UTF-8
+ * text to Qwen2 token ids exactly as llama.cpp's llama_tokenize(add_special=false) does,
+ * and decodes ids back to bytes. C11, libc only. The library never allocates: views live in
+ * caller-provided structs, encoding works in a caller-provided scratch buffer, and every
+ * read of the image is bounds-checked, whatever the image contains.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef Q25TOK_H
+#define Q25TOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define Q25TOK_FORMAT_MAJOR 1
+#define Q25TOK_FORMAT_MINOR 0
+
+/* error codes (negative); q25_strerror() describes each */
+enum q25_status {
+    Q25_OK = 0,
+    Q25_ERR_ARG = -1,          /* a NULL pointer or bad argument */
+    Q25_ERR_MAGIC = -2,        /* not a Q25TOKRT image */
+    Q25_ERR_VERSION = -3,      /* another major format version */
+    Q25_ERR_HEADER = -4,       /* header size, count, file size or header checksum wrong */
+    Q25_ERR_SECTION = -5,      /* a section out of bounds, misaligned, overlapping, bad record size */
+    Q25_ERR_MISSING = -6,      /* a required section is missing or duplicated */
+    Q25_ERR_CRC = -7,          /* a section's CRC32 does not match (Q25_OPEN_VERIFY_CRC) */
+    Q25_ERR_CORRUPT = -8,      /* an id or offset in the image is out of range */
+    Q25_ERR_TOKEN_ID = -9,     /* an id passed to decode is out of range */
+    Q25_ERR_OUT_CAPACITY = -10,   /* out_ids / out buffer too small: see stats / written */
+    Q25_ERR_SCRATCH_CAPACITY = -11 /* scratch too small: see stats->scratch_needed */
+};
+
+/* flags */
+#define Q25_OPEN_VERIFY_CRC   0x1u  /* image_open: also check every section's CRC32 */
+#define Q25_ENCODE_PARSE_SPECIAL 0x1u  /* encode: match CONTROL tokens such as <|im_start|> */
+#define Q25_DECODE_SPECIAL    0x1u  /* detokenize: write CONTROL tokens' text too */
+
+/* token types (runtime types, as in the image's token index) */
+#define Q25_TOKEN_NORMAL 1
+#define Q25_TOKEN_UNKNOWN 2
+#define Q25_TOKEN_CONTROL 3
+#define Q25_TOKEN_USER_DEFINED 4
+#define Q25_TOKEN_UNUSED 5
+#define Q25_TOKEN_BYTE 6
+
+#define Q25_MAX_SECTIONS 64
+
+typedef struct q25_section_info {
+    uint32_t type;
+    uint32_t record_size;
+    uint64_t offset;
+    uint64_t size;
+    uint64_t record_count;
+    uint32_t crc32;
+} q25_section_info;
+
+typedef struct q25_image_info {
+    uint16_t version_major, version_minor;
+    uint32_t alignment;
+    uint64_t file_size;
+    uint32_t section_count;
+    q25_section_info sections[Q25_MAX_SECTIONS];
+    uint32_t vocab_size, merge_count, special_count;
+    uint32_t bos, eos, pad; /* 0xFFFFFFFF = none */
+    uint32_t flags;         /* bit 0: add_bos */
+    uint32_t unicode_version;
+    uint32_t max_token_bytes;
+    uint8_t vocab_fingerprint[32];
+    uint8_t source_sha256[32];
+    char pre_tokenizer[33];
+    char model_name[65];
+    int crc_checked; /* 1 when Q25_OPEN_VERIFY_CRC was given and passed */
+} q25_image_info;
+
+/* Read-only views of the image's vocabulary sections (pointers into the image). */
+typedef struct q25_bundle_view {
+    const uint8_t *token_index; /* vocab_size records of 8 bytes */
+    const uint8_t *token_bytes;
+    uint64_t token_bytes_size;
+    const uint8_t *merges;      /* merge_count records of 16 bytes */
+    const uint8_t *specials;    /* special_count records of 8 bytes */
+    uint32_t vocab_size, merge_count, special_count;
+} q25_bundle_view;
+
+/* What the encoder needs besides the bundle. Filled by image_open; small tables
+ * (ASCII classes, special-token prefixes) are computed into the struct itself. */
+typedef struct q25_encode_view {
+    const q25_bundle_view *bundle;
+    const uint8_t *byte_to_token;  /* 256 u32 */
+    const uint8_t *pair_index;     /* pair_capacity u32 */
+    uint32_t pair_capacity;
+    const uint8_t *classes;        /* class_count records of 8 bytes */
+    uint32_t class_count;
+    uint16_t ascii_flags[128];
+    uint8_t special_single[32];    /* bitmap of one-byte special tokens */
+    uint8_t special_pair[8192];    /* bitmap over the first two bytes of specials */
+    uint32_t max_special_len;
+} q25_encode_view;
+
+typedef struct q25_encode_stats {
+    size_t ids_written;     /* ids stored in out_ids */
+    size_t ids_needed;      /* ids the whole input gives (valid unless scratch ran out) */
+    size_t scratch_needed;  /* scratch bytes this input needs */
+    size_t special_matches; /* special tokens in the output */
+    size_t pieces;          /* pre-tokenizer pieces */
+} q25_encode_stats;
+
+/* Opens an image of `size` bytes at `image` (any alignment). Checks magic, version, header
+ * checksum, every section's bounds, alignment, record size and count, and every id the
+ * encoder follows without a per-access check; Q25_OPEN_VERIFY_CRC adds the CRC pass.
+ * O(1) in the vocabulary size except the CRC pass. `bundle` must outlive `encode`. */
+int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bundle_view *bundle,
+                                        q25_encode_view *encode, q25_image_info *info, unsigned flags);
+
+/* Encodes `len` bytes of UTF-8 (invalid sequences are handled like llama.cpp: U+FFFD).
+ * Never writes past out_cap ids or scratch_size bytes. On Q25_ERR_OUT_CAPACITY,
+ * stats->ids_needed is the number of ids the input gives; on Q25_ERR_SCRATCH_CAPACITY,
+ * stats->scratch_needed is a scratch size with which the same call succeeds (typical text
+ * needs a few KiB plus 36 bytes per byte of its longest pre-token; special tokens in the
+ * input add 8 bytes per match and len/8 bytes). scratch may be NULL if scratch_size is 0. */
+int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *view, const uint8_t *utf8, size_t len,
+                                               unsigned flags, void *scratch, size_t scratch_size,
+                                               uint32_t *out_ids, size_t out_cap, q25_encode_stats *stats);
+
+/* Writes the bytes of `n` ids (CONTROL/UNKNOWN only with Q25_DECODE_SPECIAL). On
+ * Q25_ERR_OUT_CAPACITY, *written is the size needed. Out-of-range ids: Q25_ERR_TOKEN_ID. */
+int q25_nl_tokenizer_bundle_detokenize(const q25_bundle_view *bundle, const uint32_t *ids, size_t n, unsigned flags,
+                                       uint8_t *out, size_t out_cap, size_t *written);
+
+/* Byte-by-byte fallback with no image: ids of the 256 single-byte tokens (GPT-2 byte order,
+ * built in). tokenize returns the number of ids (= len) or Q25_ERR_OUT_CAPACITY. */
+int q25_tokenize_utf8_bytes(const uint8_t *utf8, size_t len, uint32_t *out_ids, size_t out_cap);
+int q25_detokenize_utf8_bytes(const uint32_t *ids, size_t n, uint8_t *out, size_t out_cap, size_t *written);
+
+const char *q25_strerror(int status);
+
+/* CRC-32 (IEEE 802.3, as zlib) — exported for tools and tests. */
+uint32_t q25_crc32(uint32_t crc, const uint8_t *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
