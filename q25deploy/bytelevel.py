@@ -29,11 +29,18 @@ CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
 BYTE_TO_MAPPED = [c.encode("utf-8") for c in BYTE_TO_CHAR]
 
 
+# str.translate table: mapped chars -> chr(byte); other chars up to U+0143 -> U+0100 (a
+# sentinel that latin-1 cannot encode), so invalid text fails instead of passing through
+_TRANSLATE = {cp: 0x100 for cp in range(0x144)}
+_TRANSLATE.update({ord(c): b for b, c in enumerate(BYTE_TO_CHAR)})
+
+
 def decode_mapped(text: bytes, token_id: int) -> bytes:
     """ByteLevel-decode a stored token (UTF-8 of mapped chars) to its raw bytes."""
     try:
-        return bytes(CHAR_TO_BYTE[c] for c in text.decode("utf-8"))
-    except (KeyError, UnicodeDecodeError):
+        return text.decode("utf-8").translate(_TRANSLATE).encode("latin-1")
+    except (UnicodeDecodeError, UnicodeEncodeError):
         raise TokenizerError(
             f"token {token_id} ({text[:40]!r}) is typed NORMAL but is not ByteLevel-encoded"
         ) from None
+

@@ -81,13 +81,23 @@ def pair_index_capacity(n_merges: int) -> int:
     return cap
 
 
+def _pair_hashes(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """:func:`pair_hash` over arrays (uint32 wrap-around arithmetic)."""
+    with np.errstate(over="ignore"):
+        h = left.astype(np.uint32) * np.uint32(0x9E3779B1) + right.astype(np.uint32) * np.uint32(0x85EBCA77)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x7FEB352D)
+        h ^= h >> np.uint32(15)
+    return h
+
+
 def build_pair_index(merges: np.ndarray) -> np.ndarray:
     """Open addressing, linear probing, inserted in rank order; slot = merge index + 1."""
     cap = pair_index_capacity(len(merges))
     mask = cap - 1
     table = [0] * cap
-    for i, (left, right) in enumerate(merges[:, :2].tolist()):
-        s = pair_hash(left, right) & mask
+    starts = (_pair_hashes(merges[:, 0], merges[:, 1]) & np.uint32(mask)).tolist()
+    for i, s in enumerate(starts):
         while table[s]:
             s = (s + 1) & mask
         table[s] = i + 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring as _json_str
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,13 +30,14 @@ class Asset:
 
 
 def tokens_jsonl(vocab: Vocab) -> bytes:
-    lines = []
+    """One JSON object per token, in id order (formatted directly: ~150k lines)."""
     effective = vocab.types.tolist()
+    names = {t: TYPE_NAMES.get(t, str(t)) for t in set(effective) | set(vocab.gguf_types.tolist())}
+    lines = []
     for i, (text, raw, t) in enumerate(zip(vocab.texts, vocab.raw, vocab.gguf_types.tolist())):
-        rec = {"id": i, "type": TYPE_NAMES.get(t, str(t)), "text": text.decode("utf-8", "replace"), "bytes": raw.hex()}
-        if effective[i] != t:
-            rec["runtime_type"] = TYPE_NAMES.get(effective[i], str(effective[i]))
-        lines.append(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
+        extra = f',"runtime_type":"{names[effective[i]]}"' if effective[i] != t else ""
+        lines.append(f'{{"id":{i},"type":"{names[t]}","text":{_json_str(text.decode("utf-8", "replace"))},'
+                     f'"bytes":"{raw.hex()}"{extra}}}')
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

@@ -146,24 +146,24 @@ def vocab_from_gguf(f: GGUFFile) -> Vocab:
         if len(raw[-1]) > 0xFFFF:
             raise TokenizerError(f"{f.path}: token {i} is longer than 65535 bytes")
 
-    text_to_id: dict[bytes, int] = {}
-    for i, t in enumerate(texts):
-        text_to_id[t] = i  # llama.cpp: the last id of a duplicated text wins
+    text_to_id = dict(zip(texts, range(len(texts))))  # llama.cpp: the last id of a duplicated text wins
     merges_sa = _req(f, "tokenizer.ggml.merges")
     if not isinstance(merges_sa, StringArray):
         raise TokenizerError(f"{f.path}: tokenizer.ggml.merges is not a string array")
     merge_texts = merges_sa.to_list()
-    merges = np.empty((len(merge_texts), 4), dtype=np.uint32)
+    rows = []
+    append = rows.append
     for rank, m in enumerate(merge_texts):
         left, sep, right = m.partition(b" ")
         if not sep or not left or not right:
             raise TokenizerError(f"{f.path}: merge #{rank} {m[:40]!r} is not 'left right'")
         try:
-            merges[rank] = (text_to_id[left], text_to_id[right], text_to_id[left + right], rank)
+            append((text_to_id[left], text_to_id[right], text_to_id[left + right], rank))
         except KeyError:
             raise TokenizerError(
                 f"{f.path}: merge #{rank} {m[:40]!r} names a token that is not in the vocabulary"
             ) from None
+    merges = np.array(rows, dtype=np.uint32).reshape(-1, 4)
 
     template = f.metadata.get("tokenizer.chat_template")
     return Vocab(
