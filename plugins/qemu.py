@@ -1,0 +1,26 @@
+"""Built-in target `qemu`: QEMU aarch64 virt, Cortex-A53, 4 GiB."""
+
+from q25deploy.hookspecs import TargetSpec, hookimpl
+from q25deploy.resources import data_dir
+
+NAME = "qemu"
+
+
+@hookimpl
+def q25deploy_register_targets():
+    return [TargetSpec(NAME, data_dir("targets") / "qemu.toml", "QEMU aarch64 virt, Cortex-A53, 4 GiB")]
+
+
+@hookimpl
+def q25deploy_reserved_memory_dtsi(target, board, plan):
+    if target != NAME:
+        return None
+    from q25deploy.dtsi import reserved_memory_dtsi
+
+    q = board.qemu
+    return reserved_memory_dtsi(board, plan, notes=(
+        "QEMU builds its own device tree: dump it, add this fragment, and boot with -dtb:\n"
+        f"  qemu-system-aarch64 -machine {q.get('machine', 'virt')},dumpdtb=virt.dtb -cpu {q.get('cpu', 'cortex-a53')} "
+        f"-m {q.get('memory', '4G')}\n"
+        "  dtc -I dtb -O dts virt.dtb > virt.dts; echo '/include/ \"reserved-memory.dtsi\"' >> virt.dts\n"
+        "  dtc -I dts -O dtb virt.dts > virt-q25.dtb"))
