@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import __version__
+from .boards import BoardFileError
+from .partition import FitError
+from .plugin_manager import UnknownTargetError
 from .errors import (
     CodecError,
     GGUFError,
@@ -37,6 +40,9 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (CodecError, 7),
     (OutputError, 8),
     (ToolError, 9),
+    (FitError, 10),
+    (BoardFileError, 11),
+    (UnknownTargetError, 2),
     (Q25Error, 1),
 ]
 EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)
@@ -48,8 +54,8 @@ MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b
 
 exit codes: 0 ok, 2 usage, 3 model not found / digest mismatch, 4 not a valid GGUF,
 5 unsupported tokenizer, 6 bad runtime image, 7 bad token id / encode failure,
-8 cannot write output, 9 a system tool is missing or failed, 70 internal error,
-130 interrupted.
+8 cannot write output, 9 a system tool is missing or failed, 10 the model does not
+fit the board, 11 bad board file, 70 internal error, 130 interrupted.
 """
 
 
@@ -103,6 +109,72 @@ def cmd_export_tokenizer(a: argparse.Namespace) -> int:
         print(f"wrote {len(assets) + 1} files to {a.out}")
         print(f"  runtime image {image_manifest['path']}: {image_manifest['size']:,} bytes, "
               f"vocab fingerprint {image_manifest['vocab_fingerprint'][:16]}")
+    return 0
+
+
+def cmd_export_tensors(a: argparse.Namespace) -> int:
+    from .progress import Progress
+    from .tensor_export import export_tensors
+
+    prog = Progress()
+    prog.step(f"exporting tensors of {a.model}")
+    src, f = _open_model(a.model)
+    with f:
+        manifest = export_tensors(src, f, a.out)
+    prog.done()
+    total = sum(t["bytes"] for t in manifest["tensors"])
+    if a.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(f"wrote {len(manifest['tensors'])} tensors ({total:,} bytes) to {a.out}/tensors")
+    return 0
+
+
+def cmd_targets(a: argparse.Namespace) -> int:
+    from .boards import load_board
+    from .plugin_manager import make_plugin_manager, registered_targets
+
+    pm, failures = make_plugin_manager()
+    rows = []
+    for name, (plugin, spec) in registered_targets(pm, failures).items():
+        row = {"name": name, "plugin": plugin, "description": spec.description, "board_file": str(spec.board_file)}
+        try:
+            board = load_board(spec.board_file)
+            row["ddr_bytes"] = board.ddr_bytes
+        except Q25Error as e:
+            row["error"] = str(e)
+        rows.append(row)
+    _report_failures(failures)
+    if a.json:
+        print(json.dumps({"targets": rows, "failed_plugins": [{"plugin": f.plugin, "error": f.error}
+                                                               for f in failures]}, indent=2))
+    else:
+        for r in rows:
+            size = f"{r['ddr_bytes'] / (1 << 30):g} GiB DDR" if "ddr_bytes" in r else f"broken: {r['error']}"
+            print(f"{r['name']:<10} {r['plugin']:<12} {size:<12} {r['description']}")
+    return 0
+
+
+def _report_failures(failures) -> None:
+    for f in failures:
+        print(f"q25deploy: warning: {f}", file=sys.stderr)
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    from .build import build
+    from .progress import Progress
+
+    prog = Progress()
+    result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, progress=prog.step)
+    prog.done()
+    _report_failures(result.failures)
+    if a.json:
+        print(json.dumps({"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note,
+                          **result.summary}, indent=2))
+        return 0
+    from .build_summary import render_summary
+
+    print(render_summary(result))
     return 0
 
 
@@ -206,7 +278,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the full catalog as JSON (for scripts)")
     sp.set_defaults(func=cmd_inspect)
 
-    exs = _group(sub, "export", "export tokenizer assets (and, later, tensors)")
+    bd = sub.add_parser("build", help="build everything for a target board (the main job)",
+                        description="Build the tokenizer image, tensor partitions, memory map, device-tree "
+                        "fragment and memory picture for one target into DIR (default q25-build/TARGET), "
+                        "atomically, incrementally and reproducibly. Without --model: Ollama's qwen2.5:0.5b "
+                        "if present, else the built-in demo model.")
+    bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
+    bd.add_argument("--model", metavar="MODEL", help="a .gguf path or an Ollama reference")
+    bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
+    bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
+    bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
+    bd.set_defaults(func=cmd_build)
+
+    tg = sub.add_parser("targets", help="list target boards and the plugins that provide them",
+                        description="List the targets registered by plugins (q25deploy entry points); broken "
+                        "plugins are reported on stderr and left out.")
+    tg.add_argument("--json", action="store_true", help="print JSON (targets and failed plugins)")
+    tg.set_defaults(func=cmd_targets)
+
+    exs = _group(sub, "export", "export tokenizer assets or tensor payloads")
     et = exs.add_parser("tokenizer", help="write the tokenizer assets, PS bundle and Q25TOKRT runtime image",
                         description="Write tokens.jsonl, merges.txt, token_types.bin, chat_template.txt, the PS "
                         "bundle (token_index.bin, token_bytes.bin, merge_table_u32.bin), the Q25TOKRT runtime "
@@ -217,6 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="section alignment of the runtime image (power of two, default 4096)")
     et.add_argument("--json", action="store_true", help="print the runtime image manifest as JSON")
     et.set_defaults(func=cmd_export_tokenizer)
+
+    ex2 = exs.add_parser("tensors", help="write one file per tensor, byte-identical to the GGUF payload",
+                         description="Write tensors/NAME.bin for every tensor (byte-identical to the GGUF payload, "
+                         "copied by the kernel) and tensor_payload_export_manifest.json into DIR.")
+    ex2.add_argument("model", metavar="MODEL")
+    ex2.add_argument("--out", required=True, metavar="DIR", type=Path)
+    ex2.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    ex2.set_defaults(func=cmd_export_tensors)
 
     tk = sub.add_parser("tokenize", help="encode text to token ids with a runtime image",
                         description="Encode raw UTF-8 bytes (TEXT, each --file, or stdin) into token ids exactly "

@@ -189,6 +189,11 @@ def _cache_store(cache_dir: Path | None, path: Path, digest: str) -> None:
         pass  # a cache that cannot be written only costs a rehash next time
 
 
+def remember_digest(path: Path, digest: str, cache_dir: Path | None = None) -> None:
+    """Record a digest computed elsewhere (e.g. during a build's single read of the file)."""
+    _cache_store(cache_dir, Path(path), digest)
+
+
 def cached_digest(path: Path, cache_dir: Path | None = None) -> str | None:
     key, stamp = _cache_key(path)
     entry = _cache_load(cache_dir).get(key)

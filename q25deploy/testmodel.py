@@ -135,6 +135,7 @@ def write_model(
 ) -> None:
     shape = PRESETS[preset]
     tokens, types, merges = tokenizer or qwen25_tokenizer(vocab_gguf)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     w = GGUFWriter(os.fspath(path), "qwen2")
     w.add_name(name or f"Qwen2.5 {preset} synthetic (q25deploy test model)")
     if license:

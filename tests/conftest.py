@@ -15,6 +15,14 @@ DATA = Path(__file__).parent / "data"
 VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Digest and tokenizer caches of the test run, never the user's ~/.cache."""
+    import os
+
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
 @pytest.fixture(scope="session")
 def vocab_gguf() -> Path:
     return VOCAB_GGUF
