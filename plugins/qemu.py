@@ -24,3 +24,12 @@ def q25deploy_reserved_memory_dtsi(target, board, plan):
         f"-m {q.get('memory', '4G')}\n"
         "  dtc -I dtb -O dts virt.dtb > virt.dts; echo '/include/ \"reserved-memory.dtsi\"' >> virt.dts\n"
         "  dtc -I dts -O dtb virt.dts > virt-q25.dtb"))
+
+
+@hookimpl
+def q25deploy_layer_files(target, board, build):
+    if target != NAME:
+        return None
+    # qemuarm64 has no device-tree recipe: QEMU makes the tree (see reserved-memory.dtsi's notes)
+    return {"recipes-bsp/device-tree/device-tree.bbappend": None,
+            "recipes-bsp/device-tree/files/q25-reserved-memory.dtsi": None}

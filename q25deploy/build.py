@@ -70,12 +70,23 @@ def _outputs_intact(out: Path) -> bool:
         return False
 
 
+def _file_stamp(path: str | None) -> list | None:
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+        return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+    except OSError:
+        return [path]
+
+
 def _sha(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
 def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
-          target_file: str | None = None, progress: Callable[[str], None] = lambda s: None) -> BuildResult:
+          target_file: str | None = None, model_license: str | None = None, model_license_file: str | None = None,
+          progress: Callable[[str], None] = lambda s: None) -> BuildResult:
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
     if model:
@@ -94,6 +105,7 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
         "plugins": _plugin_versions(pm),
         "board_sha256": hashlib.sha256(board_bytes).hexdigest(),
         "model": {"path": str(src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "license": [model_license, _file_stamp(model_license_file)],
     }
     old = _read_json(out / STAMP)
     if old and old.get("inputs") == inputs and _outputs_intact(out):
@@ -109,25 +121,53 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
     try:
-        summary, keys, model_sha = _write_build(pm, target, src, out, old, progress)
+        summary, keys, model_sha = _write_build(pm, target, src, out, old, progress,
+                                                {"id": model_license, "file": model_license_file})
     finally:
         sys.setswitchinterval(interval)
     (out / STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": model_sha}))
     return BuildResult(out, False, summary, note, failures)
 
 
-def _write_build(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress):
+def _write_build(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, licensing):
     from .gguf_reader import GGUFFile
 
-    board, name = target.board, target.name
     f = GGUFFile(src.path)
     try:
-        return _write_build_from(pm, target, src, out, old, progress, f)
+        return _write_build_from(pm, target, src, out, old, progress, f, licensing)
     finally:
         f.close()
 
 
-def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, f):
+def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: list[str], licensing: dict) -> None:
+    from .codec import Codec
+    from .image_reader import read_image_file
+    from .layer import (LayerFile, _static_files, layer_readme, merge_hook_results, model_assets_files,
+                        smoke_test_case, write_layer)
+    from .smoke_prompts import SMOKE_PROMPTS
+
+    board = target.board
+    rels = [summary["image"]["path"], f"{TOKENIZER_DIR}/tokenizer_runtime_image_manifest.json",
+            "partition_map.json", "q25_memory_map.h", *part_files]
+    artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
+    files = _static_files()
+    files += model_assets_files(board, summary, artifacts, license_id=licensing.get("id"),
+                                license_file=licensing.get("file"))
+    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
+    files.append(smoke_test_case(summary, [(t, sp, codec.encode(t, sp)) for t, sp in SMOKE_PROMPTS]))
+    extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
+                                                             build={"dtsi": dtsi, "summary": summary}))
+    by_path = {f.path: f for f in files}
+    for path, data in extra.items():
+        if data is None:
+            by_path.pop(path, None)
+        else:
+            by_path[path] = LayerFile(path, data)
+    by_path["README.md"] = layer_readme(summary, board, any(p.startswith("recipes-bsp/device-tree/") for p in by_path))
+    write_layer(o, list(by_path.values()))
+
+
+def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, f, licensing):
     from .errors import Q25Error
     from .memory_header import memory_header
     from .memory_svg import memory_svg
@@ -242,7 +282,7 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
         pmap = {
             "format": "q25deploy-partition-map/1",
             "target": name,
-            "model": {"reference": src.reference, "sha256": src.sha256, "name": model_name},
+            "model": {"sha256": src.sha256, "name": model_name},  # content only: no paths
             "regions": [
                 {"index": r.index, "label": r.label, "node": r.node_name, "base": r.base, "size": r.size,
                  "used": r.used, "bank": r.bank, "file": rel, "sha256": sha}
@@ -277,5 +317,7 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
         o.write_json(BUILD_INFO, summary, "build-info")
         if not isinstance(summary["model"]["sha256"], str):
             raise Q25Error("internal: model digest missing")
+        progress("writing the BitBake layer")
+        _write_layer(pm, o, target, summary, dtsi, part_files, licensing)
     keys = {"tokenizer": tok_key, "partitions": _sha([src.sha256, plan_key, __version__])}
     return summary, keys, src.sha256

@@ -42,5 +42,7 @@ def render_summary(r: BuildResult) -> str:
         f"  2. add {r.out / 'reserved-memory.dtsi'} to the device tree (PetaLinux: /include/ it from "
         "system-user.dtsi; meta-xilinx: EXTRA_DT_INCLUDE_FILES)",
         f"  3. put {r.out / 'q25_memory_map.h'} where the A53 program and HLS testbenches include it",
+        f"  4. add the layer {r.out / 'meta-q25'} to PetaLinux/Yocto and IMAGE_INSTALL:append = \" packagegroup-q25\" "
+        "(see its README)",
     ]
     return "\n".join(lines)

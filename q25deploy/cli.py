@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from . import __version__
 from .boards import BoardFileError
+from .layer import LicenseError
 from .partition import FitError
 from .plugin_manager import UnknownTargetError
 from .errors import (
@@ -42,6 +43,7 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (ToolError, 9),
     (FitError, 10),
     (BoardFileError, 11),
+    (LicenseError, 12),
     (UnknownTargetError, 2),
     (Q25Error, 1),
 ]
@@ -55,7 +57,8 @@ MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b
 exit codes: 0 ok, 2 usage, 3 model not found / digest mismatch, 4 not a valid GGUF,
 5 unsupported tokenizer, 6 bad runtime image, 7 bad token id / encode failure,
 8 cannot write output, 9 a system tool is missing or failed, 10 the model does not
-fit the board, 11 bad board file, 70 internal error, 130 interrupted.
+fit the board, 11 bad board file, 12 the model's licence is unknown, 70 internal error,
+130 interrupted.
 """
 
 
@@ -165,7 +168,8 @@ def cmd_build(a: argparse.Namespace) -> int:
     from .progress import Progress
 
     prog = Progress()
-    result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, progress=prog.step)
+    result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
+                   model_license_file=a.model_license_file, progress=prog.step)
     prog.done()
     _report_failures(result.failures)
     if a.json:
@@ -287,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--model", metavar="MODEL", help="a .gguf path or an Ollama reference")
     bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
     bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
+    bd.add_argument("--model-license", metavar="ID",
+                    help="the model's licence id for the layer's recipe (default: GGUF general.license)")
+    bd.add_argument("--model-license-file", metavar="FILE",
+                    help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
+                    "ships for Apache-2.0)")
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
 

@@ -34,3 +34,10 @@ def q25deploy_deploy_paths(target, board):
         "state_file": f"{board.install_path}/.q25deploy-state.json",
         "q25tok": "/usr/bin/q25tok",
     }
+
+
+@hookimpl(trylast=True)
+def q25deploy_layer_files(target, board, build):
+    from .layer import device_tree_files
+
+    return device_tree_files(board, build["dtsi"])

@@ -39,7 +39,7 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
             o.record(rel, "tensor-payload", sha256=sha)
         manifest = {
             "format": "q25deploy-tensor-export/1",
-            "model": {"reference": src.reference, "sha256": src.sha256, "name": f.metadata.get("general.name")},
+            "model": {"sha256": src.sha256, "name": f.metadata.get("general.name")},  # content only
             "tensors": [
                 {"name": t.name, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes,
                  "source_offset": t.data_offset, "sha256": d.pieces[t.name], "file": rel}

@@ -66,3 +66,16 @@ def qwen2_codec(qwen2_image) -> Codec:
 @pytest.fixture(scope="session")
 def qwen25_codec(qwen25_image) -> Codec:
     return Codec(open_image(qwen25_image.data))
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
+    """`q25deploy build` of the tiny Qwen2.5 model for each built-in target (read-only)."""
+    from q25deploy.cli import main
+
+    out = {}
+    for t in ("kv260", "zcu104", "qemu"):
+        d = tmp_path_factory.mktemp("build") / t
+        assert main(["build", "--target", t, "--model", str(qwen25_tiny), "--out", str(d)]) == 0
+        out[t] = d
+    return out

@@ -1,0 +1,35 @@
+# nooelint: oelint.var.mandatoryvar.HOMEPAGE,oelint.var.suggestedvar.BUGTRACKER,oelint.var.suggestedvar.CVE_PRODUCT - q25deploy has no public homepage, bug tracker or CVE product; the layer README says where this recipe comes from
+SUMMARY = "Qwen2.5 tokenizer runtime (q25tok) for Q25TOKRT images"
+DESCRIPTION = "C11 library and command that map a Q25TOKRT tokenizer image in place and \
+               encode text to Qwen2.5 token ids exactly as llama.cpp does, and decode ids to text."
+SECTION = "libs"
+LICENSE = "MIT"
+LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
+
+SRC_URI = "file://LICENSE \
+           file://Makefile \
+           file://crc_table.inc \
+           file://q25tok.c \
+           file://q25tok.h \
+           file://q25tok_cli.c \
+          "
+
+# scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR
+UNPACKDIR ??= "${WORKDIR}"
+S = "${UNPACKDIR}"
+
+EXTRA_OEMAKE = "'CC=${CC}' 'AR=${AR}' 'CFLAGS=${CFLAGS}' 'LDFLAGS=${LDFLAGS}' \
+                'prefix=${prefix}' 'bindir=${bindir}' 'libdir=${libdir}' 'includedir=${includedir}' \
+               "
+
+do_compile() {
+    oe_runmake all
+}
+
+do_install() {
+    oe_runmake install 'DESTDIR=${D}'
+}
+
+# q25tok goes to ${PN}, q25tok.h to ${PN}-dev and libq25tok.a to ${PN}-staticdev (the defaults)
+
+BBCLASSEXTEND = "native nativesdk"
