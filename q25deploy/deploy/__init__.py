@@ -1,0 +1,1 @@
+"""Deploying builds to boards over SSH (fabric): atomic releases, verified, rolled back."""

@@ -1,0 +1,201 @@
+"""One board over SSH, through fabric, with host keys checked and every command bounded.
+
+Fabric's ``Connection`` installs paramiko's ``AutoAddPolicy`` and loads no known_hosts; we
+replace both before connecting: the known_hosts file (``--known-hosts`` or the user's) is
+loaded and unknown keys are refused (``RejectPolicy``), or recorded in that file when the
+user said ``--trust-new-host``; a changed key is always refused (paramiko raises before any
+policy is asked). Remote commands are argv lists, quoted with ``shlex`` and wrapped in
+``timeout``. Payload goes over a raw session channel running ``cat > file`` — paramiko's
+SFTP ``put`` is several times slower than scp.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Sequence
+
+import paramiko
+from fabric import Connection
+
+from .errors import DeployError, HostKeyError
+
+COMMAND_TIMEOUT = 120
+UPLOAD_TIMEOUT = 3600
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    host: str
+    user: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+def parse_host(text: str, default_user: str, default_port: int) -> HostSpec:
+    """``[user@]host[:port]`` (IPv6 as ``[addr]:port``)."""
+    user, _, rest = text.rpartition("@")
+    host, port = rest, default_port
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":"):
+            port = int(tail[1:])
+    elif rest.count(":") == 1:
+        host, p = rest.split(":")
+        port = int(p)
+    if not host or not 0 < port < 65536:
+        raise DeployError(f"bad host {text!r} (expected [user@]host[:port])")
+    return HostSpec(host, user or default_user, port)
+
+
+# AES-GCM first: encryption and integrity in one C call per packet, which is what lets a
+# Python sender keep up with scp; CTR/CBC stay as fallbacks for boards without GCM
+CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr", "aes192-ctr")
+
+
+def _transport(sock, **kwargs) -> paramiko.Transport:
+    t = paramiko.Transport(sock, default_window_size=64 << 20, default_max_packet_size=32768, **kwargs)
+    opts = t.get_security_options()
+    opts.ciphers = [c for c in CIPHERS if c in opts.ciphers] + [c for c in opts.ciphers if c not in CIPHERS]
+    return t
+
+
+class _RecordNewHost(paramiko.MissingHostKeyPolicy):
+    """--trust-new-host: accept an unknown key and write it to the known_hosts file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def missing_host_key(self, client, hostname, key):
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="ascii") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+def _close(chan) -> None:
+    """Close a channel; on a dead transport that raises, and must not hide the real error."""
+    try:
+        chan.close()
+    except (paramiko.SSHException, OSError, EOFError):
+        pass
+
+
+class Board:
+    """A connected board. Use as a context manager."""
+
+    def __init__(self, spec: HostSpec, *, identity: str | None, known_hosts: str | None, trust_new_host: bool,
+                 connect_timeout: float = 15.0) -> None:
+        self.spec = spec
+        kwargs = {"look_for_keys": identity is None, "allow_agent": identity is None, "banner_timeout": connect_timeout,
+                  "auth_timeout": connect_timeout, "channel_timeout": connect_timeout, "transport_factory": _transport}
+        if identity:
+            kwargs["key_filename"] = [identity]
+        self.conn = Connection(spec.host, user=spec.user, port=spec.port, connect_timeout=connect_timeout,
+                               connect_kwargs=kwargs)
+        client = self.conn.client
+        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+        if path.is_file():
+            client.load_host_keys(str(path))
+        elif known_hosts:
+            raise HostKeyError(f"{known_hosts}: no such known_hosts file")
+        client.set_missing_host_key_policy(_RecordNewHost(path) if trust_new_host else paramiko.RejectPolicy())
+        try:
+            self.conn.open()
+        except paramiko.BadHostKeyException:
+            raise HostKeyError(f"{spec.name}: the host key CHANGED since it was recorded in {path}; refusing "
+                               "(remove the old entry only if you know why it changed)") from None
+        except paramiko.SSHException as e:
+            if "not found in known_hosts" in str(e):
+                raise HostKeyError(f"{spec.name}: unknown host key (not in {path}); check it and pass "
+                                   "--trust-new-host to record it") from None
+            raise DeployError(f"{spec.name}: SSH failed: {e}") from None
+        except (OSError, socket.timeout, EOFError) as e:
+            raise DeployError(f"{spec.name}: cannot connect: {e}") from None
+        self.transport = client.get_transport()
+
+    def __enter__(self) -> "Board":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # closing a dead connection must not hide the real error
+            pass
+
+    # -- commands ---------------------------------------------------------------------------
+    def _channel(self, argv: Sequence[str], timeout: int):
+        cmd = shlex.join(["timeout", str(timeout), *argv])
+        try:
+            chan = self.transport.open_session(window_size=16 << 20, max_packet_size=32768)
+            chan.settimeout(timeout + 30)
+            chan.exec_command(cmd)
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:
+            raise DeployError(f"{self.spec.name}: connection lost: {e}") from None
+        return chan
+
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT,
+            check: bool = True) -> tuple[int, bytes, bytes]:
+        """Run argv on the board (quoted, under ``timeout``); returns (status, stdout, stderr)."""
+        chan = self._channel(argv, timeout)
+        try:
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            while True:
+                data = chan.recv(CHUNK)
+                if not data:
+                    break
+                out += data
+            while chan.recv_stderr_ready() or not chan.exit_status_ready():
+                data = chan.recv_stderr(CHUNK)
+                if not data:
+                    break
+                err += data
+            status = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+            raise DeployError(f"{self.spec.name}: connection lost during {argv[0]}: {e}") from None
+        finally:
+            _close(chan)
+        if check and status != 0:
+            msg = (bytes(err) or bytes(out)).decode("utf-8", "replace").strip().splitlines()
+            raise DeployError(f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
+                              f"{msg[-1] if msg else 'no output'}")
+        return status, bytes(out), bytes(err)
+
+    def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> int:
+        """Stream ``size`` bytes into ``dest`` on the board (``cat > dest``); returns bytes sent."""
+        chan = self._channel(["sh", "-c", 'cat > "$1"', "sh", dest], UPLOAD_TIMEOUT)
+        sent = 0
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        try:
+            while sent < size:
+                n = src.readinto(view[: min(CHUNK, size - sent)])
+                if not n:
+                    raise DeployError(f"{dest}: the local file ended early")
+                chan.sendall(view[:n])
+                sent += n
+                if progress:
+                    progress(n)
+            chan.shutdown_write()
+            status = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+            raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
+                              f"{e}") from None
+        finally:
+            _close(chan)
+        if status != 0:
+            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status})")
+        return sent

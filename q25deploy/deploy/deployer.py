@@ -1,0 +1,210 @@
+"""Deploy, status and rollback on one board.
+
+On the board, under ``<remote-root><install dir>``:
+
+    releases/<id>/            content-addressed releases (release.json describes each)
+    releases/.incoming-<id>/  a release being uploaded (removed by the next run if cut)
+    current -> releases/<id>  switched by one rename(2)
+    .q25deploy-state.json     what is deployed: current, previous, files and digests, time
+
+A deploy stages everything next to its destination, has the board verify every sha256,
+``sync``s, renames the staged release into place, switches ``current`` and only then
+updates the state; a cut connection or a failed verify leaves the current release as it
+was. The previous release is kept for rollback; after a deploy a failed smoke test rolls
+back at once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .connection import Board
+from .errors import DeployError
+from .release import STATE_FORMAT, Release, plan_transfer
+
+STATE_NAME = ".q25deploy-state.json"
+
+
+@dataclass
+class HostResult:
+    host: str
+    ok: bool = False
+    bytes_sent: int = 0
+    files_sent: int = 0
+    files_linked: int = 0
+    release: str | None = None
+    previous: str | None = None
+    smoke: dict | None = None
+    rolled_back: bool = False
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+class BoardFiles:
+    """Paths on one board, all under ``base`` (remote root + install dir)."""
+
+    def __init__(self, board: Board, remote_root: str, install_dir: str) -> None:
+        self.board = board
+        self.root = posixpath.normpath("/" + remote_root.strip("/")) if remote_root else ""
+        self.base = posixpath.normpath(f"{self.root}/{install_dir.lstrip('/')}")
+
+    def path(self, rel: str) -> str:
+        p = posixpath.normpath(posixpath.join(self.base, rel))
+        if p != self.base and not p.startswith(self.base + "/"):
+            raise DeployError(f"refusing to touch {p}: outside {self.base}")
+        return p
+
+    def on_board(self, absolute: str) -> str:
+        """A board path (e.g. /usr/bin/q25tok) under the remote root."""
+        return posixpath.normpath(f"{self.root}/{absolute.lstrip('/')}") if self.root else absolute
+
+    def read_state(self) -> dict:
+        status, out, _ = self.board.run(["cat", self.path(STATE_NAME)], check=False)
+        if status != 0:
+            return {"format": STATE_FORMAT, "current": None, "previous": None, "releases": {}}
+        try:
+            state = json.loads(out)
+            if not isinstance(state, dict) or "releases" not in state:
+                raise ValueError
+            return state
+        except ValueError:
+            raise DeployError(f"{self.board.spec.name}: {self.path(STATE_NAME)} is not a q25deploy state file") from None
+
+    def write_state(self, state: dict) -> None:
+        data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+        tmp = self.path(STATE_NAME + ".tmp")
+        self.board.upload(io.BytesIO(data), len(data), tmp)
+        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2"', "sh", tmp, self.path(STATE_NAME)])
+
+    def switch(self, release_id: str) -> None:
+        """current -> releases/<id>, by one rename."""
+        tmp, cur = self.path(".current.tmp"), self.path("current")
+        self.board.run(["sh", "-c", 'rm -f "$1" && ln -s "$2" "$1" && mv -T -f "$1" "$3"', "sh", tmp,
+                        f"releases/{release_id}", cur])
+
+
+def _record(release: Release, when: str) -> dict:
+    desc = json.loads(release.description)
+    return {"files": {f.rel: [f.sha256, f.size] for f in release.files}, "vocab_fingerprint": release.vocab_fingerprint,
+            "model_sha256": desc.get("model_sha256"), "target": desc.get("target"), "deployed_at": when,
+            "image": release.image}
+
+
+def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_bytes: int) -> None:
+    _, out, _ = board.run(["uname", "-m"])
+    arch = out.decode().strip()
+    if expect_arch and arch != expect_arch:
+        raise DeployError(f"{board.spec.name}: the board is {arch}, the build is for {expect_arch}")
+    board.run(["mkdir", "-p", files.path("releases")])
+    _, out, _ = board.run(["df", "-Pk", files.base])
+    try:
+        avail = int(out.decode().splitlines()[-1].split()[3]) * 1024
+    except (IndexError, ValueError):
+        raise DeployError(f"{board.spec.name}: cannot read free space (df -Pk)") from None
+    if avail < need_bytes:
+        raise DeployError(f"{board.spec.name}: needs {need_bytes:,} bytes free under {files.base}, has {avail:,}")
+
+
+def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
+           smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None) -> HostResult:
+    res = HostResult(board.spec.name, release=release.id)
+    state = files.read_state()
+    res.previous = state.get("current")
+    rdir = files.path(f"releases/{release.id}")
+    if state.get("current") == release.id and board.run(["test", "-d", rdir], check=False)[0] == 0:
+        progress("already deployed: nothing to send")
+        res.smoke = smoke()
+        res.ok = res.smoke["ok"]
+        res.previous = state.get("previous")
+        if not res.ok:
+            res.error = "smoke test failed on the deployed release"
+        return res
+    transfer = plan_transfer(release, state)
+    preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
+    staging = files.path(f"releases/.incoming-{release.id}")
+    board.run(["rm", "-rf", staging])
+    dirs = sorted({posixpath.dirname(posixpath.join(staging, f.rel)) for f in release.files} | {staging})
+    board.run(["mkdir", "-p", *dirs])
+    if transfer.links:
+        pairs = []
+        for f, existing in transfer.links:
+            pairs += [files.path(existing), posixpath.join(staging, f.rel)]
+        board.run(["sh", "-c", 'while [ $# -gt 0 ]; do ln "$1" "$2" || exit 1; shift 2; done', "sh", *pairs])
+    for f in transfer.uploads:
+        progress(f"sending {f.rel} ({f.size:,} bytes)")
+        with open(f.local, "rb") as src:
+            res.bytes_sent += board.upload(src, f.size, posixpath.join(staging, f.rel))
+        res.files_sent += 1
+    res.files_linked = len(transfer.links)
+    board.upload(io.BytesIO(release.description), len(release.description), posixpath.join(staging, "release.json"))
+    if any(f.rel == "q25tok" for f in release.files):
+        board.run(["chmod", "0755", posixpath.join(staging, "q25tok")])
+    # the board checks every file (uploaded and linked) against the release's digests
+    checklist = "".join(f"{f.sha256}  {f.rel}\n" for f in release.files).encode()
+    status, out, err = board.run(["sh", "-c", 'cd "$1" && sha256sum -c --strict --quiet -', "sh", staging],
+                                 stdin=checklist, check=False)
+    if status != 0:
+        board.run(["rm", "-rf", staging], check=False)
+        bad = (out or err).decode("utf-8", "replace").strip().splitlines()
+        raise DeployError(f"{board.spec.name}: verify failed on the board ({bad[0] if bad else status}); "
+                          "the current release is unchanged")
+    board.run(["sync"])
+    board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv -T "$1" "$2"; fi', "sh", staging, rdir])
+    board.run(["sync"])
+    files.switch(release.id)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    old_current = state.get("current")
+    keep = {release.id, old_current} - {None}
+    new_state = {"format": STATE_FORMAT, "current": release.id,
+                 "previous": old_current if old_current != release.id else state.get("previous"),
+                 "releases": {rid: info for rid, info in state.get("releases", {}).items() if rid in keep}}
+    new_state["releases"][release.id] = _record(release, when)
+    files.write_state(new_state)
+    for rid in set(state.get("releases", {})) - keep:  # older releases go (only under releases/)
+        board.run(["rm", "-rf", files.path(f"releases/{rid}")], check=False)
+    progress("smoke test")
+    res.smoke = smoke()
+    if res.smoke["ok"]:
+        res.ok = True
+        return res
+    if new_state["previous"]:
+        rollback(board, files, new_state)
+        res.rolled_back = True
+        res.error = f"smoke test failed: rolled back to {new_state['previous']}"
+    else:
+        res.error = "smoke test failed (no previous release to roll back to)"
+    return res
+
+
+def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> HostResult:
+    state = state or files.read_state()
+    res = HostResult(board.spec.name)
+    prev, cur = state.get("previous"), state.get("current")
+    if not prev or prev not in state.get("releases", {}):
+        raise DeployError(f"{board.spec.name}: no previous release to roll back to")
+    files.switch(prev)
+    new_state = {"format": STATE_FORMAT, "current": prev, "previous": None,
+                 "releases": {prev: state["releases"][prev]}}
+    files.write_state(new_state)
+    if cur and cur != prev:
+        board.run(["rm", "-rf", files.path(f"releases/{cur}")], check=False)
+    res.ok, res.release, res.previous = True, prev, cur
+    return res
+
+
+def status(board: Board, files: BoardFiles) -> dict:
+    state = files.read_state()
+    _, out, _ = board.run(["readlink", files.path("current")], check=False)
+    link = out.decode().strip()
+    cur = state.get("current")
+    return {"host": board.spec.name, "current": cur, "previous": state.get("previous"),
+            "current_link": link or None, "consistent": (link == f"releases/{cur}") if cur else link == "",
+            "release": state.get("releases", {}).get(cur or "")}

@@ -1,0 +1,177 @@
+"""Many boards at once: bounded concurrency (``--jobs``), one result per host, a failing host
+never stops the others."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import Q25Error
+from .connection import Board, HostSpec, parse_host
+from .deployer import BoardFiles, HostResult, deploy, rollback, status
+from .errors import DeployError
+from .release import Release, release_from_build, tokenizer_only
+from .smoke import smoke_test
+
+ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
+
+
+@dataclass
+class Options:
+    hosts: list[str]
+    hosts_file: str | None
+    build_dir: Path
+    identity: str | None
+    known_hosts: str | None
+    trust_new_host: bool
+    remote_root: str
+    runtime_bin: str | None
+    jobs: int
+    tokenizer_only: bool = False
+    strict: bool = False
+
+
+def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
+    texts = list(opts.hosts)
+    if opts.hosts_file:
+        try:
+            for line in Path(opts.hosts_file).read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    texts.append(line)
+        except OSError as e:
+            raise DeployError(f"{opts.hosts_file}: cannot read: {e.strerror}") from None
+    if not texts:
+        raise DeployError("give at least one --host or a --hosts-file")
+    return [parse_host(t, user, port) for t in texts]
+
+
+def elf_arch(path: Path) -> str:
+    head = path.read_bytes()[:20]
+    if head[:4] != b"\x7fELF":
+        raise DeployError(f"{path}: --runtime-bin is not an ELF executable")
+    return ELF_MACHINES.get(int.from_bytes(head[18:20], "little"), f"machine {int.from_bytes(head[18:20], 'little')}")
+
+
+class Fleet:
+    def __init__(self, opts: Options, target, pm) -> None:
+        self.opts, self.target, self.pm = opts, target, pm
+        self.paths = pm.hook.q25deploy_deploy_paths(target=target.name, board=target.board)
+        self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
+                             for c in (res or [])]
+        self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
+        self._codec = None
+        self._lock = threading.Lock()
+
+    # -- shared, lazily built ---------------------------------------------------------------
+    def codec(self):
+        with self._lock:
+            if self._codec is None:
+                from ..codec import Codec
+                from ..image_reader import read_image_file
+
+                summary = json.loads((self.opts.build_dir / "build.json").read_text())
+                self._codec = Codec(read_image_file(self.opts.build_dir / summary["image"]["path"]))
+            return self._codec
+
+    def partition_map(self) -> dict:
+        return json.loads((self.opts.build_dir / "partition_map.json").read_text())
+
+    def build_release(self) -> Release:
+        rb = None
+        if self.opts.runtime_bin:
+            p = Path(self.opts.runtime_bin)
+            if not p.is_file():
+                raise DeployError(f"{p}: no such --runtime-bin")
+            rb = (p, hashlib.sha256(p.read_bytes()).hexdigest())
+        return release_from_build(self.opts.build_dir, rb)
+
+    # -- per host -------------------------------------------------------------------------
+    def _connect(self, spec: HostSpec) -> Board:
+        return Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
+                     trust_new_host=self.opts.trust_new_host)
+
+    def _files(self, board: Board) -> BoardFiles:
+        # {host} {port} {user} give each board its own root when several share a machine
+        spec = board.spec
+        root = self.opts.remote_root.replace("{host}", spec.host).replace("{port}", str(spec.port)) \
+            .replace("{user}", spec.user)
+        return BoardFiles(board, root, self.paths["install_dir"])
+
+    def _smoke(self, board, files, release_files: dict, image: str) -> dict:
+        q25tok = files.path("current/q25tok") if "q25tok" in release_files else files.on_board(self.paths["q25tok"])
+        return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map(), image_name=image,
+                          q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks)
+
+    def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
+        with self._connect(spec) as board:
+            files = self._files(board)
+            rel = tokenizer_only(release, files.read_state()) if self.opts.tokenizer_only else release
+            arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
+            names = {f.rel for f in rel.files}
+            return deploy(board, files, rel, expect_arch=arch,
+                          smoke=lambda: self._smoke(board, files, names, rel.image))
+
+    def smoke_one(self, spec: HostSpec) -> HostResult:
+        with self._connect(spec) as board:
+            files = self._files(board)
+            state = files.read_state()
+            cur = state.get("releases", {}).get(state.get("current") or "")
+            if not cur:
+                raise DeployError(f"{spec.name}: nothing is deployed")
+            summary = json.loads((self.opts.build_dir / "build.json").read_text())
+            if cur["vocab_fingerprint"] != summary["image"]["vocab_fingerprint"]:
+                raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
+                                  "pass the build it was deployed from")
+            res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
+            res.smoke = self._smoke(board, files, cur["files"], cur.get("image", "tokenizer.q25tokrt"))
+            res.ok = res.smoke["ok"]
+            res.error = None if res.ok else "smoke test failed"
+            return res
+
+    def rollback_one(self, spec: HostSpec) -> HostResult:
+        with self._connect(spec) as board:
+            return rollback(board, self._files(board))
+
+    def status_one(self, spec: HostSpec) -> dict:
+        with self._connect(spec) as board:
+            return status(board, self._files(board))
+
+    # -- all hosts ------------------------------------------------------------------------
+    def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
+        release = self.build_release() if action == "deploy" else None
+
+        def one(spec: HostSpec):
+            try:
+                progress(f"{spec.name}: {action}")
+                if action == "deploy":
+                    return self.deploy_one(spec, release)
+                if action == "smoke":
+                    return self.smoke_one(spec)
+                if action == "rollback":
+                    return self.rollback_one(spec)
+                return self.status_one(spec)
+            except Q25Error as e:
+                if action == "status":
+                    return {"host": spec.name, "error": " ".join(str(e).split())}
+                return HostResult(spec.name, error=" ".join(str(e).split()))
+
+        with ThreadPoolExecutor(max_workers=max(1, self.opts.jobs)) as pool:
+            return list(pool.map(one, self.hosts))
+
+
+def render_results(results: list[HostResult]) -> str:
+    lines = [f"{'host':<28} {'ok':<4} {'release':<17} {'sent':>14} {'files':>5} {'smoke':<6} detail"]
+    for r in results:
+        smoke = "-" if r.smoke is None else ("pass" if r.smoke["ok"] else "FAIL")
+        detail = r.error or "; ".join(r.smoke.get("warnings", []) if r.smoke else [])
+        lines.append(f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} {r.bytes_sent:>14,} "
+                     f"{r.files_sent:>5} {smoke:<6} {detail}")
+    failed = sum(1 for r in results if not r.ok)
+    lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
+    return "\n".join(lines)

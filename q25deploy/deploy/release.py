@@ -1,0 +1,116 @@
+"""Releases: what a build puts on a board, and what must travel to get it there. Pure.
+
+A release is a content-addressed directory ``<install>/releases/<id>``: the runtime image
+and its manifest, the partition map, the partitions (and ``q25tok`` with --runtime-bin),
+described by ``release.json``; ``id`` is the first 16 hex digits of the sha256 of that
+description. The board's state file lists, per release, each file's sha256; a file the
+board already holds in a kept release is hard-linked on the board instead of uploaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DeployError
+
+STATE_FORMAT = "q25deploy-board-state/1"
+
+
+@dataclass(frozen=True)
+class ReleaseFile:
+    rel: str  # path inside the release
+    sha256: str
+    size: int
+    local: Path | None  # where it is on this machine (None: taken from the board)
+
+
+@dataclass(frozen=True)
+class Release:
+    id: str
+    files: tuple[ReleaseFile, ...]
+    description: bytes  # release.json
+    vocab_fingerprint: str
+    image: str  # rel path of the tokenizer image
+
+
+def _describe(files: list[ReleaseFile], meta: dict) -> tuple[str, bytes]:
+    body = {"format": "q25deploy-release/1", **meta,
+            "files": [{"path": f.rel, "sha256": f.sha256, "size": f.size} for f in sorted(files, key=lambda f: f.rel)]}
+    rid = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    return rid, (json.dumps({"id": rid, **body}, indent=2, sort_keys=True) + "\n").encode()
+
+
+def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = None) -> Release:
+    """The release of a `q25deploy build` directory (digests from its manifest)."""
+    try:
+        manifest = {a["path"]: a for a in json.loads((build_dir / "manifest.json").read_text())["artifacts"]}
+        summary = json.loads((build_dir / "build.json").read_text())
+    except (OSError, ValueError, KeyError) as e:
+        raise DeployError(f"{build_dir}: not a q25deploy build directory ({e})") from None
+    image_rel = summary["image"]["path"]
+    wanted = [image_rel, "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
+    wanted += sorted(p for p in manifest if p.startswith("partitions/"))
+    files = []
+    for rel in wanted:
+        a = manifest.get(rel)
+        if a is None or not (build_dir / rel).is_file():
+            raise DeployError(f"{build_dir}: {rel} is missing; rebuild with q25deploy build")
+        name = rel.split("/", 1)[1] if rel.startswith("tokenizer/") else rel
+        files.append(ReleaseFile(name, a["sha256"], a["size"], build_dir / rel))
+    if runtime_bin:
+        path, digest = runtime_bin
+        files.append(ReleaseFile("q25tok", digest, path.stat().st_size, path))
+    meta = {"target": summary["target"], "model_sha256": summary["model"]["sha256"],
+            "vocab_fingerprint": summary["image"]["vocab_fingerprint"]}
+    rid, desc = _describe(files, meta)
+    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], image_rel.split("/", 1)[1])
+
+
+def tokenizer_only(build: Release, state: dict) -> Release:
+    """The current release with only the tokenizer image (and its manifest) replaced;
+    refused when the vocabulary differs from the deployed model's."""
+    cur = state.get("releases", {}).get(state.get("current") or "")
+    if not cur:
+        raise DeployError("nothing is deployed on this board yet: do a full deploy before --tokenizer-only")
+    if cur["vocab_fingerprint"] != build.vocab_fingerprint:
+        raise DeployError(
+            f"refusing --tokenizer-only: the new image's vocabulary fingerprint {build.vocab_fingerprint[:16]}… differs "
+            f"from the deployed model's {cur['vocab_fingerprint'][:16]}… (token ids would not match the weights)")
+    new = {f.rel: f for f in build.files if f.rel in (build.image, "tokenizer_runtime_image_manifest.json", "q25tok")}
+    files = [new.pop(rel) if rel in new else ReleaseFile(rel, sha, size, None)
+             for rel, (sha, size) in sorted(cur["files"].items())]
+    files += new.values()
+    meta = {"target": cur.get("target"), "model_sha256": cur.get("model_sha256"),
+            "vocab_fingerprint": build.vocab_fingerprint}
+    rid, desc = _describe(files, meta)
+    return Release(rid, tuple(files), desc, build.vocab_fingerprint, build.image)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    uploads: tuple[ReleaseFile, ...]
+    links: tuple[tuple[ReleaseFile, str], ...]  # (file, existing path on the board, relative to install dir)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(f.size for f in self.uploads)
+
+
+def plan_transfer(release: Release, state: dict) -> Transfer:
+    """Link what the board already has (same sha256 in a kept release), upload the rest."""
+    have: dict[str, str] = {}
+    for rid in (state.get("current"), state.get("previous")):
+        for rel, (sha, _size) in (state.get("releases", {}).get(rid or "", {}).get("files", {}) or {}).items():
+            have.setdefault(sha, f"releases/{rid}/{rel}")
+    uploads, links = [], []
+    for f in release.files:
+        if f.sha256 in have:
+            links.append((f, have[f.sha256]))
+        elif f.local is None:
+            raise DeployError(f"{f.rel} is neither on the board nor in the build")
+        else:
+            uploads.append(f)
+    return Transfer(tuple(uploads), tuple(links))

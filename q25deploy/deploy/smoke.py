@@ -1,0 +1,70 @@
+"""The on-board smoke test: what runs there gives the host's token ids.
+
+Checks, on the release ``current`` points at: ``q25tok info`` on the image; every prompt of
+:mod:`q25deploy.smoke_prompts` encoded on the board equals the host codec's ids; the
+partition files' sha256 equal the partition map's; the live device tree
+(``/proc/device-tree/reserved-memory/<node>/reg``) holds the planned regions — a warning
+when the running image predates them, a failure with ``strict`` or when a node reserves
+other memory; plus any checks board plugins add.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import struct
+from typing import Sequence
+
+from ..codec import Codec
+from ..smoke_prompts import SMOKE_PROMPTS
+from .connection import Board
+from .deployer import BoardFiles
+
+
+def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: dict, image_name: str,
+               q25tok: str, strict: bool = False, extra_checks: Sequence[tuple[str, str]] = ()) -> dict:
+    checks: list[dict] = []
+    warnings: list[str] = []
+
+    def check(name: str, ok: bool, detail: str = "") -> bool:
+        checks.append({"name": name, "ok": ok, "detail": detail})
+        return ok
+
+    cur = files.path("current")
+    image = posixpath.join(cur, image_name)
+    status, out, err = board.run([q25tok, "info", image], check=False)
+    if not check("q25tok info", status == 0, (err or out).decode("utf-8", "replace").strip()[-200:]):
+        return {"ok": False, "checks": checks, "warnings": warnings}
+    for i, (text, special) in enumerate(SMOKE_PROMPTS):
+        argv = [q25tok, "encode", *(["--special"] if special else []), image]
+        status, out, err = board.run(argv, stdin=text, check=False)
+        want = codec.encode(text, special)
+        try:
+            got = [int(x) for x in out.split()]
+        except ValueError:
+            got = None
+        check(f"encode prompt {i}", status == 0 and got == want,
+              "" if got == want else f"board {got[:8] if got else err[-120:]!r}… host {want[:8]}…")
+    regions = partition_map.get("regions", [])
+    if regions:
+        argv = ["sh", "-c", 'cd "$1" && shift && sha256sum "$@"', "sh", cur, *[r["file"] for r in regions]]
+        status, out, _ = board.run(argv, check=False)
+        got = {line.split()[1]: line.split()[0] for line in out.decode().splitlines() if len(line.split()) == 2}
+        bad = [r["file"] for r in regions if got.get(r["file"]) != r["sha256"]]
+        check("partition sha256", status == 0 and not bad, ", ".join(bad))
+    for r in regions:
+        reg = files.on_board(f"/proc/device-tree/reserved-memory/{r['node']}/reg")
+        status, out, _ = board.run(["cat", reg], check=False)
+        want = struct.pack(">QQ", r["base"], r["size"])
+        if status != 0:
+            msg = f"live device tree has no {r['node']}: the running image predates this build's reserved memory"
+            if strict:
+                check(f"device tree {r['node']}", False, msg)
+            else:
+                warnings.append(msg)
+        else:
+            check(f"device tree {r['node']}", out == want,
+                  "" if out == want else f"reg is {out.hex()}, planned {want.hex()}")
+    for name, command in extra_checks:
+        status, out, err = board.run(["sh", "-c", command], check=False)
+        check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
+    return {"ok": all(c["ok"] for c in checks), "checks": checks, "warnings": warnings}

@@ -1,0 +1,128 @@
+"""A real OpenSSH sshd on loopback for deploy tests and benchmarks, and a TCP proxy that
+cuts connections after N bytes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+
+
+def keygen(path: Path) -> Path:
+    if not path.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SSHServer:
+    """sshd -D on 127.0.0.1:<free port>, logging in root with ``client_key``."""
+
+    def __init__(self, workdir: Path, client_key: Path, env_path: str | None = None) -> None:
+        self.dir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.host_key = keygen(workdir / "host_ed25519")
+        (workdir / "authorized_keys").write_text(Path(str(client_key) + ".pub").read_text())
+        self.port = free_port()
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        cmd = [SSHD, "-D", "-e", "-f", "/dev/null",
+               "-o", f"HostKey={self.host_key}", "-o", f"PidFile={workdir / 'sshd.pid'}",
+               "-o", "ListenAddress=127.0.0.1", "-o", f"Port={self.port}",
+               "-o", f"AuthorizedKeysFile={workdir / 'authorized_keys'}", "-o", "StrictModes=no",
+               "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
+               "-o", "PermitRootLogin=prohibit-password", "-o", "Subsystem=sftp internal-sftp",
+               "-o", "MaxSessions=64", "-o", "MaxStartups=64"]
+        if env_path:
+            cmd += ["-o", f"SetEnv=PATH={env_path}"]
+        self.log = open(workdir / "sshd.log", "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited: {(workdir / 'sshd.log').read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("sshd did not start")
+
+    @property
+    def host_line(self) -> str:
+        kind, key = Path(str(self.host_key) + ".pub").read_text().split()[:2]
+        return f"[127.0.0.1]:{self.port} {kind} {key}"
+
+    def known_hosts(self, path: Path) -> Path:
+        path.write_text(self.host_line + "\n")
+        return path
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+class CuttingProxy:
+    """Forwards 127.0.0.1:<port> to a server and cuts every connection once ``limit``
+    bytes have gone from the client to the server."""
+
+    def __init__(self, target_port: int, limit: int) -> None:
+        self.target_port, self.limit = target_port, limit
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.cut = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            sent = [0]
+
+            def pipe(a, b, count):
+                try:
+                    while True:
+                        data = a.recv(65536)
+                        if not data:
+                            break
+                        if count:
+                            sent[0] += len(data)
+                            if sent[0] > self.limit:
+                                self.cut.set()
+                                break
+                        b.sendall(data)
+                except OSError:
+                    pass
+                for s in (a, b):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    s.close()
+
+            threading.Thread(target=pipe, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=pipe, args=(server, client, False), daemon=True).start()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+__all__ = ["CuttingProxy", "SSHServer", "keygen", "os"]
