@@ -21,6 +21,8 @@ def test_wheel_ships_all_data(tmp_path):
                     "--no-index", "-w", str(tmp_path), str(src)], check=True, capture_output=True)
     names = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())
     expected = set()
+    for p in (ROOT / "q25deploy").rglob("*.py"):  # every module, subpackages included
+        expected.add(p.relative_to(ROOT).as_posix())
     for folder, package in (("q25deploy/data", "q25deploy/data"), ("recipes", "q25deploy/_recipes"),
                             ("targets", "q25deploy/_targets"), ("plugins", "q25deploy_plugins")):
         for p in (ROOT / folder).rglob("*"):
