@@ -34,7 +34,7 @@ from q25deploy.codec import Codec  # noqa: E402
 from q25deploy.gguf_reader import GGUFFile  # noqa: E402
 from q25deploy.image_format import build_image  # noqa: E402
 from q25deploy.image_reader import open_image  # noqa: E402
-from q25deploy.resources import runtime_sources  # noqa: E402
+from q25deploy.resources import runtime_library_sources, runtime_sources  # noqa: E402
 from q25deploy.runtime_build import build_runtime  # noqa: E402
 from q25deploy.vocab import vocab_from_gguf  # noqa: E402
 
@@ -125,8 +125,8 @@ def main() -> None:
         cc = shutil.which("cc")
         exe = tmp / "open_bench"
         src = runtime_sources()
-        subprocess.run([cc, "-std=c11", "-O2", "-I", str(src), str(ROOT / "bench" / "open_bench.c"), str(src / "q25tok.c"),
-                        "-o", str(exe)], check=True)
+        subprocess.run([cc, "-std=c11", "-O2", "-I", str(src), str(ROOT / "bench" / "open_bench.c"),
+                        *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
         print("image open (goal well under 1 ms without CRC, independent of vocabulary size):")
         for name, n_tokens in (("qwen2.q25tokrt", len(vocab.raw)), ("mini.q25tokrt", 1222)):
             out = subprocess.run([str(exe), str(tmp / name)], capture_output=True, text=True, check=True).stdout.split()

@@ -33,3 +33,8 @@ def data_dir(name: str) -> Path:
 def runtime_sources() -> Path:
     """The C runtime's sources, as the BitBake recipe's local files."""
     return data_dir("recipes") / "meta-q25" / "recipes-q25" / "q25-tokenizer-runtime" / "files"
+
+
+def runtime_library_sources() -> list[Path]:
+    """The library's C files (everything but the q25tok command), for tools that link it."""
+    return sorted(p for p in runtime_sources().glob("q25tok_*.c") if p.name != "q25tok_cli.c")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.resources import runtime_sources
+from q25deploy.resources import runtime_library_sources, runtime_sources
 from q25deploy.runtime_build import SANITIZE_FLAGS, build_runtime
 
 from corpus import CORPUS
@@ -157,7 +157,8 @@ def test_c_api_checks_under_sanitizers(tmp_path, images):
     src = runtime_sources()
     exe = tmp_path / "api_test"
     subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", *SANITIZE_FLAGS.split(), "-I", str(src),
-                    str(HERE / "runtime" / "api_test.c"), str(src / "q25tok.c"), "-o", str(exe)], check=True)
+                    str(HERE / "runtime" / "api_test.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
+                   check=True)
     for image in (HERE / "fuzz" / "mini.q25tokrt", images["qwen25"]):
         r = run([exe, image])
         assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
@@ -170,7 +171,8 @@ def test_fuzz_harness_finds_nothing(tmp_path):
     exe = tmp_path / "q25tok_fuzz"
     subprocess.run([clang, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
                     "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-I", str(src),
-                    str(HERE / "fuzz" / "q25tok_fuzz.c"), str(src / "q25tok.c"), "-o", str(exe)], check=True)
+                    str(HERE / "fuzz" / "q25tok_fuzz.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
+                   check=True)
     work = tmp_path / "corpus"
     shutil.copytree(HERE / "fuzz" / "corpus", work)
     seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))

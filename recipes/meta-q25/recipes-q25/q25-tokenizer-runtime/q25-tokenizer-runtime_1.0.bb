@@ -9,9 +9,13 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 SRC_URI = "file://LICENSE \
            file://Makefile \
            file://crc_table.inc \
-           file://q25tok.c \
            file://q25tok.h \
+           file://q25tok_bpe.c \
            file://q25tok_cli.c \
+           file://q25tok_decode.c \
+           file://q25tok_encode.c \
+           file://q25tok_image.c \
+           file://q25tok_internal.h \
           "
 
 # scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR

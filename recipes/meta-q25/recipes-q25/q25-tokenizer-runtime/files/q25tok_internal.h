@@ -1,0 +1,85 @@
+/*
+ * q25tok internal: little-endian readers, format constants and helpers shared by the
+ * library's translation units. Not installed.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef Q25TOK_INTERNAL_H
+#define Q25TOK_INTERNAL_H
+
+#include "q25tok.h"
+
+#include <string.h>
+
+/* ---- little-endian reads, safe for any alignment ------------------------------------ */
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
+
+/* ---- format constants ---------------------------------------------------------------- */
+enum {
+    HEADER_SIZE = 64,
+    ENTRY_SIZE = 48,
+    SEC_TOKEN_INDEX = 1,
+    SEC_TOKEN_BYTES = 2,
+    SEC_MERGES = 3,
+    SEC_BYTE_TO_TOKEN = 4,
+    SEC_PAIR_INDEX = 5,
+    SEC_SPECIALS = 6,
+    SEC_CLASSES = 7,
+    SEC_METADATA = 8,
+    N_KNOWN = 8
+};
+static const uint32_t record_sizes[N_KNOWN + 1] = {0, 8, 1, 16, 4, 4, 8, 8, 256};
+
+#define NO_TOKEN 0xFFFFFFFFu
+#define F_NUMBER 0x002u
+#define F_LETTER 0x004u
+#define F_WHITESPACE 0x100u
+#define F_WLN (F_WHITESPACE | F_LETTER | F_NUMBER)
+#define OOR 0xFFFFFFFFu
+
+static inline void set_bit(uint8_t *bm, uint32_t i) { bm[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static inline int get_bit(const uint8_t *bm, uint32_t i) { return (bm[i >> 3] >> (i & 7)) & 1; }
+
+/* the encoder's working state for one call (q25tok_encode.c, q25tok_bpe.c) */
+typedef struct enc {
+    const q25_encode_view *v;
+    const q25_bundle_view *b;
+    uint32_t *out;
+    size_t out_cap, n_out;
+    uint8_t *bpe;        /* BPE work area */
+    size_t bpe_size;
+    size_t bpe_need;     /* largest BPE area a piece needed */
+    int measuring;       /* scratch ran out: only measure from here on */
+    uint8_t *cache;      /* piece cache at the end of the BPE area (NULL when off) */
+    size_t cache_mask;   /* slots - 1 */
+    int err;
+    size_t pieces;
+} enc;
+
+static inline void emit(enc *c, uint32_t id)
+{
+    if (c->n_out < c->out_cap)
+        c->out[c->n_out] = id;
+    c->n_out++;
+}
+
+/* piece cache slots in spare scratch: {u32 hash; u8 len; u8 n_ids; u16 pad; bytes; ids} */
+#define CACHE_BYTES 24
+#define CACHE_IDS 8
+#define CACHE_SLOT (8 + CACHE_BYTES + 4 * CACHE_IDS)
+#define CACHE_MAX_SLOTS 4096
+
+/* llama.cpp's Qwen2 pre-tokenizer over s[a, end), each piece through byte-level BPE */
+void q25_pretokenize(enc *c, const uint8_t *s, size_t a, size_t end);
+/* min-heap of u64 keys: restore order below i */
+void q25_sift_down(uint64_t *hp, size_t n, size_t i);
+
+/* flags of a code point from the image's class table (records ascend from 0) */
+uint32_t q25_class_lookup(const uint8_t *classes, uint32_t n, uint32_t cp);
+
+#endif
