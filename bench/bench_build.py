@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -70,7 +69,6 @@ def main() -> None:
             write_model(model, preset, str(vocab_path()))
             file_sha256(model, cache / "q25deploy")  # the digest a first build or an Ollama pull leaves
             out = tmp / "out"
-            devnull = subprocess.DEVNULL
             cp_t, _ = best(["cp", str(model), str(tmp / "copy.gguf")], prep=lambda: (tmp / "copy.gguf").unlink(missing_ok=True))
             build_cmd = [exe, "build", "--target", a.target, "--model", str(model), "--out", str(out)]
 

@@ -8,7 +8,6 @@ subclasses and never prints or exits.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +19,17 @@ from .deploy.errors import DeployError
 from .layer import LicenseError
 from .partition import FitError
 from .plugin_manager import UnknownTargetError
+from .commands import (
+    cmd_build,
+    cmd_detokenize,
+    cmd_export_tensors,
+    cmd_export_tokenizer,
+    cmd_inspect,
+    cmd_runtime_build,
+    cmd_targets,
+    cmd_tokenize,
+)
+from .deploy.commands import add_deploy_commands
 from .errors import (
     CodecError,
     GGUFError,
@@ -49,7 +59,6 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (UnknownTargetError, 2),
     (Q25Error, 1),
 ]
-EXIT_DEPLOY = 13  # a host failed (deploy, smoke, rollback, status), the others are unaffected
 EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)
 EXIT_INTERRUPTED = 130
 
@@ -64,229 +73,6 @@ fit the board, 11 bad board file, 12 the model's licence is unknown, 13 a board 
 (deploy, smoke, rollback, status; the other boards are unaffected), 70 internal error,
 130 interrupted.
 """
-
-
-def _open_model(ref: str):
-    from .gguf_reader import GGUFFile
-    from .model_source import resolve
-
-    src = resolve(ref)
-    return src, GGUFFile(src.path)
-
-
-def cmd_inspect(a: argparse.Namespace) -> int:
-    from .catalog import build_catalog, render_catalog
-
-    src, f = _open_model(a.model)
-    with f:
-        cat = build_catalog(src, f)
-    if a.json:
-        print(json.dumps(cat, indent=2, ensure_ascii=False))
-    else:
-        print(render_catalog(cat))
-    return 0
-
-
-def cmd_export_tokenizer(a: argparse.Namespace) -> int:
-    from .model_source import file_sha256
-    from .outputs import OutputDir
-    from .progress import Progress
-    from .tokenizer_assets import tokenizer_assets, write_assets
-    from .vocab import vocab_from_gguf
-
-    prog = Progress()
-    prog.step(f"reading {a.model}")
-    src, f = _open_model(a.model)
-    with f:
-        vocab = vocab_from_gguf(f)
-        name = f.metadata.get("general.name", "")
-    prog.step("hashing the source model")
-    digest = src.sha256 or file_sha256(src.path)
-    prog.step("building the PS bundle and the runtime image")
-    assets, image_manifest = tokenizer_assets(
-        vocab, source_sha256=digest, model_name=name if isinstance(name, str) else "", alignment=a.alignment
-    )
-    prog.step(f"writing {a.out}")
-    with OutputDir(a.out) as out:
-        write_assets(out, assets)
-    prog.done()
-    if a.json:
-        print(json.dumps({"out": str(a.out), "image": image_manifest}, indent=2))
-    else:
-        print(f"wrote {len(assets) + 1} files to {a.out}")
-        print(f"  runtime image {image_manifest['path']}: {image_manifest['size']:,} bytes, "
-              f"vocab fingerprint {image_manifest['vocab_fingerprint'][:16]}")
-    return 0
-
-
-def cmd_export_tensors(a: argparse.Namespace) -> int:
-    from .progress import Progress
-    from .tensor_export import export_tensors
-
-    prog = Progress()
-    prog.step(f"exporting tensors of {a.model}")
-    src, f = _open_model(a.model)
-    with f:
-        manifest = export_tensors(src, f, a.out)
-    prog.done()
-    total = sum(t["bytes"] for t in manifest["tensors"])
-    if a.json:
-        print(json.dumps(manifest, indent=2))
-    else:
-        print(f"wrote {len(manifest['tensors'])} tensors ({total:,} bytes) to {a.out}/tensors")
-    return 0
-
-
-def cmd_targets(a: argparse.Namespace) -> int:
-    from .boards import load_board
-    from .plugin_manager import make_plugin_manager, registered_targets
-
-    pm, failures = make_plugin_manager()
-    rows = []
-    for name, (plugin, spec) in registered_targets(pm, failures).items():
-        row = {"name": name, "plugin": plugin, "description": spec.description, "board_file": str(spec.board_file)}
-        try:
-            board = load_board(spec.board_file)
-            row["ddr_bytes"] = board.ddr_bytes
-        except Q25Error as e:
-            row["error"] = str(e)
-        rows.append(row)
-    _report_failures(failures)
-    if a.json:
-        print(json.dumps({"targets": rows, "failed_plugins": [{"plugin": f.plugin, "error": f.error}
-                                                               for f in failures]}, indent=2))
-    else:
-        for r in rows:
-            size = f"{r['ddr_bytes'] / (1 << 30):g} GiB DDR" if "ddr_bytes" in r else f"broken: {r['error']}"
-            print(f"{r['name']:<10} {r['plugin']:<12} {size:<12} {r['description']}")
-    return 0
-
-
-def _report_failures(failures) -> None:
-    for f in failures:
-        print(f"q25deploy: warning: {f}", file=sys.stderr)
-
-
-def cmd_build(a: argparse.Namespace) -> int:
-    from .build import build
-    from .progress import Progress
-
-    prog = Progress()
-    result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
-                   model_license_file=a.model_license_file, progress=prog.step)
-    prog.done()
-    _report_failures(result.failures)
-    if a.json:
-        print(json.dumps({"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note,
-                          **result.summary}, indent=2))
-        return 0
-    from .build_summary import render_summary
-
-    print(render_summary(result))
-    return 0
-
-
-def _fleet(a: argparse.Namespace):
-    from .deploy.fleet import Fleet, Options
-    from .plugin_manager import make_plugin_manager, resolve_target
-
-    pm, failures = make_plugin_manager()
-    target = resolve_target(pm, failures, a.target, a.target_file)
-    _report_failures(failures)
-    build_dir = a.build or Path("q25-build") / target.name
-    if not (build_dir / "manifest.json").is_file():
-        raise UsageError(f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)")
-    opts = Options(hosts=a.host or [], hosts_file=a.hosts_file, build_dir=build_dir, identity=a.identity,
-                   known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
-                   runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
-                   strict=getattr(a, "strict", False))
-    return Fleet(opts, target, pm)
-
-
-def cmd_fleet(a: argparse.Namespace) -> int:
-    from .deploy.fleet import render_results
-    from .progress import Progress
-
-    fleet = _fleet(a)
-    prog = Progress()
-    results = fleet.run(a.command, progress=prog.step)
-    prog.done()
-    if a.command == "status":
-        print(json.dumps(results, indent=2) if a.json else "\n".join(
-            f"{r['host']:<28} " + (f"error: {r['error']}" if "error" in r else
-                                   f"current {r['current'] or '-'} previous {r['previous'] or '-'}"
-                                   f"{'' if r['consistent'] else ' (state and current link disagree)'}")
-            for r in results))
-        return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
-    if a.json:
-        print(json.dumps([r.as_json() for r in results], indent=2))
-    else:
-        print(render_results(results))
-    return 0 if all(r.ok for r in results) else EXIT_DEPLOY
-
-
-def _load_codec(image_path: str):
-    from .codec import Codec
-    from .image_reader import read_image_file
-
-    return Codec(read_image_file(image_path))
-
-
-def cmd_tokenize(a: argparse.Namespace) -> int:
-    if a.text is not None and a.file:
-        raise UsageError("give TEXT or --file, not both")
-    codec = _load_codec(a.image)
-    inputs: list[tuple[str, bytes]] = []
-    if a.file:
-        for fn in a.file:
-            try:
-                inputs.append((fn, Path(fn).read_bytes()))
-            except OSError as e:
-                raise UsageError(f"{fn}: cannot read: {e.strerror}") from None
-    elif a.text is not None:
-        inputs.append(("<arg>", os.fsencode(a.text)))
-    else:
-        inputs.append(("<stdin>", sys.stdin.buffer.read()))
-    results = [(name, codec.encode(data, parse_special=a.special)) for name, data in inputs]
-    if a.json:
-        if a.file:
-            print(json.dumps([{"file": n, "ids": ids} for n, ids in results]))
-        else:
-            print(json.dumps({"ids": results[0][1]}))
-    else:
-        for _n, ids in results:
-            print(" ".join(map(str, ids)))
-    return 0
-
-
-def cmd_detokenize(a: argparse.Namespace) -> int:
-    ids = []
-    for s in a.ids:
-        try:
-            ids.append(int(s, 10))
-        except ValueError:
-            raise UsageError(f"{s!r} is not a token id") from None
-    codec = _load_codec(a.image)
-    data = codec.decode(ids, special=a.special)
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
-    return 0
-
-
-def cmd_runtime_build(a: argparse.Namespace) -> int:
-    from .progress import Progress
-    from .runtime_build import build_runtime
-
-    prog = Progress()
-    prog.step("compiling the C runtime")
-    manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize)
-    prog.done()
-    if a.json:
-        print(json.dumps(manifest, indent=2))
-    else:
-        rt = manifest["runtime"]
-        print(f"built q25tok, libq25tok.a and q25tok.h for {rt['target']} with {rt['toolchain']['cc']} in {a.out}")
-    return 0
 
 
 def _positive_pow2(s: str) -> int:
@@ -342,39 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
 
-    conn = argparse.ArgumentParser(add_help=False)
-    c = conn.add_argument_group("boards and connection")
-    c.add_argument("--target", metavar="NAME", help="target board (its SSH defaults, install paths, hooks)")
-    c.add_argument("--target-file", metavar="FILE", help="your own board file")
-    c.add_argument("--host", action="append", metavar="[USER@]HOST[:PORT]", help="a board (repeatable)")
-    c.add_argument("--hosts-file", metavar="F", help="boards, one [user@]host[:port] per line (# comments)")
-    c.add_argument("--build", metavar="DIR", type=Path, help="the build to deploy (default q25-build/TARGET)")
-    c.add_argument("--identity", metavar="KEY", help="SSH private key")
-    c.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)")
-    c.add_argument("--trust-new-host", action="store_true",
-                   help="record an unknown host key in the known_hosts file (a changed key is always refused)")
-    c.add_argument("--remote-root", metavar="DIR", default="", help="prefix of every board path (chroots, data partitions, tests); {host}, {port} and "
-                   "{user} are replaced per board")
-    c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
-    c.add_argument("--jobs", type=int, default=4, metavar="N", help="boards in parallel (default 4)")
-    c.add_argument("--json", action="store_true", help="per-host results as JSON")
-    dp = sub.add_parser("deploy", parents=[conn], help="deploy a build to boards: atomic, verified, rolled back",
-                        description="Send the build's release (runtime image, partitions, map) to each board: only "
-                        "what the board lacks, staged and sha256-verified on the board, switched by one rename, "
-                        "smoke-tested, and rolled back automatically when the smoke test fails.")
-    dp.add_argument("--tokenizer-only", action="store_true",
-                    help="update only the tokenizer image (refused when its vocabulary differs from the deployed model's)")
-    dp.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test")
-    dp.set_defaults(func=cmd_fleet)
-    sm = sub.add_parser("smoke", parents=[conn], help="smoke-test what is deployed on boards",
-                        description="Run q25tok on each board and compare its ids with the host codec's; check "
-                        "partition digests and the live device tree's reserved memory.")
-    sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
-    sm.set_defaults(func=cmd_fleet)
-    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards")
-    st.set_defaults(func=cmd_fleet)
-    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release")
-    rb2.set_defaults(func=cmd_fleet)
+    add_deploy_commands(sub)
 
     tg = sub.add_parser("targets", help="list target boards and the plugins that provide them",
                         description="List the targets registered by plugins (q25deploy entry points); broken "

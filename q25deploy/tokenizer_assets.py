@@ -8,7 +8,6 @@ Layouts are specified in docs/tokenizer-assets.md and docs/runtime-image.md.
 from __future__ import annotations
 
 import hashlib
-import json
 from json.encoder import encode_basestring as _json_str
 from dataclasses import dataclass
 

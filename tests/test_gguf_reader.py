@@ -7,7 +7,7 @@ from gguf import GGUFReader
 from q25deploy.errors import GGUFError
 from q25deploy.gguf_reader import GGUFFile
 
-from gguf_craft import gguf, kv_str, kv_str_array, kv_u32, s, small_valid, tensor_info
+from gguf_craft import gguf, kv_u32, s, small_valid, tensor_info
 
 
 def _write(tmp_path, data: bytes, name="m.gguf"):
