@@ -255,3 +255,24 @@ def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
                  "--identity", str(ssh["key"]), "--known-hosts", str(srv.known_hosts(tmp_path / "kh")),
                  "--remote-root", str(root), "--strict", "--json"])
     assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]
+
+
+def test_busybox_mv_without_T_still_switches_and_says_so(tmp_path, capsys, ssh, models, q25tok):
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "mv").write_text(  # BusyBox mv: no -T option
+        '#!/bin/sh\nfor a in "$@"; do case "$a" in -T|-*T*) echo "mv: invalid option -- \'T\'" >&2; exit 1;; esac; done\n'
+        'exec /bin/mv "$@"\n')
+    (wrappers / "mv").chmod(0o755)
+    board = SSHServer(tmp_path / "busybox", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+    root = tmp_path / "board"
+    try:
+        code, res, _ = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
+        assert code == 0 and res[0]["ok"] and any("not atomic" in w for w in res[0]["warnings"])
+        code, res, _ = deploy(capsys, ssh, board, root, models["B"], runtime=q25tok)
+        assert code == 0 and res[0]["ok"]
+        base = root / "lib" / "firmware" / "q25"
+        assert os.readlink(base / "current") == f"releases/{res[0]['release']}"
+        assert not (base / "releases" / res[0]["previous"] / ".current.tmp").exists()  # not moved into the old one
+    finally:
+        board.stop()

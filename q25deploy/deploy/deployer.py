@@ -84,11 +84,19 @@ class BoardFiles:
         self.board.upload(io.BytesIO(data), len(data), tmp)
         self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2"', "sh", tmp, self.path(STATE_NAME)])
 
-    def switch(self, release_id: str) -> None:
-        """current -> releases/<id>, by one rename."""
+    def switch(self, release_id: str) -> str | None:
+        """current -> releases/<id>, by one rename (``mv -T``). BusyBox's mv has no -T and
+        would move into the old release, so there the link is replaced with ``ln -sfn``
+        (not atomic: a reader may briefly find no ``current``); returns that warning."""
         tmp, cur = self.path(".current.tmp"), self.path("current")
-        self.board.run(["sh", "-c", 'rm -f "$1" && ln -s "$2" "$1" && mv -T -f "$1" "$3"', "sh", tmp,
-                        f"releases/{release_id}", cur])
+        script = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
+                  'if mv -T -f "$1" "$3" 2>/dev/null; then exit 0; fi; '
+                  'rm -f "$1"; ln -sfn "$2" "$3" && echo non-atomic')
+        _, out, _ = self.board.run(["sh", "-c", script, "sh", tmp, f"releases/{release_id}", cur])
+        if b"non-atomic" in out:
+            return ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
+                    "install coreutils' mv on the board for an atomic switch")
+        return None
 
 
 def _record(release: Release, when: str) -> dict:
@@ -149,17 +157,22 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         board.run(["chmod", "0755", posixpath.join(staging, "q25tok")])
     # the board checks every file (uploaded and linked) against the release's digests
     checklist = "".join(f"{f.sha256}  {f.rel}\n" for f in release.files).encode()
-    status, out, err = board.run(["sh", "-c", 'cd "$1" && sha256sum -c --strict --quiet -', "sh", staging],
+    # (plain -c: GNU's --strict/--quiet are not in BusyBox's sha256sum)
+    status, out, err = board.run(["sh", "-c", 'cd "$1" && sha256sum -c -', "sh", staging],
                                  stdin=checklist, check=False)
     if status != 0:
         board.run(["rm", "-rf", staging], check=False)
-        bad = (out or err).decode("utf-8", "replace").strip().splitlines()
+        lines = (out + err).decode("utf-8", "replace").strip().splitlines()
+        bad = [ln for ln in lines if "FAIL" in ln] or lines
         raise DeployError(f"{board.spec.name}: verify failed on the board ({bad[0] if bad else status}); "
                           "the current release is unchanged")
     board.run(["sync"])
-    board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv -T "$1" "$2"; fi', "sh", staging, rdir])
+    # rdir does not exist when mv runs, so plain mv is rename(2) (BusyBox's mv has no -T)
+    board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2"; fi', "sh", staging, rdir])
     board.run(["sync"])
-    files.switch(release.id)
+    warning = files.switch(release.id)
+    if warning:
+        res.warnings.append(warning)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     old_current = state.get("current")
     keep = {release.id, old_current} - {None}
@@ -176,7 +189,7 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         res.ok = True
         return res
     if new_state["previous"]:
-        rollback(board, files, new_state)
+        res.warnings += rollback(board, files, new_state).warnings
         res.rolled_back = True
         res.error = f"smoke test failed: rolled back to {new_state['previous']}"
     else:
@@ -190,7 +203,9 @@ def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> Host
     prev, cur = state.get("previous"), state.get("current")
     if not prev or prev not in state.get("releases", {}):
         raise DeployError(f"{board.spec.name}: no previous release to roll back to")
-    files.switch(prev)
+    warning = files.switch(prev)
+    if warning:
+        res.warnings.append(warning)
     new_state = {"format": STATE_FORMAT, "current": prev, "previous": None,
                  "releases": {prev: state["releases"][prev]}}
     files.write_state(new_state)

@@ -169,7 +169,7 @@ def render_results(results: list[HostResult]) -> str:
     lines = [f"{'host':<28} {'ok':<4} {'release':<17} {'sent':>14} {'files':>5} {'smoke':<6} detail"]
     for r in results:
         smoke = "-" if r.smoke is None else ("pass" if r.smoke["ok"] else "FAIL")
-        detail = r.error or "; ".join(r.smoke.get("warnings", []) if r.smoke else [])
+        detail = r.error or "; ".join(r.warnings + (r.smoke.get("warnings", []) if r.smoke else []))
         lines.append(f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} {r.bytes_sent:>14,} "
                      f"{r.files_sent:>5} {smoke:<6} {detail}")
     failed = sum(1 for r in results if not r.ok)
