@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .boards import Board
 from .errors import Q25Error
-from .resources import data_dir
+from .resources import data_dir, is_build_product
 
 LAYER = "meta-q25"
 ASSETS_RECIPE = "recipes-q25/q25-model-assets"
@@ -103,9 +103,8 @@ def _static_files() -> list[LayerFile]:
         rel = p.relative_to(root).as_posix()
         if p.is_dir() or rel.endswith(TEMPLATE_SUFFIX) or "__pycache__" in rel:
             continue
-        if rel.startswith("recipes-q25/q25-tokenizer-runtime/files/") and p.name in ("q25tok", "q25tok_fuzz") or \
-                p.suffix in (".o", ".a"):
-            continue  # build products of an in-tree make
+        if is_build_product(p):
+            continue
         out.append(LayerFile(rel, p.read_bytes()))
     return out
 

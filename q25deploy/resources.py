@@ -30,6 +30,14 @@ def data_dir(name: str) -> Path:
     return path
 
 
+# what an in-tree `make` of the runtime leaves beside its sources (never shipped or copied)
+BUILD_PRODUCT_PATTERNS = ("*.o", "*.a", "q25tok")
+
+
+def is_build_product(path: Path) -> bool:
+    return any(path.match(pattern) for pattern in BUILD_PRODUCT_PATTERNS)
+
+
 def runtime_sources() -> Path:
     """The C runtime's sources, as the BitBake recipe's local files."""
     return data_dir("recipes") / "meta-q25" / "recipes-q25" / "q25-tokenizer-runtime" / "files"

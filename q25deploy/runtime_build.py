@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .errors import ToolError, UsageError
 from .outputs import OutputDir
-from .resources import runtime_sources
+from .resources import BUILD_PRODUCT_PATTERNS, runtime_sources
 
 SANITIZE_FLAGS = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 
@@ -73,7 +73,7 @@ def build_runtime(out: Path, *, cross: str | None = None, sanitize: bool = False
     src = runtime_sources()
     with tempfile.TemporaryDirectory(prefix="q25tok-build-") as tmp:
         build = Path(tmp) / "src"
-        shutil.copytree(src, build, ignore=shutil.ignore_patterns("*.o", "*.a", "q25tok", "q25tok_fuzz", "corpus"))
+        shutil.copytree(src, build, ignore=shutil.ignore_patterns(*BUILD_PRODUCT_PATTERNS))
         _run(make_command(tc, build), f"building the runtime with {tc.cc}")
         stage = Path(tmp) / "stage"
         _run(make_command(tc, build, "install") + [f"DESTDIR={stage}", "prefix=/usr"], "installing the runtime")
