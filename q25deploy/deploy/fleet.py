@@ -8,6 +8,7 @@ import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -68,19 +69,23 @@ class Fleet:
         self._codec = None
         self._lock = threading.Lock()
 
-    # -- shared, lazily built ---------------------------------------------------------------
+    # -- shared by all hosts, read once ------------------------------------------------------
+    @cached_property
+    def summary(self) -> dict:
+        return json.loads((self.opts.build_dir / "build.json").read_text())
+
+    @cached_property
+    def partition_map(self) -> dict:
+        return json.loads((self.opts.build_dir / "partition_map.json").read_text())
+
     def codec(self):
         with self._lock:
             if self._codec is None:
                 from ..codec import Codec
                 from ..image_reader import read_image_file
 
-                summary = json.loads((self.opts.build_dir / "build.json").read_text())
-                self._codec = Codec(read_image_file(self.opts.build_dir / summary["image"]["path"]))
+                self._codec = Codec(read_image_file(self.opts.build_dir / self.summary["image"]["path"]))
             return self._codec
-
-    def partition_map(self) -> dict:
-        return json.loads((self.opts.build_dir / "partition_map.json").read_text())
 
     def build_release(self) -> Release:
         rb = None
@@ -105,7 +110,7 @@ class Fleet:
 
     def _smoke(self, board, files, release_files: dict, image: str) -> dict:
         q25tok = files.path("current/q25tok") if "q25tok" in release_files else files.on_board(self.paths["q25tok"])
-        return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map(), image_name=image,
+        return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map, image_name=image,
                           q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks)
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
@@ -124,8 +129,7 @@ class Fleet:
             cur = state.get("releases", {}).get(state.get("current") or "")
             if not cur:
                 raise DeployError(f"{spec.name}: nothing is deployed")
-            summary = json.loads((self.opts.build_dir / "build.json").read_text())
-            if cur["vocab_fingerprint"] != summary["image"]["vocab_fingerprint"]:
+            if cur["vocab_fingerprint"] != self.summary["image"]["vocab_fingerprint"]:
                 raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
                                   "pass the build it was deployed from")
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
@@ -145,6 +149,8 @@ class Fleet:
     # -- all hosts ------------------------------------------------------------------------
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
         release = self.build_release() if action == "deploy" else None
+        if action in ("deploy", "smoke"):
+            self.summary, self.partition_map  # read once, before the worker threads
 
         def one(spec: HostSpec):
             try:
