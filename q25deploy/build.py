@@ -168,7 +168,6 @@ def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: li
 
 
 def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, f, licensing):
-    from .errors import Q25Error
     from .memory_header import memory_header
     from .memory_svg import memory_svg
     from .model_source import remember_digest
@@ -315,8 +314,6 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
             "tensors": len(plan.tensors),
         }
         o.write_json(BUILD_INFO, summary, "build-info")
-        if not isinstance(summary["model"]["sha256"], str):
-            raise Q25Error("internal: model digest missing")
         progress("writing the BitBake layer")
         _write_layer(pm, o, target, summary, dtsi, part_files, licensing)
     keys = {"tokenizer": tok_key, "partitions": _sha([src.sha256, plan_key, __version__])}

@@ -304,7 +304,7 @@ class GGUFFile:
                 if d == 0 or d >= 1 << 62:
                     raise self._fail(f"tensor {name!r}: bad dimension {d}")
                 n *= d
-                if n > self.size * 256:  # no type packs more than 256 elements per byte... nearly
+                if n > self.size * 256:  # a loose bound: no ggml type packs 256 elements into a byte
                     raise self._fail(f"tensor {name!r}: {n} elements cannot fit in the file")
             if dims[0] % block:
                 raise self._fail(

@@ -51,7 +51,7 @@ def ollama_root() -> Path:
 
 
 def looks_like_path(ref: str) -> bool:
-    return ref.endswith(".gguf") or os.sep in ref and not _is_ollama_ref(ref) or os.path.exists(ref)
+    return ref.endswith(".gguf") or (os.sep in ref and not _is_ollama_ref(ref)) or os.path.exists(ref)
 
 
 def _is_ollama_ref(ref: str) -> bool:

@@ -51,7 +51,7 @@ def decode_lenient(data: bytes) -> list[int]:
             need, cp = 3, b0 & 0x07
         else:
             need = -1
-        if need > 0 and i + need < n + 0 and all(data[i + k] & 0xC0 == 0x80 for k in range(1, need + 1)):
+        if need > 0 and i + need < n and all(data[i + k] & 0xC0 == 0x80 for k in range(1, need + 1)):
             for k in range(1, need + 1):
                 cp = (cp << 6) | (data[i + k] & 0x3F)
             if cp <= 0x10FFFF:
@@ -115,8 +115,7 @@ def split_qwen2(cpts: Sequence[int], flags: Sequence[int]) -> list[tuple[int, in
                 continue
             if pos + 2 < n:
                 c2 = cpts[pos + 2]
-                if c1 < 128 and c2 < 128 and bytes((c1 | 0x20, c2 | 0x20)) in _CONTRACT2 and \
-                        chr(c1).isalpha() and chr(c2).isalpha():
+                if c1 < 128 and c2 < 128 and bytes((c1 | 0x20, c2 | 0x20)) in _CONTRACT2:
                     pos += 3
                     spans.append((prev, pos))
                     prev = pos

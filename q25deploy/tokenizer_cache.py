@@ -39,9 +39,12 @@ def store(key: str, assets: list, cache_dir: Path | None = None) -> None:
     try:
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=d.parent))
+    except OSError:
+        return
+    try:
         for a in assets:
             (tmp / a.path).write_bytes(a.data)
         (tmp / INDEX).write_text(json.dumps([{"path": a.path, "kind": a.kind} for a in assets]), "utf-8")
         os.rename(tmp, d)
     except OSError:
-        shutil.rmtree(locals().get("tmp", d.parent / ".none"), ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
