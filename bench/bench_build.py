@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from q25deploy.demo_model import vocab_path  # noqa: E402
-from q25deploy.model_source import file_sha256  # noqa: E402
-from q25deploy.testmodel import write_model  # noqa: E402
+from q25deploy.model.demo import vocab_path  # noqa: E402
+from q25deploy.model.source import file_sha256  # noqa: E402
+from q25deploy.model.synthetic import write_model  # noqa: E402
 
 
 def run(cmd: list[str]) -> tuple[float, int]:

@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT))
 
 from gguf import GGUFReader  # noqa: E402
 
-from q25deploy.catalog import build_catalog  # noqa: E402
 from q25deploy.cli import main as cli_main  # noqa: E402
-from q25deploy.gguf_reader import GGUFFile  # noqa: E402
-from q25deploy.model_source import resolve  # noqa: E402
-from q25deploy.testmodel import write_model  # noqa: E402
+from q25deploy.model.catalog import build_catalog  # noqa: E402
+from q25deploy.model.gguf import GGUFFile  # noqa: E402
+from q25deploy.model.source import resolve  # noqa: E402
+from q25deploy.model.synthetic import write_model  # noqa: E402
 
 VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
 

@@ -25,11 +25,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from sshd import SSHServer, keygen  # noqa: E402
 
+from q25deploy.build.runtime import build_runtime  # noqa: E402
 from q25deploy.cli import main as cli  # noqa: E402
-from q25deploy.demo_model import vocab_path  # noqa: E402
 from q25deploy.deploy.connection import Board, HostSpec  # noqa: E402
-from q25deploy.runtime_build import build_runtime  # noqa: E402
-from q25deploy.testmodel import write_model  # noqa: E402
+from q25deploy.model.demo import vocab_path  # noqa: E402
+from q25deploy.model.synthetic import write_model  # noqa: E402
 
 
 def main() -> None:

@@ -27,16 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import tiktoken  # noqa: E402
-
 from corpus import CORPUS  # noqa: E402
 from minivocab import mini_vocab  # noqa: E402
-from q25deploy.codec import Codec  # noqa: E402
-from q25deploy.gguf_reader import GGUFFile  # noqa: E402
-from q25deploy.image_format import build_image  # noqa: E402
-from q25deploy.image_reader import open_image  # noqa: E402
+
+from q25deploy.build.runtime import build_runtime  # noqa: E402
+from q25deploy.model.gguf import GGUFFile  # noqa: E402
 from q25deploy.resources import runtime_library_sources, runtime_sources  # noqa: E402
-from q25deploy.runtime_build import build_runtime  # noqa: E402
-from q25deploy.vocab import vocab_from_gguf  # noqa: E402
+from q25deploy.tokenizer.codec import Codec  # noqa: E402
+from q25deploy.tokenizer.image.format import build_image  # noqa: E402
+from q25deploy.tokenizer.image.reader import open_image  # noqa: E402
+from q25deploy.tokenizer.vocab import vocab_from_gguf  # noqa: E402
 
 VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
 PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -1,6 +1,6 @@
 """Built-in target `kv260`: AMD Kria KV260 (K26 SOM): 4 GiB DDR in two banks; model regions go to the high bank."""
 
-from q25deploy.hookspecs import TargetSpec, hookimpl
+from q25deploy.plugin.hookspecs import TargetSpec, hookimpl
 from q25deploy.resources import data_dir
 
 NAME = "kv260"
@@ -15,7 +15,7 @@ def q25deploy_register_targets():
 def q25deploy_reserved_memory_dtsi(target, board, plan):
     if target != NAME:
         return None
-    from q25deploy.dtsi import reserved_memory_dtsi
+    from q25deploy.board.dtsi import reserved_memory_dtsi
 
     return reserved_memory_dtsi(board, plan, notes=(
         "Kria: arm64 reads reserved memory once at boot, so this cannot come from an accelerator\n"

@@ -1,6 +1,6 @@
 """Built-in target `qemu`: QEMU aarch64 virt, Cortex-A53, 4 GiB."""
 
-from q25deploy.hookspecs import TargetSpec, hookimpl
+from q25deploy.plugin.hookspecs import TargetSpec, hookimpl
 from q25deploy.resources import data_dir
 
 NAME = "qemu"
@@ -15,7 +15,7 @@ def q25deploy_register_targets():
 def q25deploy_reserved_memory_dtsi(target, board, plan):
     if target != NAME:
         return None
-    from q25deploy.dtsi import reserved_memory_dtsi
+    from q25deploy.board.dtsi import reserved_memory_dtsi
 
     q = board.qemu
     return reserved_memory_dtsi(board, plan, notes=(

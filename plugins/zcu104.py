@@ -1,6 +1,6 @@
 """Built-in target `zcu104`: AMD ZCU104: 2 GiB PS DDR4."""
 
-from q25deploy.hookspecs import TargetSpec, hookimpl
+from q25deploy.plugin.hookspecs import TargetSpec, hookimpl
 from q25deploy.resources import data_dir
 
 NAME = "zcu104"

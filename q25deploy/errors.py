@@ -1,7 +1,7 @@
 """The one family of user errors raised by library code.
 
 Library code raises a subclass of :class:`Q25Error` for anything the user can fix (bad
-input, a missing model, a board that refuses). The CLI (``q25deploy.cli``) is the one place
+input, a missing model, a board that refuses). The CLI (``q25deploy.cli.main``) is the one place
 that turns these into a one-line message and an exit code; nothing else prints or exits.
 """
 
@@ -44,3 +44,27 @@ class OutputError(Q25Error):
 
 class ToolError(Q25Error):
     """A system tool is missing or failed (compiler, emulator, ...)."""
+
+
+class FitError(Q25Error):
+    """The model does not fit the board's memory."""
+
+
+class BoardFileError(Q25Error):
+    """A board file is unreadable or does not match the schema."""
+
+
+class UnknownTargetError(Q25Error):
+    """No plugin provides the requested target."""
+
+
+class LicenseError(Q25Error):
+    """The model's licence cannot be determined for the recipe."""
+
+
+class DeployError(Q25Error):
+    """A board refused, a connection was cut, a verify or smoke test failed."""
+
+
+class HostKeyError(DeployError):
+    """The board's host key is unknown (without --trust-new-host) or changed."""

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.codec import Codec
-from q25deploy.gguf_reader import GGUFFile
-from q25deploy.image_format import build_image
-from q25deploy.image_reader import open_image
-from q25deploy.testmodel import write_model
-from q25deploy.vocab import vocab_from_gguf
+from q25deploy.model.gguf import GGUFFile
+from q25deploy.model.synthetic import write_model
+from q25deploy.tokenizer.codec import Codec
+from q25deploy.tokenizer.image.format import build_image
+from q25deploy.tokenizer.image.reader import open_image
+from q25deploy.tokenizer.vocab import vocab_from_gguf
 
 DATA = Path(__file__).parent / "data"
 VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from q25deploy.gguf_reader import GGUFFile
-from q25deploy.testmodel import QWEN25_ADDED
-from q25deploy.vocab import Vocab, effective_types, vocab_from_gguf
+from q25deploy.model.gguf import GGUFFile
+from q25deploy.model.synthetic import QWEN25_ADDED
+from q25deploy.tokenizer.vocab import Vocab, effective_types, vocab_from_gguf
 
 
 def mini_vocab(vocab_gguf, n_tokens: int = 1200) -> Vocab:

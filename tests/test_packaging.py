@@ -15,8 +15,12 @@ BUILD_PRODUCTS = {".o", ".a", ".pyc"}
 
 def test_wheel_ships_all_data(tmp_path):
     src = tmp_path / "src"  # a clean copy: a stale build/ folder must not hide a missing pattern
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns("build", "*.egg-info", ".git", "__pycache__", ".*cache*",
-                                                             ".hypothesis", "q25-out", "q25-build"), symlinks=True)
+    junk = shutil.ignore_patterns("*.egg-info", ".git", "__pycache__", ".*cache*", ".hypothesis", "q25-out", "q25-build")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:  # the top-level build/ only, not q25deploy/build
+        return set(junk(folder, names)) | ({"build", "dist"} & set(names) if Path(folder) == ROOT else set())
+
+    shutil.copytree(ROOT, src, ignore=ignore, symlinks=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--no-index", "-w", str(tmp_path), str(src)], check=True, capture_output=True)
     names = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())

@@ -21,7 +21,7 @@ from typing import BinaryIO, Sequence
 import paramiko
 from fabric import Connection
 
-from .errors import DeployError, HostKeyError
+from ..errors import DeployError, HostKeyError
 
 COMMAND_TIMEOUT = 120
 UPLOAD_TIMEOUT = 3600

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..errors import DeployError
 from .connection import Board
-from .errors import DeployError
 from .release import STATE_FORMAT, Release, plan_transfer
 
 STATE_NAME = ".q25deploy-state.json"

@@ -12,10 +12,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..errors import Q25Error
+from ..errors import DeployError, Q25Error
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, rollback, status
-from .errors import DeployError
 from .release import Release, release_from_build, tokenizer_only
 from .smoke import smoke_test
 
@@ -81,8 +80,8 @@ class Fleet:
     def codec(self):
         with self._lock:
             if self._codec is None:
-                from ..codec import Codec
-                from ..image_reader import read_image_file
+                from ..tokenizer.codec import Codec
+                from ..tokenizer.image.reader import read_image_file
 
                 self._codec = Codec(read_image_file(self.opts.build_dir / self.summary["image"]["path"]))
             return self._codec

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DeployError
+from ..errors import DeployError
 
 STATE_FORMAT = "q25deploy-board-state/1"
 

@@ -1,7 +1,7 @@
 """The on-board smoke test: what runs there gives the host's token ids.
 
 Checks, on the release ``current`` points at: ``q25tok info`` on the image; every prompt of
-:mod:`q25deploy.smoke_prompts` encoded on the board equals the host codec's ids; the
+:mod:`q25deploy.tokenizer.prompts` encoded on the board equals the host codec's ids; the
 partition files' sha256 equal the partition map's; the live device tree
 (``/proc/device-tree/reserved-memory/<node>/reg``) holds the planned regions — a warning
 when the running image predates them, a failure with ``strict`` or when a node reserves
@@ -14,8 +14,8 @@ import posixpath
 import struct
 from typing import Sequence
 
-from ..codec import Codec
-from ..smoke_prompts import SMOKE_PROMPTS
+from ..tokenizer.codec import Codec
+from ..tokenizer.prompts import SMOKE_PROMPTS
 from .connection import Board
 from .deployer import BoardFiles
 

@@ -1,0 +1,208 @@
+"""Board files (``targets/*.toml``): read with tomllib/tomli and validated into a :class:`Board`.
+
+Every error names the file and the key (``kv260.toml: memory.banks[1].size: ...``): unknown
+keys, wrong types, bad numbers, misaligned sizes, overlapping banks, reservations outside
+DDR. The schema is documented in docs/boards.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10
+    import tomli as tomllib
+
+from ..errors import BoardFileError
+
+
+@dataclass(frozen=True)
+class Span:
+    """A named physical address range [base, base + size)."""
+
+    name: str
+    base: int
+    size: int
+    in_device_tree: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    def overlaps(self, other: "Span") -> bool:
+        return self.base < other.end and other.base < self.end
+
+
+@dataclass(frozen=True)
+class Layout:
+    region_alignment: int = 0x200000
+    tensor_alignment: int = 4096
+    region_max_size: int = 0x20000000
+    region_headroom: int = 0
+    max_model_share: float = 0.5
+    image_alignment: int = 4096
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    arch: str
+    cpu: str
+    banks: tuple[Span, ...]
+    reserved: tuple[Span, ...]
+    layout: Layout
+    install_path: str
+    ssh_user: str = "root"
+    ssh_port: int = 22
+    yocto_machine: str = ""
+    qemu: dict = field(default_factory=dict)
+    source: str = ""  # the file it came from
+
+    @property
+    def ddr_bytes(self) -> int:
+        return sum(b.size for b in self.banks)
+
+    @property
+    def model_budget(self) -> int:
+        """Bytes of reserved regions the model may take (the board's max_model_share)."""
+        return int(self.ddr_bytes * self.layout.max_model_share)
+
+
+# -- schema ------------------------------------------------------------------------------
+_INT, _STR, _BOOL, _FLOAT = "integer", "string", "boolean", "number"
+SCHEMA: dict[str, Any] = {
+    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STR},
+    "memory": {
+        "banks": [{"name": _STR, "base": _INT, "size": _INT}],
+        "reserved": [{"name": _STR, "base": _INT, "size": _INT, "in_device_tree": _BOOL}],
+    },
+    "layout": {"region_alignment": _INT, "tensor_alignment": _INT, "region_max_size": _INT,
+               "region_headroom": _INT, "max_model_share": _FLOAT, "image_alignment": _INT},
+    "install": {"path": _STR},
+    "ssh": {"user": _STR, "port": _INT},
+    "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
+}
+REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
+
+
+def _check(value: Any, schema: Any, where: str, fail) -> None:
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            fail(where, f"must be a table, got {type(value).__name__}")
+        for k, v in value.items():
+            if k not in schema:
+                fail(f"{where}.{k}" if where else k, f"unknown key (known: {', '.join(schema)})")
+            _check(v, schema[k], f"{where}.{k}" if where else k, fail)
+    elif isinstance(schema, list):
+        if not isinstance(value, list):
+            fail(where, "must be an array of tables ([[...]])")
+        for i, item in enumerate(value):
+            _check(item, schema[0], f"{where}[{i}]", fail)
+    else:
+        ok = {
+            _INT: isinstance(value, int) and not isinstance(value, bool),
+            _STR: isinstance(value, str),
+            _BOOL: isinstance(value, bool),
+            _FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+        }[schema]
+        if not ok:
+            fail(where, f"must be a {schema}, got {value!r}")
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def load_board(path: str | Path) -> Board:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise BoardFileError(f"{path}: no such board file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BoardFileError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise BoardFileError(f"{path}: not valid TOML: {e}") from None
+    return board_from_dict(raw, str(path))
+
+
+def board_from_dict(raw: dict, source: str) -> Board:
+    def fail(where: str, msg: str):
+        raise BoardFileError(f"{source}: {where}: {msg}")
+
+    _check(raw, SCHEMA, "", fail)
+    for key in REQUIRED:
+        sect, name = key.split(".")
+        if name not in raw.get(sect, {}):
+            fail(key, "is required")
+    b, mem = raw["board"], raw["memory"]
+    lay = Layout(**raw.get("layout", {}))
+    for k in ("region_alignment", "tensor_alignment", "image_alignment"):
+        if not _pow2(getattr(lay, k)):
+            fail(f"layout.{k}", f"must be a power of two, got {getattr(lay, k):#x}")
+    if lay.image_alignment < 64:
+        fail("layout.image_alignment", "must be at least 64")
+    if lay.tensor_alignment > lay.region_alignment:
+        fail("layout.tensor_alignment", "must not exceed layout.region_alignment")
+    if lay.region_max_size <= 0 or lay.region_max_size % lay.region_alignment:
+        fail("layout.region_max_size", f"must be a positive multiple of region_alignment {lay.region_alignment:#x}")
+    if lay.region_headroom < 0:
+        fail("layout.region_headroom", "must not be negative")
+    if not 0 < lay.max_model_share <= 1:
+        fail("layout.max_model_share", f"must be in (0, 1], got {lay.max_model_share}")
+
+    banks = []
+    for i, bank in enumerate(mem["banks"]):
+        where = f"memory.banks[{i}]"
+        for k in ("name", "base", "size"):
+            if k not in bank:
+                fail(f"{where}.{k}", "is required")
+        if bank["base"] < 0 or bank["size"] <= 0 or bank["base"] + bank["size"] > 1 << 48:
+            fail(where, "base/size out of range (size > 0, inside a 48-bit physical address space)")
+        if bank["base"] % lay.region_alignment or bank["size"] % lay.region_alignment:
+            fail(where, f"base and size must be multiples of region_alignment {lay.region_alignment:#x}")
+        banks.append(Span(bank["name"], bank["base"], bank["size"]))
+    if not banks:
+        fail("memory.banks", "needs at least one bank")
+    for i, a in enumerate(banks):
+        for b2 in banks[i + 1:]:
+            if a.overlaps(b2):
+                fail("memory.banks", f"banks {a.name!r} and {b2.name!r} overlap")
+    reserved = []
+    for i, r in enumerate(mem.get("reserved", [])):
+        where = f"memory.reserved[{i}]"
+        for k in ("name", "base", "size"):
+            if k not in r:
+                fail(f"{where}.{k}", "is required")
+        span = Span(r["name"], r["base"], r["size"], r.get("in_device_tree", False))
+        if span.size <= 0 or span.base < 0:
+            fail(where, "size must be positive and base not negative")
+        if not any(bk.base <= span.base and span.end <= bk.end for bk in banks):
+            fail(where, f"{span.name!r} [{span.base:#x}, {span.end:#x}) is not inside one memory bank")
+        reserved.append(span)
+    ssh = raw.get("ssh", {})
+    if not 0 < ssh.get("port", 22) < 65536:
+        fail("ssh.port", "must be 1..65535")
+    install = raw["install"]["path"]
+    if not install.startswith("/") or ".." in install.split("/"):
+        fail("install.path", f"must be an absolute path without '..', got {install!r}")
+    return Board(
+        name=b["name"],
+        description=b.get("description", b["name"]),
+        arch=b["arch"],
+        cpu=b.get("cpu", ""),
+        banks=tuple(banks),
+        reserved=tuple(reserved),
+        layout=lay,
+        install_path=install.rstrip("/") or "/",
+        ssh_user=ssh.get("user", "root"),
+        ssh_port=ssh.get("port", 22),
+        yocto_machine=b.get("yocto_machine", ""),
+        qemu=dict(raw.get("qemu", {})),
+        source=source,
+    )

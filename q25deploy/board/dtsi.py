@@ -1,0 +1,46 @@
+"""``reserved-memory.dtsi``: the device-tree fragment that reserves the model's regions.
+
+A ``/ { reserved-memory { ... } }`` fragment with ``#address-cells = <2>``,
+``#size-cells = <2>``, ``ranges``, and one labelled child per region with a static
+``reg`` and ``no-map``, ready for PetaLinux's ``system-user.dtsi`` or meta-xilinx's
+``EXTRA_DT_INCLUDE_FILES``. An accelerator node points at a region with
+``memory-region = <&q25_region0>``.
+"""
+
+from __future__ import annotations
+
+from .boardfile import Board
+from .plan import MemoryPlan
+
+
+def cells(value: int) -> str:
+    return f"0x{value >> 32:x} 0x{value & 0xFFFFFFFF:x}"
+
+
+def reserved_memory_dtsi(board: Board, plan: MemoryPlan, notes: str = "") -> str:
+    lines = [
+        f"// q25deploy reserved memory for {board.name}: {len(plan.regions)} region(s), "
+        f"{plan.reserved_bytes:,} bytes",
+        "// Include from system-user.dtsi (PetaLinux) or list in EXTRA_DT_INCLUDE_FILES (meta-xilinx).",
+    ]
+    lines += [f"// {n}" for n in notes.splitlines()]
+    lines += [
+        "/ {",
+        "\treserved-memory {",
+        "\t\t#address-cells = <2>;",
+        "\t\t#size-cells = <2>;",
+        "\t\tranges;",
+    ]
+    for r in plan.regions:
+        n_tensors = sum(1 for t in plan.tensors if t.region == r.index)
+        lines += [
+            "",
+            f"\t\t/* partition {r.index}: {n_tensors} tensors, {r.used:,} bytes used of {r.size:,} */",
+            f"\t\t{r.label}: {r.node_name} {{",
+            '\t\t\tcompatible = "shared-dma-pool";',
+            f"\t\t\treg = <{cells(r.base)} {cells(r.size)}>;",
+            "\t\t\tno-map;",
+            "\t\t};",
+        ]
+    lines += ["\t};", "};", ""]
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""The memory plan: tensors → partitions → reserved-memory regions. Pure functions.
+
+1. Tensors are taken in file order (deterministic, and it keeps a layer's tensors
+   together) and packed into partitions: each tensor at the next multiple of the board's
+   ``tensor_alignment``, a new partition when ``region_max_size`` would be exceeded; a
+   tensor is never split (one larger than ``region_max_size`` gets a partition of its own).
+2. Each partition's region is its used size plus ``region_headroom``, rounded up to
+   ``region_alignment`` (2 MiB).
+3. Regions are placed top-down in the DDR windows left free by the board's existing
+   reservations, aligned to ``region_alignment``; the total must stay within the board's
+   ``max_model_share`` of DDR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from ..errors import FitError
+from .boardfile import Board, Span
+
+
+class TensorLike(Protocol):
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    data_offset: int
+    nbytes: int
+
+    @property
+    def type_name(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    nbytes: int
+    source_offset: int  # absolute offset in the GGUF
+    region: int  # region index
+    offset: int  # offset inside the region
+
+
+@dataclass(frozen=True)
+class Region:
+    index: int
+    base: int
+    size: int  # reserved bytes (aligned, with headroom)
+    used: int  # bytes of the partition file
+    bank: str
+
+    @property
+    def label(self) -> str:
+        return f"q25_region{self.index}"
+
+    @property
+    def node_name(self) -> str:
+        return f"q25-region{self.index}@{self.base:x}"
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    regions: tuple[Region, ...]
+    tensors: tuple[Placement, ...]
+    budget: int
+
+    @property
+    def reserved_bytes(self) -> int:
+        return sum(r.size for r in self.regions)
+
+    def address(self, p: Placement) -> int:
+        return self.regions[p.region].base + p.offset
+
+
+def align_up(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def align_down(n: int, a: int) -> int:
+    return n // a * a
+
+
+def pack(tensors: Sequence[TensorLike], tensor_alignment: int, region_max_size: int) -> list[list[tuple[TensorLike, int]]]:
+    """Tensors in file order → partitions of (tensor, offset)."""
+    parts: list[list[tuple[TensorLike, int]]] = []
+    cur: list[tuple[TensorLike, int]] = []
+    used = 0
+    for t in sorted(tensors, key=lambda t: t.data_offset):
+        off = align_up(used, tensor_alignment)
+        if cur and off + t.nbytes > region_max_size:
+            parts.append(cur)
+            cur, off = [], 0
+        cur.append((t, off))
+        used = off + t.nbytes
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def free_windows(board: Board) -> list[Span]:
+    """DDR minus existing reservations, shrunk to region alignment, highest first."""
+    a = board.layout.region_alignment
+    windows = []
+    for bank in board.banks:
+        cuts = sorted((r.base, r.end) for r in board.reserved if r.overlaps(bank))
+        start = bank.base
+        for lo, hi in cuts + [(bank.end, bank.end)]:
+            s, e = align_up(max(start, bank.base), a), align_down(min(lo, bank.end), a)
+            if e > s:
+                windows.append(Span(bank.name, s, e - s))
+            start = max(start, hi)
+    return sorted(windows, key=lambda w: -w.end)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:,.1f} MiB"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Tensors packed for one region: (tensor, offset) in file order, used and region size."""
+
+    index: int
+    items: tuple[tuple[TensorLike, int], ...]
+    used: int
+    size: int
+
+
+def plan_partitions(tensors: Sequence[TensorLike], board: Board) -> list[Partition]:
+    """Steps 1 and 2: pack tensors, size each region (headroom, alignment)."""
+    lay = board.layout
+    out = []
+    for i, items in enumerate(pack(tensors, lay.tensor_alignment, lay.region_max_size)):
+        used = max((off + t.nbytes for t, off in items), default=0)
+        out.append(Partition(i, tuple(items), used, align_up(used + lay.region_headroom, lay.region_alignment)))
+    return out
+
+
+def place_regions(board: Board, partitions: Sequence[Partition]) -> tuple[Region, ...]:
+    """Step 3: a region per partition, top-down in the free DDR windows, within budget."""
+    lay = board.layout
+    need = sum(p.size for p in partitions)
+    if need > board.model_budget:
+        raise FitError(
+            f"the model does not fit {board.name}: it needs {need:,} bytes ({_mib(need)}) of reserved memory, "
+            f"the board allows {board.model_budget:,} bytes ({_mib(board.model_budget)}, "
+            f"{lay.max_model_share:.0%} of {_mib(board.ddr_bytes)} DDR)"
+        )
+    windows = [[w.name, w.base, w.end] for w in free_windows(board)]
+    regions = []
+    for p in partitions:
+        best = next((w for w in windows if w[2] - w[1] >= p.size), None)  # highest window first
+        if best is None:
+            largest = max((w[2] - w[1] for w in windows), default=0)
+            raise FitError(
+                f"the model does not fit {board.name}: region {p.index} needs {p.size:,} bytes ({_mib(p.size)}) of "
+                f"contiguous DDR, the largest free window left is {largest:,} bytes ({_mib(largest)})"
+            )
+        base = align_down(best[2] - p.size, lay.region_alignment)
+        best[2] = base
+        regions.append(Region(p.index, base, p.size, p.used, best[0]))
+    return tuple(regions)
+
+
+def assemble(partitions: Sequence[Partition], regions: Sequence[Region], budget: int) -> MemoryPlan:
+    """The plan from partitions and their regions (checks they belong together)."""
+    if len(partitions) != len(regions) or any(
+        r.size < p.used or r.base % 4096 for p, r in zip(partitions, regions)
+    ):
+        raise FitError("a plugin returned regions that do not match the partitions")
+    for i, a in enumerate(regions):
+        for b in regions[i + 1:]:
+            if a.base < b.end and b.base < a.end:
+                raise FitError(f"regions {a.index} and {b.index} overlap")
+    placements = tuple(
+        Placement(t.name, t.type_name, tuple(t.shape), t.nbytes, t.data_offset, p.index, off)
+        for p in partitions
+        for t, off in p.items
+    )
+    return MemoryPlan(tuple(regions), placements, budget)
+
+
+def plan_memory(tensors: Sequence[TensorLike], board: Board) -> MemoryPlan:
+    """The default plan (what the core hook implementations do)."""
+    parts = plan_partitions(tensors, board)
+    return assemble(parts, place_regions(board, parts), board.model_budget)

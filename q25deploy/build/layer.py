@@ -1,0 +1,215 @@
+"""The BitBake layer (``meta-q25/``) written into every build.
+
+Static parts are copied from the templates in the repository's ``recipes/meta-q25``
+(runtime recipe with the C sources, packagegroup, ``layer.conf``, licence); generated parts
+are filled in here (model-assets recipe, layer README, oeqa smoke test); machine-specific
+parts (device tree) come from the ``q25deploy_layer_files`` hook, whose core default is
+:func:`device_tree_files`. Large files (partitions) enter the layer as hard links to the
+build's own copies, so weights are stored once. See docs/layer.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..board.boardfile import Board
+from ..errors import LicenseError, Q25Error
+from ..resources import data_dir, is_build_product
+
+LAYER = "meta-q25"
+ASSETS_RECIPE = "recipes-q25/q25-model-assets"
+LICENSE_FILE = "MODEL-LICENSE"
+ASSETS_MANIFEST = "assets_manifest.json"
+TEMPLATE_SUFFIX = ".in"
+_PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
+# licence ids OE-core ships texts for (others need NO_GENERIC_LICENSE)
+_COMMON = {"apache-2.0": "Apache-2.0", "mit": "MIT", "bsd-2-clause": "BSD-2-Clause", "bsd-3-clause": "BSD-3-Clause",
+           "gpl-2.0-only": "GPL-2.0-only", "gpl-3.0-only": "GPL-3.0-only", "cc-by-4.0": "CC-BY-4.0"}
+# licence texts q25deploy ships for models that name an id but carry no text
+_SHIPPED_TEXTS = {"Apache-2.0": "Apache-2.0"}
+
+
+
+@dataclass(frozen=True)
+class LayerFile:
+    path: str  # inside the layer
+    data: bytes | None = None
+    link: Path | None = None  # hard-link this file instead of writing data
+    sha256: str | None = None  # of the linked file, when known
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    def sub(m: re.Match) -> str:
+        if m.group(1) not in values:
+            raise KeyError(f"template placeholder @@{m.group(1)}@@ has no value")
+        return values[m.group(1)]
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def template_root() -> Path:
+    return data_dir("recipes") / LAYER
+
+
+def model_license(model: dict, license_id: str | None = None, license_file: str | None = None) -> tuple[str, bytes, bool]:
+    """(LICENSE value, licence text, needs NO_GENERIC_LICENSE) from the model, never a guess.
+
+    The id: ``--model-license``, else GGUF ``general.license``. The text:
+    ``--model-license-file``, else the Ollama licence layer, else a text q25deploy ships for
+    that id."""
+    raw_id = license_id or model.get("license")
+    if not raw_id:
+        raise LicenseError(
+            "the model names no licence (GGUF general.license); give --model-license ID "
+            "(and --model-license-file FILE) for the layer's recipe")
+    canonical = _COMMON.get(raw_id.lower(), re.sub(r"[^A-Za-z0-9.+-]", "-", raw_id))
+    if license_file:
+        try:
+            text = Path(license_file).read_bytes()
+        except OSError as e:
+            raise LicenseError(f"{license_file}: cannot read the licence file: {e.strerror}") from None
+    elif (model.get("ollama") or {}).get("license"):
+        text = model["ollama"]["license"].encode("utf-8")
+    elif canonical in _SHIPPED_TEXTS:
+        text = (Path(__file__).resolve().parent.parent / "data" / "licenses" / _SHIPPED_TEXTS[canonical]).read_bytes()
+    else:
+        raise LicenseError(
+            f"the model's licence {raw_id!r} comes with no text (no Ollama licence layer); "
+            "give --model-license-file FILE")
+    return canonical, text, raw_id.lower() not in _COMMON
+
+
+def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
+    """The core default of the device-tree part: a machine-specific bbappend + the dtsi."""
+    machine = board.yocto_machine or board.name
+    tpl = (template_root() / "recipes-bsp" / "device-tree" / f"device-tree.bbappend{TEMPLATE_SUFFIX}").read_text()
+    return {
+        "recipes-bsp/device-tree/device-tree.bbappend": render(tpl, {"BOARD": board.name, "MACHINE": machine}).encode(),
+        "recipes-bsp/device-tree/files/q25-reserved-memory.dtsi": dtsi.encode(),
+    }
+
+
+def _static_files() -> list[LayerFile]:
+    root = template_root()
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_dir() or rel.endswith(TEMPLATE_SUFFIX) or "__pycache__" in rel:
+            continue
+        if is_build_product(p):
+            continue
+        out.append(LayerFile(rel, p.read_bytes()))
+    return out
+
+
+def _install_dir_expr(path: str) -> str:
+    for prefix, var in (("/lib/firmware", "${nonarch_base_libdir}/firmware"), ("/usr/share", "${datadir}"),
+                        ("/opt", "/opt")):
+        if path == prefix or path.startswith(prefix + "/"):
+            return var + path[len(prefix):]
+    return path
+
+
+def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]], *,
+                       license_id: str | None, license_file: str | None) -> list[LayerFile]:
+    """The model-assets recipe and its files (hard links to the build's artifacts, given as
+    rel → (path, sha256, size))."""
+    lic, lic_text, no_generic = model_license(summary["model"], license_id, license_file)
+    install_dir = summary["image"]["install_dir"]
+    files: list[tuple[str, str]] = []  # (name in files/, path under the install dir)
+    for rel in sorted(artifacts):
+        name = Path(rel).name
+        dest = f"partitions/{name}" if rel.startswith("partitions/") else name
+        files.append((name, dest))
+    entries = [{"path": f"{install_dir}/{dest}", "sha256": artifacts[rel][1], "size": artifacts[rel][2]}
+               for (name, dest), rel in zip(files, sorted(artifacts))]
+    assets_manifest = {
+        "format": "q25deploy-assets/1",
+        "target": summary["target"],
+        "model": {"name": summary["model"].get("name"), "sha256": summary["model"]["sha256"], "license": lic},
+        "vocab_fingerprint": summary["image"]["vocab_fingerprint"],
+        "files": entries,
+    }
+    manifest_bytes = (json.dumps(assets_manifest, indent=2, sort_keys=True) + "\n").encode()
+    pv = "1.0+q25." + hashlib.sha256(manifest_bytes).hexdigest()[:12]
+    src_names = sorted([n for n, _ in files] + [ASSETS_MANIFEST, LICENSE_FILE])
+    install = [f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}" for name, dest in files]
+    install.append(f"    install -m 0644 ${{S}}/{ASSETS_MANIFEST} ${{D}}${{Q25_INSTALL_DIR}}/{ASSETS_MANIFEST}")
+    tpl = (template_root() / ASSETS_RECIPE / f"q25-model-assets.bb{TEMPLATE_SUFFIX}").read_text()
+    recipe = render(tpl, {
+        "BOARD": summary["target"],
+        "MODEL_NAME": (summary["model"].get("name") or summary["model"]["reference"]).replace('"', "'"),
+        "MODEL_SHA256": summary["model"]["sha256"],
+        "LICENSE": lic,
+        "LICENSE_FILE": LICENSE_FILE,
+        "LICENSE_MD5": hashlib.md5(lic_text).hexdigest(),
+        "NO_GENERIC_LICENSE": f'NO_GENERIC_LICENSE[{lic}] = "{LICENSE_FILE}"\n' if no_generic else "",
+        "SRC_URI": " \\\n           ".join(f"file://{n}" for n in src_names) + " \\\n          ",
+        "INSTALL_DIR": _install_dir_expr(install_dir),
+        "INSTALL": "\n".join(install),
+    })
+    out = [LayerFile(f"{ASSETS_RECIPE}/q25-model-assets_{pv}.bb", recipe.encode()),
+           LayerFile(f"{ASSETS_RECIPE}/files/{LICENSE_FILE}", lic_text),
+           LayerFile(f"{ASSETS_RECIPE}/files/{ASSETS_MANIFEST}", manifest_bytes)]
+    out += [LayerFile(f"{ASSETS_RECIPE}/files/{name}", link=artifacts[rel][0], sha256=artifacts[rel][1])
+            for (name, _), rel in zip(files, sorted(artifacts))]
+    return out
+
+
+def smoke_test_case(summary: dict, prompts: list[tuple[bytes, bool, list[int]]]) -> LayerFile:
+    install_dir = summary["image"]["install_dir"]
+    tpl = (template_root() / "lib" / "oeqa" / "runtime" / "cases" / f"q25_smoke.py{TEMPLATE_SUFFIX}").read_text()
+    data = [[base64.b64encode(t).decode(), special, ids] for t, special, ids in prompts]
+    text = render(tpl, {
+        "BOARD": summary["target"],
+        "IMAGE_PATH": f"{install_dir}/{Path(summary['image']['path']).name}",
+        "ASSETS_MANIFEST_PATH": f"{install_dir}/{ASSETS_MANIFEST}",
+        "PROMPTS_JSON": repr(json.dumps(data)),
+        "FINGERPRINT": summary["image"]["vocab_fingerprint"],
+    })
+    return LayerFile("lib/oeqa/runtime/cases/q25_smoke.py", text.encode())
+
+
+def layer_readme(summary: dict, board: Board, has_device_tree: bool) -> LayerFile:
+    tpl = (template_root() / f"README.md{TEMPLATE_SUFFIX}").read_text()
+    text = render(tpl, {
+        "BOARD": board.name,
+        "DESCRIPTION": board.description,
+        "MACHINE": board.yocto_machine or board.name,
+        "MODEL": summary["model"].get("name") or summary["model"]["reference"],
+        "MODEL_SHA256": summary["model"]["sha256"],
+        "INSTALL_DIR": summary["image"]["install_dir"],
+        "DEVICE_TREE": ("The device-tree bbappend adds `q25-reserved-memory.dtsi` for MACHINE "
+                        f"`{board.yocto_machine or board.name}`." if has_device_tree else
+                        "This board needs no device-tree recipe change (see the notes in "
+                        "`reserved-memory.dtsi` of the build)."),
+    })
+    return LayerFile("README.md", text.encode())
+
+
+def merge_hook_results(results: list[dict | None]) -> dict[str, bytes | None]:
+    """``q25deploy_layer_files`` results, core default first so plugins override it."""
+    merged: dict[str, bytes | None] = {}
+    for res in reversed(results):
+        for path, data in (res or {}).items():
+            if not isinstance(path, str) or path.startswith("/") or ".." in path.split("/"):
+                raise Q25Error(f"a plugin returned an unsafe layer path {path!r}")
+            merged[path] = data
+    return merged
+
+
+def write_layer(out, files: list[LayerFile]) -> None:
+    """Put the layer's files into an :class:`~q25deploy.build.outputs.OutputDir` under meta-q25/."""
+    import os
+
+    for f in sorted(files, key=lambda f: f.path):
+        rel = f"{LAYER}/{f.path}"
+        if f.link is not None:
+            os.link(f.link, out.path(rel))
+            out.record(rel, "bitbake-layer", sha256=f.sha256)
+        else:
+            out.write(rel, f.data or b"", "bitbake-layer")

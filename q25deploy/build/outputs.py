@@ -1,0 +1,104 @@
+"""Atomic output directories with a ``manifest.json``.
+
+Everything a command writes goes into a temporary sibling directory first; only when all of
+it is written is the temporary directory renamed over the destination. A failure (bad input,
+a full disk, Ctrl-C) leaves the destination as it was, or absent.
+
+``manifest.json`` lists every artifact with ``path``, ``kind``, ``size`` and ``sha256``,
+sorted by path, with no time stamps, so the same inputs give a byte-identical manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import OutputError
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "q25deploy-manifest/1"
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Canonical JSON: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class OutputDir:
+    """``with OutputDir(dest) as out: out.write("a.bin", data, kind="x")`` — atomic on exit."""
+
+    def __init__(self, dest: str | os.PathLike[str], *, extra_manifest: dict | None = None) -> None:
+        self.dest = Path(dest)
+        self.artifacts: dict[str, dict] = {}
+        self.extra_manifest = extra_manifest or {}
+        if self.dest.exists() and not self.dest.is_dir():
+            raise OutputError(f"{self.dest}: exists and is not a directory")
+        parent = self.dest.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-", dir=parent))
+        except OSError as e:
+            raise OutputError(f"{parent}: cannot create output directory: {e.strerror}") from None
+
+    def __enter__(self) -> "OutputDir":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, rel: str) -> Path:
+        """Where ``rel`` is written before the commit (for writers that need a path)."""
+        p = self.tmp / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def record(self, rel: str, kind: str, *, sha256: str | None = None) -> None:
+        """Record a file already written at :meth:`path` (hashing it unless given)."""
+        p = self.tmp / rel
+        if sha256 is None:
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    h.update(chunk)
+            sha256 = h.hexdigest()
+        self.artifacts[rel] = {"path": rel, "kind": kind, "size": p.stat().st_size, "sha256": sha256}
+
+    def write(self, rel: str, data: bytes, kind: str) -> None:
+        try:
+            self.path(rel).write_bytes(data)
+        except OSError as e:
+            raise OutputError(f"{self.dest / rel}: cannot write: {e.strerror}") from None
+        self.artifacts[rel] = {"path": rel, "kind": kind, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    def write_json(self, rel: str, obj: Any, kind: str) -> None:
+        self.write(rel, json_bytes(obj), kind)
+
+    def manifest(self) -> dict:
+        m = {"format": MANIFEST_FORMAT, **self.extra_manifest}
+        m["artifacts"] = [self.artifacts[k] for k in sorted(self.artifacts)]
+        return m
+
+    def commit(self) -> None:
+        try:
+            (self.tmp / MANIFEST).write_bytes(json_bytes(self.manifest()))
+            os.chmod(self.tmp, 0o755)
+            old = None
+            if self.dest.exists():
+                old = self.dest.with_name(f".{self.dest.name}.old-{os.getpid()}")
+                os.rename(self.dest, old)
+            os.rename(self.tmp, self.dest)
+        except OSError as e:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if old is not None and not self.dest.exists():
+                os.rename(old, self.dest)
+            raise OutputError(f"{self.dest}: cannot finish writing: {e.strerror}") from None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,48 @@
+"""The short summary `q25deploy build` ends with: what was written, the memory plan, next steps."""
+
+from __future__ import annotations
+
+import json
+
+from .pipeline import BuildResult
+from .outputs import MANIFEST
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:,.1f} MiB"
+
+
+def render_summary(r: BuildResult) -> str:
+    s = r.summary
+    lines = []
+    if r.note:
+        lines.append(f"note: {r.note}")
+    state = "up to date" if r.up_to_date else "built"
+    lines.append(f"{state}: {s['target']} ({s['board']['description']}) in {r.out}")
+    m = s["model"]
+    lines.append(f"  model      {m.get('name') or m['reference']}  sha256 {m['sha256'][:16]}…")
+    img = s["image"]
+    lines.append(f"  tokenizer  {img['path']} ({img['size']:,} bytes, fingerprint {img['vocab_fingerprint'][:16]}…) "
+                 f"-> {img['install_dir']}")
+    mem = s["memory"]
+    lines.append(f"  memory     {len(mem['regions'])} reserved region(s), {_mib(mem['reserved'])} of "
+                 f"{_mib(mem['budget'])} allowed, {s['tensors']} tensors")
+    for reg in mem["regions"]:
+        lines.append(f"             {reg['label']}  0x{reg['base']:x}-0x{reg['base'] + reg['size'] - 1:x}  "
+                     f"{_mib(reg['size'])} in {reg['bank']} ({_mib(reg['used'])} used)")
+    try:
+        manifest = json.loads((r.out / MANIFEST).read_text())
+        total = sum(a["size"] for a in manifest["artifacts"])
+        lines.append(f"  files      {len(manifest['artifacts'])} files, {total:,} bytes (listed in {MANIFEST})")
+    except (OSError, ValueError, KeyError):
+        pass
+    lines += [
+        "next steps:",
+        f"  1. check {r.out / 'memory-map.svg'}",
+        f"  2. add {r.out / 'reserved-memory.dtsi'} to the device tree (PetaLinux: /include/ it from "
+        "system-user.dtsi; meta-xilinx: EXTRA_DT_INCLUDE_FILES)",
+        f"  3. put {r.out / 'q25_memory_map.h'} where the A53 program and HLS testbenches include it",
+        f"  4. add the layer {r.out / 'meta-q25'} to PetaLinux/Yocto and IMAGE_INSTALL:append = \" packagegroup-q25\" "
+        "(see its README)",
+    ]
+    return "\n".join(lines)

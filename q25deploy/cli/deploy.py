@@ -1,0 +1,92 @@
+"""The deploy, smoke, status and rollback commands: their shared connection options and
+the handler that runs them on every board."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from .commands import _report_failures
+
+EXIT_DEPLOY = 13  # a host failed (deploy, smoke, rollback, status), the others are unaffected
+
+
+def _fleet(a: argparse.Namespace):
+    from ..deploy.fleet import Fleet, Options
+    from ..plugin.manager import make_plugin_manager, resolve_target
+
+    pm, failures = make_plugin_manager()
+    target = resolve_target(pm, failures, a.target, a.target_file)
+    _report_failures(failures)
+    build_dir = a.build or Path("q25-build") / target.name
+    if not (build_dir / "manifest.json").is_file():
+        raise UsageError(f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)")
+    opts = Options(hosts=a.host or [], hosts_file=a.hosts_file, build_dir=build_dir, identity=a.identity,
+                   known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
+                   runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
+                   strict=getattr(a, "strict", False))
+    return Fleet(opts, target, pm)
+
+
+def cmd_fleet(a: argparse.Namespace) -> int:
+    from ..deploy.fleet import render_results
+    from .progress import Progress
+
+    fleet = _fleet(a)
+    prog = Progress()
+    results = fleet.run(a.command, progress=prog.step)
+    prog.done()
+    if a.command == "status":
+        print(json.dumps(results, indent=2) if a.json else "\n".join(
+            f"{r['host']:<28} " + (f"error: {r['error']}" if "error" in r else
+                                   f"current {r['current'] or '-'} previous {r['previous'] or '-'}"
+                                   f"{'' if r['consistent'] else ' (state and current link disagree)'}")
+            for r in results))
+        return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
+    if a.json:
+        print(json.dumps([r.as_json() for r in results], indent=2))
+    else:
+        print(render_results(results))
+    return 0 if all(r.ok for r in results) else EXIT_DEPLOY
+
+
+
+
+def add_deploy_commands(sub) -> None:
+    """Add deploy, smoke, status and rollback to the CLI's sub-parsers."""
+    conn = argparse.ArgumentParser(add_help=False)
+    c = conn.add_argument_group("boards and connection")
+    c.add_argument("--target", metavar="NAME", help="target board (its SSH defaults, install paths, hooks)")
+    c.add_argument("--target-file", metavar="FILE", help="your own board file")
+    c.add_argument("--host", action="append", metavar="[USER@]HOST[:PORT]", help="a board (repeatable)")
+    c.add_argument("--hosts-file", metavar="F", help="boards, one [user@]host[:port] per line (# comments)")
+    c.add_argument("--build", metavar="DIR", type=Path, help="the build to deploy (default q25-build/TARGET)")
+    c.add_argument("--identity", metavar="KEY", help="SSH private key")
+    c.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)")
+    c.add_argument("--trust-new-host", action="store_true",
+                   help="record an unknown host key in the known_hosts file (a changed key is always refused)")
+    c.add_argument("--remote-root", metavar="DIR", default="", help="prefix of every board path (chroots, data partitions, tests); {host}, {port} and "
+                   "{user} are replaced per board")
+    c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
+    c.add_argument("--jobs", type=int, default=4, metavar="N", help="boards in parallel (default 4)")
+    c.add_argument("--json", action="store_true", help="per-host results as JSON")
+    dp = sub.add_parser("deploy", parents=[conn], help="deploy a build to boards: atomic, verified, rolled back",
+                        description="Send the build's release (runtime image, partitions, map) to each board: only "
+                        "what the board lacks, staged and sha256-verified on the board, switched by one rename, "
+                        "smoke-tested, and rolled back automatically when the smoke test fails.")
+    dp.add_argument("--tokenizer-only", action="store_true",
+                    help="update only the tokenizer image (refused when its vocabulary differs from the deployed model's)")
+    dp.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test")
+    dp.set_defaults(func=cmd_fleet)
+    sm = sub.add_parser("smoke", parents=[conn], help="smoke-test what is deployed on boards",
+                        description="Run q25tok on each board and compare its ids with the host codec's; check "
+                        "partition digests and the live device tree's reserved memory.")
+    sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
+    sm.set_defaults(func=cmd_fleet)
+    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards")
+    st.set_defaults(func=cmd_fleet)
+    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release")
+    rb2.set_defaults(func=cmd_fleet)
+

@@ -1,0 +1,43 @@
+"""The core's default hook implementations (registered ``trylast``: plugins override)."""
+
+from __future__ import annotations
+
+from ..board.dtsi import reserved_memory_dtsi
+from ..board.plan import place_regions, plan_partitions
+from .hookspecs import ImageLayout, hookimpl
+
+
+@hookimpl(trylast=True)
+def q25deploy_image_layout(target, board):
+    return ImageLayout(alignment=board.layout.image_alignment, install_dir=board.install_path)
+
+
+@hookimpl(trylast=True)
+def q25deploy_partition_plan(target, board, tensors):
+    return plan_partitions(tensors, board)
+
+
+@hookimpl(trylast=True)
+def q25deploy_reserved_regions(target, board, partitions):
+    return place_regions(board, partitions)
+
+
+@hookimpl(trylast=True)
+def q25deploy_reserved_memory_dtsi(target, board, plan):
+    return reserved_memory_dtsi(board, plan)
+
+
+@hookimpl(trylast=True)
+def q25deploy_deploy_paths(target, board):
+    return {
+        "install_dir": board.install_path,
+        "state_file": f"{board.install_path}/.q25deploy-state.json",
+        "q25tok": "/usr/bin/q25tok",
+    }
+
+
+@hookimpl(trylast=True)
+def q25deploy_layer_files(target, board, build):
+    from ..build.layer import device_tree_files
+
+    return device_tree_files(board, build["dtsi"])

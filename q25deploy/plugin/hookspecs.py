@@ -1,0 +1,113 @@
+"""The q25deploy plugin hooks (pluggy project ``q25deploy``).
+
+A board plugin is a module (or object) with functions marked ``@hookimpl`` whose names are
+the hooks below. Plugins are found through the ``q25deploy`` entry-point group — the
+built-in ``kv260``, ``zcu104`` and ``qemu`` plugins exactly like third-party ones. Core
+defaults (``q25deploy.plugin.defaults``) are registered with ``trylast=True``, so a plugin that
+returns a value for its own target overrides them; a plugin returns ``None`` for targets
+that are not its own. See docs/plugins.md.
+
+Semantics: hooks marked *firstresult* stop at the first non-``None`` result (plugins in
+reverse registration order, then the core default); *collect* hooks call every plugin
+and return the list of their non-``None`` results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ..board.boardfile import Board
+    from ..board.plan import MemoryPlan, Partition, Region, TensorLike
+
+PROJECT = "q25deploy"
+ENTRY_POINT_GROUP = "q25deploy"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target a plugin provides: its name and its board file."""
+
+    name: str
+    board_file: Path
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """How the tokenizer runtime image lands on the board."""
+
+    alignment: int  # section alignment of the Q25TOKRT image (power of two)
+    install_dir: str  # absolute directory on the board, e.g. /lib/firmware/q25
+    filename: str = "tokenizer.q25tokrt"
+
+
+@hookspec
+def q25deploy_register_targets() -> Sequence[TargetSpec]:
+    """*collect*: the targets this plugin provides.
+
+    Each plugin returns a list of :class:`TargetSpec`. A target name provided twice is
+    reported as a failure of the second plugin; the first keeps it.
+    """
+
+
+@hookspec(firstresult=True)
+def q25deploy_image_layout(target: str, board: "Board") -> ImageLayout | None:
+    """*firstresult*: the runtime image's alignment, install directory and file name.
+
+    Default: the board file's ``layout.image_alignment`` and ``install.path``.
+    """
+
+
+@hookspec(firstresult=True)
+def q25deploy_partition_plan(target: str, board: "Board", tensors: Sequence["TensorLike"]) -> list["Partition"] | None:
+    """*firstresult*: pack the model's tensors into partitions (one per reserved region).
+
+    Default: :func:`q25deploy.board.plan.plan_partitions` (file order, tensor alignment,
+    never split, ``region_max_size``, headroom).
+    """
+
+
+@hookspec(firstresult=True)
+def q25deploy_reserved_regions(target: str, board: "Board", partitions: Sequence["Partition"]) -> Sequence["Region"] | None:
+    """*firstresult*: the physical region of every partition.
+
+    Default: :func:`q25deploy.board.plan.place_regions` (top-down in free DDR, 2 MiB
+    aligned, within ``max_model_share``). Raise :class:`q25deploy.board.plan.FitError`
+    when the model does not fit.
+    """
+
+
+@hookspec(firstresult=True)
+def q25deploy_reserved_memory_dtsi(target: str, board: "Board", plan: "MemoryPlan") -> str | None:
+    """*firstresult*: the text of ``reserved-memory.dtsi`` for the plan.
+
+    Default: :func:`q25deploy.board.dtsi.reserved_memory_dtsi`.
+    """
+
+
+@hookspec
+def q25deploy_layer_files(target: str, board: "Board", build: Mapping[str, Any]) -> Mapping[str, bytes] | None:
+    """*collect*: extra or replacement files for the BitBake layer, path → content.
+
+    Used by the layer emitter (machine-specific parts belong to the board plugin); a
+    later result for the same path wins.
+    """
+
+
+@hookspec(firstresult=True)
+def q25deploy_deploy_paths(target: str, board: "Board") -> Mapping[str, str] | None:
+    """*firstresult*: board paths used by deploy and smoke tests (``install_dir``,
+    ``state_file``, ``q25tok``)."""
+
+
+@hookspec
+def q25deploy_smoke_checks(target: str, board: "Board") -> Sequence[tuple[str, str]] | None:
+    """*collect*: extra smoke-test commands ``(name, shell command)`` run on the board
+    after the built-in checks; a non-zero exit fails the smoke test."""

@@ -1,0 +1,121 @@
+"""The host codec: llama.cpp's Qwen2 tokenization, read from a Q25TOKRT image.
+
+``Codec(image).encode(data, parse_special)`` gives the ids of
+``llama_tokenize(text, add_special=false, parse_special)`` for the GGUF the image was built
+from: special-token partitioning (CONTROL/UNKNOWN only with ``parse_special``, USER_DEFINED
+always, longest first, plain substring search), the Qwen2 pre-tokenizer over the image's
+Unicode class table, then byte-level BPE by merge rank (leftmost on ties), looked up through
+the image's merge table.
+"""
+
+from __future__ import annotations
+
+from ..errors import CodecError
+from .image.reader import RuntimeImage
+from .pretokenize import ClassTable, decode_lenient, encode_cpts, split_qwen2
+from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
+
+_CACHE_LIMIT = 1 << 16
+
+
+class Codec:
+    def __init__(self, image: RuntimeImage) -> None:
+        self.image = image
+        idx = image.token_index
+        tb = bytes(image.token_bytes)
+        offs = idx["offset"].tolist()
+        lens = idx["length"].tolist()
+        self.types = idx["type"].tolist()
+        self.raw = [tb[o : o + n] for o, n in zip(offs, lens)]
+        m = image.merges
+        keys = ((m[:, 0].astype("u8") << 32) | m[:, 1]).tolist()
+        self.ranks = dict(zip(keys, zip(m[:, 3].tolist(), m[:, 2].tolist())))
+        self.byte_to_token = image.byte_to_token.tolist()
+        self.specials = [(int(i), int(t), self.raw[int(i)]) for i, t in zip(image.specials["id"], image.specials["type"])]
+        self.classes = ClassTable([tuple(r) for r in image.classes.tolist()])
+        self._cache: dict[bytes, list[int]] = {}
+
+    # -- encoding -----------------------------------------------------------------------
+    def partition(self, data: bytes, parse_special: bool) -> list[bytes | int]:
+        """Split ``data`` into raw byte fragments and special token ids."""
+        frags: list[bytes | int] = [data] if data else []
+        for tid, ttype, text in self.specials:
+            if not text:
+                continue
+            if ttype in (CONTROL, UNKNOWN) and not parse_special:
+                continue
+            if ttype not in (CONTROL, UNKNOWN, USER_DEFINED):
+                continue
+            out: list[bytes | int] = []
+            for fr in frags:
+                if isinstance(fr, int) or text not in fr:
+                    out.append(fr)
+                    continue
+                start = 0
+                while True:
+                    hit = fr.find(text, start)
+                    if hit < 0:
+                        break
+                    if hit > start:
+                        out.append(fr[start:hit])
+                    out.append(tid)
+                    start = hit + len(text)
+                if start < len(fr):
+                    out.append(fr[start:])
+            frags = out
+        return frags
+
+    def bpe(self, piece: bytes) -> list[int]:
+        cached = self._cache.get(piece)
+        if cached is not None:
+            return cached
+        b2t = self.byte_to_token
+        ids = [b2t[b] for b in piece]
+        ranks = self.ranks
+        while len(ids) > 1:
+            best = None
+            best_i = -1
+            prev = ids[0]
+            for i in range(1, len(ids)):
+                cur = ids[i]
+                r = ranks.get(prev << 32 | cur)
+                if r is not None and (best is None or r[0] < best[0]):
+                    best, best_i = r, i - 1
+                prev = cur
+            if best is None:
+                break
+            ids[best_i : best_i + 2] = [best[1]]
+        if len(self._cache) < _CACHE_LIMIT:
+            self._cache[piece] = ids
+        return ids
+
+    def encode_fragment(self, data: bytes) -> list[int]:
+        cpts = decode_lenient(data)
+        flags = self.classes.flags_of(cpts)
+        out: list[int] = []
+        for a, b in split_qwen2(cpts, flags):
+            out.extend(self.bpe(encode_cpts(cpts[a:b])))
+        return out
+
+    def encode(self, data: bytes, parse_special: bool = False) -> list[int]:
+        out: list[int] = []
+        for fr in self.partition(data, parse_special):
+            if isinstance(fr, int):
+                out.append(fr)
+            else:
+                out.extend(self.encode_fragment(fr))
+        return out
+
+    # -- decoding -----------------------------------------------------------------------
+    def piece(self, tid: int, special: bool = False) -> bytes:
+        if not 0 <= tid < len(self.raw):
+            raise CodecError(f"token id {tid} is out of range (vocabulary has {len(self.raw)} tokens)")
+        t = self.types[tid]
+        if t in (NORMAL, BYTE, USER_DEFINED):
+            return self.raw[tid]
+        if t in (CONTROL, UNKNOWN) and special:
+            return self.raw[tid]
+        return b""
+
+    def decode(self, ids, special: bool = False) -> bytes:
+        return b"".join(self.piece(int(t), special) for t in ids)

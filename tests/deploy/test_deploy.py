@@ -1,0 +1,278 @@
+"""Deploy, smoke, status, rollback against real OpenSSH sshd instances on loopback, the
+board being a --remote-root under tmp_path and q25tok the host build; faults are real: a
+TCP proxy that cuts the connection, a board whose `cat` corrupts what it writes, a q25tok
+that gives wrong ids, unknown and changed host keys, a board that is down."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from requirements import need_program
+from sshd import CuttingProxy, SSHServer, free_port, keygen
+
+from q25deploy.build.runtime import build_runtime
+from q25deploy.cli import main
+from q25deploy.model.synthetic import qwen25_tokenizer, write_model
+from q25deploy.resources import data_dir
+
+HERE = Path(__file__).parent
+DATA = HERE.parent / "data"
+VOCAB = DATA / "ggml-vocab-qwen2.gguf"
+
+
+@pytest.fixture(scope="module")
+def ssh(tmp_path_factory):
+    need_program("sshd", "Debian: openssh-server") if not Path("/usr/sbin/sshd").exists() else None
+    need_program("ssh-keygen", "Debian: openssh-client")
+    if os.geteuid() != 0:
+        pytest.skip("the sshd fixture logs in as root (CI runs as root)")
+    d = tmp_path_factory.mktemp("ssh")
+    key = keygen(d / "client_ed25519")
+    servers = [SSHServer(d / f"board{i}", key) for i in range(3)]
+    yield {"dir": d, "key": key, "servers": servers}
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def q25tok(tmp_path_factory) -> Path:
+    need_program("cc", "Debian: gcc")
+    out = tmp_path_factory.mktemp("rt") / "rt"
+    build_runtime(out)
+    return out / "q25tok"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Three builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
+    d = tmp_path_factory.mktemp("models")
+    tok = qwen25_tokenizer(str(VOCAB))
+    foreign = (list(tok[0]), tok[1], tok[2])
+    foreign[0][151664] = b"<|not_qwen|>"
+    out = {}
+    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
+        gguf = d / f"{name}.gguf"
+        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
+        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
+        out[name] = d / name
+    return out
+
+
+def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
+    kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
+    argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{server.port}", "--build", str(build),
+            "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+    if runtime and action in ("deploy",):
+        argv += ["--runtime-bin", str(runtime)]
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def release_bytes(build: Path, runtime: Path) -> int:
+    manifest = {a["path"]: a["size"] for a in json.loads((build / "manifest.json").read_text())["artifacts"]}
+    files = ["tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
+    return sum(manifest[f] for f in files) + sum(v for k, v in manifest.items() if k.startswith("partitions/")) \
+        + runtime.stat().st_size
+
+
+def test_deploy_smoke_status_redeploy_rollback(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    code, res, err = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0, err
+    (r,) = res
+    assert r["ok"] and r["smoke"]["ok"] and r["bytes_sent"] == release_bytes(models["A"], q25tok)
+    assert {"host", "ok", "bytes_sent", "files_sent", "release", "smoke"} <= set(r)
+    assert any("predates" in w for w in r["smoke"]["warnings"])  # no live device tree under the remote root
+    names = [c["name"] for c in r["smoke"]["checks"]]
+    assert "q25tok info" in names and "partition sha256" in names and sum(n.startswith("encode") for n in names) >= 7
+    release_a = r["release"]
+    base = root / "lib" / "firmware" / "q25"
+    assert os.readlink(base / "current") == f"releases/{release_a}"
+    state = json.loads((base / ".q25deploy-state.json").read_text())
+    assert state["current"] == release_a and state["releases"][release_a]["deployed_at"]
+
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="status")
+    assert code == 0 and res[0]["current"] == release_a and res[0]["consistent"]
+
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)  # unchanged: nothing sent
+    assert code == 0 and res[0]["bytes_sent"] == 0 and res[0]["files_sent"] == 0 and res[0]["smoke"]["ok"]
+
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
+    assert code == 0 and res[0]["ok"] and res[0]["previous"] == release_a
+    assert res[0]["files_linked"] >= 1  # q25tok was already on the board
+    release_b = res[0]["release"]
+
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], action="rollback")
+    assert code == 0 and res[0]["release"] == release_a
+    assert os.readlink(base / "current") == f"releases/{release_a}"
+    assert not (base / "releases" / release_b).exists()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")
+    assert code == 0 and res[0]["smoke"]["ok"]
+    # nothing was written outside the install path under the remote root
+    assert {p.relative_to(root).parts[:3] for p in root.rglob("*") if p.is_file()} == {("lib", "firmware", "q25")}
+
+
+def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][1], tmp_path / "board"
+    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    kh = srv.known_hosts(tmp_path / "kh")
+    proxy = CuttingProxy(srv.port, limit=3 << 20)
+    try:
+        kh.write_text(srv.host_line.replace(f"]:{srv.port}", f"]:{proxy.port}") + "\n")
+        argv = ["deploy", "--target", "qemu", "--host", f"root@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
+                "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root),
+                "--runtime-bin", str(q25tok), "--json"]
+        capsys.readouterr()
+        assert main(argv) == 13
+        res = json.loads(capsys.readouterr().out)
+        assert proxy.cut.is_set() and not res[0]["ok"] and "connection" in res[0]["error"]
+    finally:
+        proxy.close()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")  # the old release is intact
+    assert code == 0 and res[0]["smoke"]["ok"]
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
+    assert code == 0 and res[0]["ok"]
+    assert not list((root / "lib" / "firmware" / "q25" / "releases").glob(".incoming-*"))
+
+
+def test_corrupted_upload_is_caught_by_the_board(tmp_path, capsys, ssh, models, q25tok):
+    good, root = ssh["servers"][2], tmp_path / "board"
+    assert deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)[0] == 0
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "cat").write_text(  # writes of more than 1 MB get one bit flipped, like a bad disk or link
+        "#!/bin/sh\nif [ $# -eq 0 ]; then exec python3 -c 'import sys\n"
+        "d = bytearray(sys.stdin.buffer.read())\nif len(d) > 1 << 20: d[len(d) // 2] ^= 1\n"
+        "sys.stdout.buffer.write(d)'; fi\nexec /bin/cat \"$@\"\n")
+    (wrappers / "cat").chmod(0o755)
+    bad = SSHServer(tmp_path / "bad", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+    try:
+        code, res, _ = deploy(capsys, ssh, bad, root, models["B"], runtime=q25tok)
+        assert code == 13 and "verify failed" in res[0]["error"]
+    finally:
+        bad.stop()
+    code, res, _ = deploy(capsys, ssh, good, root, models["A"], action="status")
+    assert res[0]["current"] == json.loads((root / "lib/firmware/q25/.q25deploy-state.json").read_text())["current"]
+    code, res, _ = deploy(capsys, ssh, good, root, models["A"], action="smoke")
+    assert code == 0 and res[0]["smoke"]["ok"]
+
+
+def test_failing_smoke_test_rolls_back(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    release_a = res[0]["release"]
+    src = tmp_path / "liar.c"  # a q25tok whose ids are wrong
+    src.write_text('#include <stdio.h>\n#include <string.h>\nint main(int c, char **v) {\n'
+                   '  if (c > 1 && !strcmp(v[1], "encode")) { puts("1 2 3"); return 0; }\n'
+                   '  puts("fingerprint ok"); return 0; }\n')
+    liar = tmp_path / "q25tok"
+    subprocess.run(["cc", str(src), "-o", str(liar)], check=True)
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=liar)
+    assert code == 13 and res[0]["rolled_back"] and not res[0]["smoke"]["ok"]
+    base = root / "lib" / "firmware" / "q25"
+    assert os.readlink(base / "current") == f"releases/{release_a}"
+    assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
+
+
+def test_unknown_and_changed_host_keys_are_refused(tmp_path, capsys, ssh, models, q25tok):
+    srv, other, root = ssh["servers"][0], ssh["servers"][1], tmp_path / "board"
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], known_hosts=kh, runtime=q25tok)
+    assert code == 13 and "unknown host key" in res[0]["error"] and not root.exists()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--trust-new-host", known_hosts=kh, runtime=q25tok)
+    assert code == 0 and srv.host_line.split(" ", 1)[1] in kh.read_text()
+    changed = tmp_path / "changed"  # another server's key recorded for this port
+    changed.write_text(other.host_line.replace(f"]:{other.port}", f"]:{srv.port}") + "\n")
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--trust-new-host", known_hosts=changed,
+                          runtime=q25tok)
+    assert code == 13 and "CHANGED" in res[0]["error"]
+
+
+def test_tokenizer_only_update(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][1], tmp_path / "board"
+    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    code, res, _ = deploy(capsys, ssh, srv, root, models["C"], "--tokenizer-only", runtime=q25tok)
+    assert code == 13 and "vocabulary fingerprint" in res[0]["error"]
+    # the same vocabulary laid out with another section alignment: a new image, same model
+    board = tmp_path / "qemu.toml"
+    board.write_text((data_dir("targets") / "qemu.toml").read_text().replace("image_alignment = 4096",
+                                                                             "image_alignment = 65536"))
+    a2 = tmp_path / "A2"
+    gguf = next(Path(json.loads((models["A"] / "build.json").read_text())["model"]["reference"]).parent.glob("A.gguf"))
+    assert main(["build", "--target", "qemu", "--target-file", str(board), "--model", str(gguf), "--out", str(a2)]) == 0
+    code, res, _ = deploy(capsys, ssh, srv, root, a2, "--tokenizer-only", runtime=q25tok)
+    assert code == 0 and res[0]["ok"]
+    image = a2 / "tokenizer" / "tokenizer.q25tokrt"
+    manifest = a2 / "tokenizer" / "tokenizer_runtime_image_manifest.json"
+    assert res[0]["bytes_sent"] == image.stat().st_size + manifest.stat().st_size  # a few MB, no partitions
+    assert res[0]["files_linked"] >= 2
+
+
+def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
+    kh = tmp_path / "known_hosts"
+    kh.write_text("".join(s.host_line + "\n" for s in ssh["servers"]))
+    down = free_port()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# the lab\n" + "".join(f"root@127.0.0.1:{s.port}\n" for s in ssh["servers"]) +
+                     f"root@127.0.0.1:{down}  # switched off\n")
+    capsys.readouterr()
+    code = main(["deploy", "--target", "qemu", "--hosts-file", str(hosts), "--build", str(models["A"]), "--identity",
+                 str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(tmp_path / "fleet" / "{port}"), "--runtime-bin",
+                 str(q25tok), "--jobs", "2", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert code == 13 and len(res) == 4
+    ok = [r for r in res if r["ok"]]
+    assert len(ok) == 3 and all(r["smoke"]["ok"] for r in ok)
+    (failed,) = [r for r in res if not r["ok"]]
+    assert failed["host"].endswith(f":{down}") and "cannot connect" in failed["error"]
+    assert len({r["release"] for r in ok}) == 1 and all(r["bytes_sent"] > 0 for r in ok)
+    for s in ssh["servers"]:  # each board its own root
+        assert (tmp_path / "fleet" / str(s.port) / "lib" / "firmware" / "q25" / "current").is_symlink()
+
+
+def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    pmap = json.loads((models["A"] / "partition_map.json").read_text())
+    for r in pmap["regions"]:  # a running image that has our reserved memory
+        node = root / "proc" / "device-tree" / "reserved-memory" / r["node"]
+        node.mkdir(parents=True)
+        (node / "reg").write_bytes(r["base"].to_bytes(8, "big") + r["size"].to_bytes(8, "big"))
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--strict", runtime=q25tok)
+    assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"]
+    shutil.rmtree(root / "proc")  # an image that predates them: a warning, a failure with --strict
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")
+    assert code == 0 and res[0]["smoke"]["warnings"]
+    capsys.readouterr()
+    code = main(["smoke", "--target", "qemu", "--host", f"root@127.0.0.1:{srv.port}", "--build", str(models["A"]),
+                 "--identity", str(ssh["key"]), "--known-hosts", str(srv.known_hosts(tmp_path / "kh")),
+                 "--remote-root", str(root), "--strict", "--json"])
+    assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]
+
+
+def test_busybox_mv_without_T_still_switches_and_says_so(tmp_path, capsys, ssh, models, q25tok):
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "mv").write_text(  # BusyBox mv: no -T option
+        '#!/bin/sh\nfor a in "$@"; do case "$a" in -T|-*T*) echo "mv: invalid option -- \'T\'" >&2; exit 1;; esac; done\n'
+        'exec /bin/mv "$@"\n')
+    (wrappers / "mv").chmod(0o755)
+    board = SSHServer(tmp_path / "busybox", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+    root = tmp_path / "board"
+    try:
+        code, res, _ = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
+        assert code == 0 and res[0]["ok"] and any("not atomic" in w for w in res[0]["warnings"])
+        code, res, _ = deploy(capsys, ssh, board, root, models["B"], runtime=q25tok)
+        assert code == 0 and res[0]["ok"]
+        base = root / "lib" / "firmware" / "q25"
+        assert os.readlink(base / "current") == f"releases/{res[0]['release']}"
+        assert not (base / "releases" / res[0]["previous"] / ".current.tmp").exists()  # not moved into the old one
+    finally:
+        board.stop()

@@ -1,0 +1,95 @@
+"""Plugins for real: the built-ins through their entry points, an out-of-tree plugin and a
+broken one installed with pip into a scratch site directory, driven through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from requirements import need_program
+
+from q25deploy.plugin import hookspecs
+from q25deploy.plugin.manager import (
+    make_plugin_manager,
+    registered_targets,
+    resolve_target,
+)
+
+HERE = Path(__file__).parent
+
+
+def test_hookspecs_are_prefixed_typed_and_documented():
+    names = [n for n in dir(hookspecs) if n.startswith("q25deploy_")]
+    assert len(names) >= 8
+    for n in names:
+        fn = getattr(hookspecs, n)
+        assert fn.__doc__ and ("*firstresult*" in fn.__doc__ or "*collect*" in fn.__doc__), n
+        assert fn.__annotations__.get("return"), n
+
+
+def test_builtin_targets_come_from_entry_points():
+    pm, failures = make_plugin_manager()
+    targets = registered_targets(pm, failures)
+    assert {"kv260", "zcu104", "qemu"} <= set(targets)
+    assert all(targets[n][0] == n for n in ("kv260", "zcu104", "qemu"))
+    assert not [f for f in failures if f.plugin in ("kv260", "zcu104", "qemu")]
+    pm2, _ = make_plugin_manager(entry_points=False)
+    assert registered_targets(pm2, []) == {}  # nothing is registered at import time
+
+
+def test_plugin_override_applies_to_its_own_target_only():
+    pm, failures = make_plugin_manager()
+    kv = resolve_target(pm, failures, "kv260")
+    zc = resolve_target(pm, failures, "zcu104")
+    from q25deploy.board.plan import plan_memory
+
+    assert "xmutil" in pm.hook.q25deploy_reserved_memory_dtsi(target="kv260", board=kv.board,
+                                                              plan=plan_memory([], kv.board))
+    assert "xmutil" not in pm.hook.q25deploy_reserved_memory_dtsi(target="zcu104", board=zc.board,
+                                                                  plan=plan_memory([], zc.board))
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory):
+    """The example and broken plugins, pip-installed into a directory of their own."""
+    site = tmp_path_factory.mktemp("site")
+    for name in ("ultra96", "broken"):
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--target", str(site), str(HERE / "plugins" / name)], check=True,
+                       capture_output=True)
+    return site
+
+
+def q25(site, *args, cwd=None):
+    exe = shutil.which("q25deploy") or need_program("q25deploy", "pip install . puts the console script on PATH")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, check=False)
+
+
+def test_targets_lists_the_out_of_tree_plugin_and_survives_a_broken_one(plugin_site):
+    r = q25(plugin_site, "targets", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    by_name = {t["name"]: t["plugin"] for t in data["targets"]}
+    assert by_name["ultra96"] == "ultra96" and by_name["kv260"] == "kv260"
+    assert [f["plugin"] for f in data["failed_plugins"]] == ["broken"]
+    assert "q25deploy_this_dependency_is_missing" in data["failed_plugins"][0]["error"]
+    assert r.stderr.count("\n") == 1 and "plugin 'broken' failed" in r.stderr
+
+
+def test_build_for_the_out_of_tree_board(plugin_site, tmp_path, qwen25_tiny):
+    r = q25(plugin_site, "build", "--target", "ultra96", "--model", qwen25_tiny, "--out", tmp_path / "u96", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["plugin"] == "ultra96"
+    assert summary["image"]["install_dir"] == "/opt/q25" and summary["image"]["alignment"] == 16384
+    img = json.loads((tmp_path / "u96" / "tokenizer" / "tokenizer_runtime_image_manifest.json").read_text())
+    assert all(s["offset"] % 16384 == 0 for s in img["sections"])
+    assert summary["memory"]["regions"][0]["base"] < 0x7FF00000
+    # the broken plugin did not stop the build
+    assert "plugin 'broken' failed" in r.stderr

@@ -1,0 +1,183 @@
+"""The board-side C runtime (recipes/.../q25-tokenizer-runtime/files), built for real:
+exact ids against the host codec under ASan+UBSan, the aarch64 build under qemu-aarch64,
+the C API checks, exit codes, and a bounded libFuzzer run."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from corpus import CORPUS
+from requirements import need_program
+
+from q25deploy.build.runtime import SANITIZE_FLAGS, build_runtime
+from q25deploy.resources import runtime_library_sources, runtime_sources
+
+HERE = Path(__file__).parent
+QEMU_LIBS = "/usr/aarch64-linux-gnu"
+SAN_ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1"}
+
+
+@pytest.fixture(scope="session")
+def san_q25tok(tmp_path_factory) -> Path:
+    need_program("cc", "Debian: gcc")
+    out = tmp_path_factory.mktemp("rt") / "san"
+    build_runtime(out, sanitize=True)
+    return out / "q25tok"
+
+
+@pytest.fixture(scope="session")
+def arm_q25tok(tmp_path_factory) -> Path:
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
+    need_program("qemu-aarch64", "Debian: qemu-user")
+    out = tmp_path_factory.mktemp("rt") / "arm"
+    build_runtime(out, cross="aarch64")
+    return out / "q25tok"
+
+
+@pytest.fixture(scope="session")
+def images(tmp_path_factory, qwen2_image, qwen25_image) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("images")
+    paths = {}
+    for name, img in (("qwen2", qwen2_image), ("qwen25", qwen25_image)):
+        paths[name] = d / f"{name}.q25tokrt"
+        paths[name].write_bytes(img.data)
+    return paths
+
+
+def run(cmd, *, stdin: bytes = b"", env=SAN_ENV) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], input=stdin, capture_output=True, env=env, timeout=600, check=False)
+
+
+def encode_files(exe: list, image: Path, texts: list[bytes], tmp: Path, special: bool) -> list[list[int]]:
+    files = []
+    for i, t in enumerate(texts):
+        f = tmp / f"in{i:04d}.txt"
+        f.write_bytes(t)
+        files.append(f)
+    r = run([*exe, "encode", *(["--special"] if special else []), image, *files])
+    assert r.returncode == 0, r.stderr.decode()
+    lines = r.stdout.decode().split("\n")
+    assert lines[-1] == "" and len(lines) == len(texts) + 1
+    return [[int(x) for x in line.split()] for line in lines[:-1]]
+
+
+def random_inputs(seed: int, n: int) -> list[bytes]:
+    """Mixed scripts, whitespace, special-token text and invalid UTF-8, reproducibly."""
+    rng = random.Random(seed)
+    alphabet = ("abc XYZ 0123 '\"!?.,;:-_/\\()[]{}<>|\t\n\r\u00a0\u3000\v\f" "éñüßçåøĳ" "абвгдЁж" "αβγ" "مرحبا"
+                "नमस्ते" "สวัสดี" "你好世界日本語한국" "①½Ⅻ٣" "\u0301\u0308\u200d" "😀👩‍💻🇯🇵")
+    pieces = ["<|im_start|>", "<|im_end|>", "<tool_call>", "[PAD151650]", "<|fim_prefix|>", "</s>", "'re", "'LL"]
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(0, 40)):
+            r = rng.random()
+            if r < 0.1:
+                parts.append(rng.choice(pieces).encode())
+            elif r < 0.15:
+                parts.append(bytes(rng.randrange(256) for _ in range(rng.randint(1, 4))))
+            else:
+                parts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))).encode())
+        out.append(b"".join(parts))
+    return out
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen25"])
+@pytest.mark.parametrize("special", [False, True])
+def test_same_ids_as_the_host_codec(san_q25tok, images, request, tmp_path, name, special):
+    codec = request.getfixturevalue(f"{name}_codec")
+    texts = CORPUS + random_inputs(7 if special else 8, 150)
+    got = encode_files([san_q25tok], images[name], texts, tmp_path, special)
+    for text, ids in zip(texts, got):
+        assert ids == codec.encode(text, parse_special=special), text
+
+
+def test_stdin_and_decode_round_trip(san_q25tok, images):
+    for text in CORPUS:
+        r = run([san_q25tok, "encode", images["qwen25"]], stdin=text)
+        assert r.returncode == 0
+        ids = r.stdout.decode().split()
+        if not ids:
+            assert text == b""
+            continue
+        d = run([san_q25tok, "decode", images["qwen25"], *ids])
+        assert d.returncode == 0 and d.stdout == text
+    d = run([san_q25tok, "decode", images["qwen25"], "151644", "9707"])
+    assert d.stdout == b"Hello"
+    d = run([san_q25tok, "decode", "--special", images["qwen25"], "151644", "9707"])
+    assert d.stdout == b"<|im_start|>Hello"
+
+
+def test_aarch64_build_under_qemu_gives_the_host_ids(arm_q25tok, san_q25tok, images, tmp_path):
+    qemu = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
+    texts = CORPUS + random_inputs(9, 40)
+    for special in (False, True):
+        assert encode_files(qemu, images["qwen25"], texts, tmp_path, special) == \
+            encode_files([san_q25tok], images["qwen25"], texts, tmp_path, special)
+    r = run([*qemu, "info", images["qwen25"]], env=os.environ)
+    assert r.returncode == 0 and b"crc         ok" in r.stdout
+    header = arm_q25tok.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_info_reports_the_image(san_q25tok, images, qwen25_image):
+    r = run([san_q25tok, "info", images["qwen25"]])
+    out = r.stdout.decode()
+    assert r.returncode == 0
+    assert f"fingerprint {qwen25_image.fingerprint.hex()}" in out
+    assert "151936 tokens, 151387 merges" in out and "crc         ok" in out
+    assert out.count("\nsection ") == 8
+
+
+def test_exit_codes(san_q25tok, images, tmp_path):
+    assert run([san_q25tok]).returncode == 2
+    assert run([san_q25tok, "frobnicate"]).returncode == 2
+    assert run([san_q25tok, "decode", images["qwen25"], "12x"]).returncode == 2
+    assert run([san_q25tok, "decode", images["qwen25"], "151936"]).returncode == 4
+    assert run([san_q25tok, "info", tmp_path / "missing"]).returncode == 1
+    assert run([san_q25tok, "encode", images["qwen25"], tmp_path / "missing"]).returncode == 1
+    corrupt = tmp_path / "corrupt.q25tokrt"
+    data = bytearray(images["qwen25"].read_bytes())
+    data[5000] ^= 0xFF  # inside the token index: only the CRC pass sees it
+    corrupt.write_bytes(bytes(data))
+    r = run([san_q25tok, "info", corrupt])
+    assert r.returncode == 3 and b"CRC32 mismatch" in r.stderr
+    corrupt.write_bytes(bytes(data[:-1]))
+    assert run([san_q25tok, "encode", corrupt], stdin=b"x").returncode == 3
+
+
+def test_c_api_checks_under_sanitizers(tmp_path, images):
+    cc = need_program("cc", "Debian: gcc")
+    src = runtime_sources()
+    exe = tmp_path / "api_test"
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", *SANITIZE_FLAGS.split(), "-I", str(src),
+                    str(HERE / "api_test.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
+                   check=True)
+    for image in (HERE / "fuzz" / "mini.q25tokrt", images["qwen25"]):
+        r = run([exe, image])
+        assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+        assert r.stdout.decode().endswith(" passed, 0 failed\n")
+
+
+def test_fuzz_harness_finds_nothing(tmp_path):
+    clang = need_program("clang", "Debian: clang (libFuzzer)")
+    src = runtime_sources()
+    exe = tmp_path / "q25tok_fuzz"
+    subprocess.run([clang, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
+                    "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-I", str(src),
+                    str(HERE / "fuzz" / "q25tok_fuzz.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
+                   check=True)
+    work = tmp_path / "corpus"
+    shutil.copytree(HERE / "fuzz" / "corpus", work)
+    seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
+    r = subprocess.run([str(exe), f"-max_total_time={seconds}", "-rss_limit_mb=2048", "-timeout=10",
+                        f"-artifact_prefix={tmp_path}/", str(work)],
+                       env={**os.environ, "Q25_FUZZ_IMAGE": str(HERE / "fuzz" / "mini.q25tokrt")},
+                       capture_output=True, text=True, timeout=seconds + 120, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))

@@ -1,0 +1,70 @@
+"""Token ids and pieces against llama.cpp itself (llama-cpp-python 0.3.36, the release the
+vocabulary fixture comes from), loading the very same GGUF files vocab-only."""
+
+from __future__ import annotations
+
+import pytest
+from corpus import CORPUS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from requirements import need_module
+
+EDGE_CASES = [
+    b"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    b"x[PAD151700]y<tool_call>z</tool_call>",
+    b"<|object_ref_start|><|fim_prefix|>a<|fim_middle|>b<|fim_suffix|><|file_sep|><|repo_name|>",
+    b"<|im_start<|im_end|>|>",
+    b"a</s>b",  # a NORMAL token that llama.cpp turns into a control token
+    b"a\xffb\xc1\x81 \xed\xa0\x80 \xe4\xb8",  # invalid UTF-8, overlong, surrogate, truncated
+    b"\x01!!\x7f\x00x",
+    "'ſ e\u0301 ＡＢＣ１２３ Ⅻ ½".encode(),
+    b" \t\n \r\n \xc2\xa0 \xe3\x80\x80 \x0b \x0c \xc2\x85 x",
+    b"",
+]
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    return need_module("llama_cpp", "pip install '.[reference]' builds llama-cpp-python")
+
+
+@pytest.fixture(scope="module", params=["qwen2", "qwen25"])
+def pair(request, llama_cpp, vocab_gguf):
+    path = vocab_gguf if request.param == "qwen2" else request.getfixturevalue("qwen25_tiny")
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    return request.getfixturevalue(f"{request.param}_codec"), llm
+
+
+@pytest.mark.parametrize("parse_special", [False, True])
+def test_corpus_and_edge_cases_match_llama_cpp(pair, parse_special):
+    codec, llm = pair
+    for text in CORPUS + EDGE_CASES:
+        assert codec.encode(text, parse_special) == llm.tokenize(text, add_bos=False, special=parse_special), text
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x2FFFF), max_size=120),
+       parse_special=st.booleans())
+def test_random_text_matches_llama_cpp(pair, text, parse_special):
+    codec, llm = pair
+    data = text.encode("utf-8", "surrogatepass")
+    assert codec.encode(data, parse_special) == llm.tokenize(data, add_bos=False, special=parse_special)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=64))
+def test_random_bytes_match_llama_cpp(pair, data):
+    codec, llm = pair
+    try:
+        expected = llm.tokenize(data, add_bos=False, special=False)
+    except Exception:  # llama.cpp throws on code points above U+10FFFF; we give U+FFFD
+        return
+    assert codec.encode(data) == expected
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_pieces_match_llama_cpp(pair, special):
+    codec, llm = pair
+    ids = [0, 220, 198, 9707, 128247, *range(151640, 151670), 151935]
+    for i in ids:
+        assert codec.decode([i], special=special) == llm.detokenize([i], special=special), i
