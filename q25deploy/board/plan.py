@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..common import format_size
 from ..errors import FitError
 from .boardfile import Board, Span
 
@@ -117,10 +118,6 @@ def free_windows(board: Board) -> list[Span]:
     return sorted(windows, key=lambda w: -w.end)
 
 
-def _mib(n: int) -> str:
-    return f"{n / 1048576:,.1f} MiB"
-
-
 @dataclass(frozen=True)
 class Partition:
     """Tensors packed for one region: (tensor, offset) in file order, used and region size."""
@@ -147,9 +144,9 @@ def place_regions(board: Board, partitions: Sequence[Partition]) -> tuple[Region
     need = sum(p.size for p in partitions)
     if need > board.model_budget:
         raise FitError(
-            f"the model does not fit {board.name}: it needs {need:,} bytes ({_mib(need)}) of reserved memory, "
-            f"the board allows {board.model_budget:,} bytes ({_mib(board.model_budget)}, "
-            f"{lay.max_model_share:.0%} of {_mib(board.ddr_bytes)} DDR)"
+            f"the model does not fit {board.name}: it needs {need:,} bytes ({format_size(need)}) of reserved memory, "
+            f"the board allows {board.model_budget:,} bytes ({format_size(board.model_budget)}, "
+            f"{lay.max_model_share:.0%} of {format_size(board.ddr_bytes)} DDR)"
         )
     windows = [[w.name, w.base, w.end] for w in free_windows(board)]
     regions = []
@@ -158,8 +155,8 @@ def place_regions(board: Board, partitions: Sequence[Partition]) -> tuple[Region
         if best is None:
             largest = max((w[2] - w[1] for w in windows), default=0)
             raise FitError(
-                f"the model does not fit {board.name}: region {p.index} needs {p.size:,} bytes ({_mib(p.size)}) of "
-                f"contiguous DDR, the largest free window left is {largest:,} bytes ({_mib(largest)})"
+                f"the model does not fit {board.name}: region {p.index} needs {p.size:,} bytes ({format_size(p.size)}) of "
+                f"contiguous DDR, the largest free window left is {largest:,} bytes ({format_size(largest)})"
             )
         base = align_down(best[2] - p.size, lay.region_alignment)
         best[2] = base

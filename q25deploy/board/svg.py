@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
+from ..common import format_size
 from .boardfile import Board
 from .plan import MemoryPlan
 
@@ -15,13 +16,6 @@ BAR_W = WIDTH - 2 * BAR_X
 BANK_H = 150
 
 
-def _size(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:g} {unit}" if n % div == 0 else f"{n / div:.1f} {unit}"
-    return f"{n} B"
-
-
 def memory_svg(board: Board, plan: MemoryPlan) -> str:
     height = 60 + BANK_H * len(board.banks) + 40
     out = [
@@ -29,8 +23,8 @@ def memory_svg(board: Board, plan: MemoryPlan) -> str:
         f'viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="12">',
         f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
         f'<text x="{BAR_X}" y="24" font-size="16">{escape(board.name)}: {escape(board.description)}</text>',
-        f'<text x="{BAR_X}" y="44">model regions {len(plan.regions)}, {_size(plan.reserved_bytes)} reserved of '
-        f'{_size(plan.budget)} allowed; {len(plan.tensors)} tensors</text>',
+        f'<text x="{BAR_X}" y="44">model regions {len(plan.regions)}, {format_size(plan.reserved_bytes)} reserved of '
+        f'{format_size(plan.budget)} allowed; {len(plan.tensors)} tensors</text>',
     ]
     for i, bank in enumerate(board.banks):
         y = 60 + i * BANK_H
@@ -39,27 +33,27 @@ def memory_svg(board: Board, plan: MemoryPlan) -> str:
         out += [
             f'<g id="bank-{escape(bank.name)}">',
             f'<text x="{BAR_X}" y="{y + 14}">{escape(bank.name)}: 0x{bank.base:x}-0x{bank.end - 1:x} '
-            f'({_size(bank.size)})</text>',
+            f'({format_size(bank.size)})</text>',
             f'<rect class="bank" x="{BAR_X}" y="{y + 24}" width="{BAR_W}" height="40" fill="#eef2f5" stroke="#333"/>',
         ]
         for k, r in enumerate(sorted((r for r in board.reserved if r.overlaps(bank)), key=lambda r: r.base)):
             w = max(x(r.end) - x(r.base), 2)
             out += [
                 f'<rect class="existing" x="{x(r.base):.1f}" y="{y + 24}" width="{w:.1f}" height="40" '
-                f'fill="#b0b0b0" fill-opacity="0.8"><title>{escape(r.name)} 0x{r.base:x} {_size(r.size)}</title></rect>',
+                f'fill="#b0b0b0" fill-opacity="0.8"><title>{escape(r.name)} 0x{r.base:x} {format_size(r.size)}</title></rect>',
                 f'<text x="{x(r.base):.1f}" y="{y + 80 + 14 * k}" fill="#555">{escape(r.name)} @0x{r.base:x} '
-                f'({_size(r.size)})</text>',
+                f'({format_size(r.size)})</text>',
             ]
         for r in (r for r in plan.regions if bank.base <= r.base < bank.end):
             w = max(x(r.end) - x(r.base), 2)
             uw = max(x(r.base + r.used) - x(r.base), 1)
             out += [
                 f'<rect class="region" x="{x(r.base):.1f}" y="{y + 24}" width="{w:.1f}" height="40" fill="#9cc3ec" '
-                f'stroke="#1f5f9f"><title>{r.label} 0x{r.base:x} {_size(r.size)}</title></rect>',
+                f'stroke="#1f5f9f"><title>{r.label} 0x{r.base:x} {format_size(r.size)}</title></rect>',
                 f'<rect class="partition" x="{x(r.base):.1f}" y="{y + 34}" width="{uw:.1f}" height="20" '
                 f'fill="#1f5f9f"/>',
                 f'<text x="{x(r.base):.1f}" y="{y + 128}" fill="#1f5f9f">{r.label} @0x{r.base:x} '
-                f'{_size(r.size)} (partition {r.index}: {_size(r.used)} used)</text>',
+                f'{format_size(r.size)} (partition {r.index}: {format_size(r.used)} used)</text>',
             ]
         out.append("</g>")
     out += [

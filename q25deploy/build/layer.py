@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..board.boardfile import Board
+from ..common import json_bytes
 from ..errors import LicenseError, Q25Error
 from ..resources import data_dir, is_build_product
 
@@ -134,7 +135,7 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
         "vocab_fingerprint": summary["image"]["vocab_fingerprint"],
         "files": entries,
     }
-    manifest_bytes = (json.dumps(assets_manifest, indent=2, sort_keys=True) + "\n").encode()
+    manifest_bytes = json_bytes(assets_manifest)
     pv = "1.0+q25." + hashlib.sha256(manifest_bytes).hexdigest()[:12]
     src_names = sorted([n for n, _ in files] + [ASSETS_MANIFEST, LICENSE_FILE])
     install = [f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}" for name, dest in files]

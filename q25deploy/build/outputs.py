@@ -11,22 +11,17 @@ sorted by path, with no time stamps, so the same inputs give a byte-identical ma
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..common import file_sha256, json_bytes
 from ..errors import OutputError
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "q25deploy-manifest/1"
-
-
-def json_bytes(obj: Any) -> bytes:
-    """Canonical JSON: sorted keys, two-space indent, trailing newline."""
-    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 class OutputDir:
@@ -64,11 +59,7 @@ class OutputDir:
         """Record a file already written at :meth:`path` (hashing it unless given)."""
         p = self.tmp / rel
         if sha256 is None:
-            h = hashlib.sha256()
-            with open(p, "rb") as f:
-                while chunk := f.read(1 << 22):
-                    h.update(chunk)
-            sha256 = h.hexdigest()
+            sha256 = file_sha256(p)
         self.artifacts[rel] = {"path": rel, "kind": kind, "size": p.stat().st_size, "sha256": sha256}
 
     def write(self, rel: str, data: bytes, kind: str) -> None:

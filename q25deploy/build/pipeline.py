@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-
-from ..tokenizer import cache as tokenizer_cache
+from ..common import json_bytes, json_digest
 from ..model.source import ModelSource, cached_digest, resolve
-from .outputs import MANIFEST, json_bytes
 from ..plugin.manager import PluginFailure, Target, make_plugin_manager, resolve_target
+from ..tokenizer import cache as tokenizer_cache
+from .outputs import MANIFEST
 
 STAMP = ".q25deploy-stamp.json"
 BUILD_INFO = "build.json"
@@ -80,10 +80,6 @@ def _file_stamp(path: str | None) -> list | None:
         return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
     except OSError:
         return [path]
-
-
-def _sha(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
 def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
@@ -144,9 +140,16 @@ def _write_build(pm, target: Target, src: ModelSource, out: Path, old: dict | No
 def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: list[str], licensing: dict) -> None:
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import read_image_file
-    from .layer import (LayerFile, _static_files, layer_readme, merge_hook_results, model_assets_files,
-                        smoke_test_case, write_layer)
     from ..tokenizer.prompts import SMOKE_PROMPTS
+    from .layer import (
+        LayerFile,
+        _static_files,
+        layer_readme,
+        merge_hook_results,
+        model_assets_files,
+        smoke_test_case,
+        write_layer,
+    )
 
     board = target.board
     rels = [summary["image"]["path"], f"{TOKENIZER_DIR}/tokenizer_runtime_image_manifest.json",
@@ -171,13 +174,13 @@ def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: li
 
 def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, f, licensing):
     from ..board.header import memory_header
+    from ..board.plan import assemble
     from ..board.svg import memory_svg
     from ..model.source import remember_digest
-    from .outputs import OutputDir
-    from ..board.plan import assemble
-    from .payload import Piece, check_plain_names, digest_pass, write_outputs
     from ..tokenizer.assets import tokenizer_assets
     from ..tokenizer.vocab import vocab_from_gguf
+    from .outputs import OutputDir
+    from .payload import Piece, check_plain_names, digest_pass, write_outputs
 
     board, name = target.board, target.name
     check_plain_names(f.tensors)
@@ -196,7 +199,7 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
     pieces = [Piece(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in plan.tensors]
     part_files = [f"partitions/region_{r.index:02d}.bin" for r in plan.regions]
     sizes = [r.used for r in plan.regions]
-    plan_key = _sha([[(r.base, r.size, r.used) for r in plan.regions],
+    plan_key = json_digest([[(r.base, r.size, r.used) for r in plan.regions],
                      [(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in plan.tensors]])
 
     with OutputDir(out) as o:
@@ -222,7 +225,7 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
             return th
 
         # partitions: the same model and plan give the same files
-        partitions_key = _sha([src.sha256, plan_key, __version__]) if src.sha256 else None
+        partitions_key = json_digest([src.sha256, plan_key, __version__]) if src.sha256 else None
         reused = bool(partitions_key and old_keys.get("partitions") == partitions_key
                       and old_map.get("tensors") and all(reuse(rel) for rel in part_files))
         threads = []
@@ -247,7 +250,7 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
             join()
             src.sha256 = results["digests"].file
             remember_digest(src.path, src.sha256)
-        tok_key = _sha([src.sha256, layout.alignment, __version__])
+        tok_key = json_digest([src.sha256, layout.alignment, __version__])
         tok_old = [rel for rel in old_manifest if rel.startswith(TOKENIZER_DIR + "/")]
 
         def tok_rel(path: str) -> str:
@@ -318,5 +321,5 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
         o.write_json(BUILD_INFO, summary, "build-info")
         progress("writing the BitBake layer")
         _write_layer(pm, o, target, summary, dtsi, part_files, licensing)
-    keys = {"tokenizer": tok_key, "partitions": _sha([src.sha256, plan_key, __version__])}
+    keys = {"tokenizer": tok_key, "partitions": json_digest([src.sha256, plan_key, __version__])}
     return summary, keys, src.sha256

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ToolError, UsageError
-from .outputs import OutputDir
 from ..resources import BUILD_PRODUCT_PATTERNS, runtime_sources
+from .outputs import OutputDir
 
 SANITIZE_FLAGS = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 
-from .pipeline import BuildResult
+from ..common import format_size
 from .outputs import MANIFEST
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1048576:,.1f} MiB"
+from .pipeline import BuildResult
 
 
 def render_summary(r: BuildResult) -> str:
@@ -25,11 +22,11 @@ def render_summary(r: BuildResult) -> str:
     lines.append(f"  tokenizer  {img['path']} ({img['size']:,} bytes, fingerprint {img['vocab_fingerprint'][:16]}…) "
                  f"-> {img['install_dir']}")
     mem = s["memory"]
-    lines.append(f"  memory     {len(mem['regions'])} reserved region(s), {_mib(mem['reserved'])} of "
-                 f"{_mib(mem['budget'])} allowed, {s['tensors']} tensors")
+    lines.append(f"  memory     {len(mem['regions'])} reserved region(s), {format_size(mem['reserved'])} of "
+                 f"{format_size(mem['budget'])} allowed, {s['tensors']} tensors")
     for reg in mem["regions"]:
         lines.append(f"             {reg['label']}  0x{reg['base']:x}-0x{reg['base'] + reg['size'] - 1:x}  "
-                     f"{_mib(reg['size'])} in {reg['bank']} ({_mib(reg['used'])} used)")
+                     f"{format_size(reg['size'])} in {reg['bank']} ({format_size(reg['used'])} used)")
     try:
         manifest = json.loads((r.out / MANIFEST).read_text())
         total = sum(a["size"] for a in manifest["artifacts"])

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..common import json_bytes
 from ..errors import DeployError
 from .connection import Board
 from .release import STATE_FORMAT, Release, plan_transfer
@@ -79,7 +80,7 @@ class BoardFiles:
             raise DeployError(f"{self.board.spec.name}: {self.path(STATE_NAME)} is not a q25deploy state file") from None
 
     def write_state(self, state: dict) -> None:
-        data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+        data = json_bytes(state)
         tmp = self.path(STATE_NAME + ".tmp")
         self.board.upload(io.BytesIO(data), len(data), tmp)
         self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2"', "sh", tmp, self.path(STATE_NAME)])

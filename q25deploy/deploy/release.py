@@ -9,11 +9,11 @@ board already holds in a kept release is hard-linked on the board instead of upl
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common import json_bytes, json_digest
 from ..errors import DeployError
 
 STATE_FORMAT = "q25deploy-board-state/1"
@@ -39,8 +39,8 @@ class Release:
 def _describe(files: list[ReleaseFile], meta: dict) -> tuple[str, bytes]:
     body = {"format": "q25deploy-release/1", **meta,
             "files": [{"path": f.rel, "sha256": f.sha256, "size": f.size} for f in sorted(files, key=lambda f: f.rel)]}
-    rid = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-    return rid, (json.dumps({"id": rid, **body}, indent=2, sort_keys=True) + "\n").encode()
+    rid = json_digest(body)[:16]
+    return rid, json_bytes({"id": rid, **body})
 
 
 def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = None) -> Release:

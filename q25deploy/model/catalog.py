@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType
 
+from ..common import format_size
 from ..tokenizer.vocab import CONTROL, TYPE_NAMES, UNKNOWN, USER_DEFINED
 from .gguf import GGUFFile, StringArray
 from .source import ModelSource
@@ -96,10 +97,6 @@ def build_catalog(src: ModelSource, f: GGUFFile) -> dict:
     }
 
 
-def _mib(n: int) -> str:
-    return f"{n / 1048576:,.1f} MiB"
-
-
 def render_catalog(cat: dict) -> str:
     m = cat["model"]
     lines = [
@@ -126,11 +123,11 @@ def render_catalog(cat: dict) -> str:
             lines.append(f"           special {shown}{more}")
     else:
         lines.append("tokenizer  none")
-    lines.append(f"tensors    {len(cat['tensors'])}, {_mib(cat['tensor_bytes'])}")
+    lines.append(f"tensors    {len(cat['tensors'])}, {format_size(cat['tensor_bytes'])}")
     for name, q in cat["quant_mix"].items():
-        lines.append(f"  {name:<6} {q['tensors']:>5} tensors  {_mib(q['bytes']):>14}")
+        lines.append(f"  {name:<6} {q['tensors']:>5} tensors  {format_size(q['bytes']):>14}")
     if cat["tensors"]:
         lines.append("largest tensors:")
         for t in sorted(cat["tensors"], key=lambda t: -t["bytes"])[:5]:
-            lines.append(f"  {t['name']:<28} {t['type']:<6} {'x'.join(map(str, t['shape'])):<14} {_mib(t['bytes']):>12}")
+            lines.append(f"  {t['name']:<28} {t['type']:<6} {'x'.join(map(str, t['shape'])):<14} {format_size(t['bytes']):>12}")
     return "\n".join(lines)

@@ -9,8 +9,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..common import cache_dir as default_cache_dir
 from ..errors import ModelSourceError, OutputError
-from .source import ModelSource, default_cache_dir, resolve
+from .source import ModelSource, resolve
 
 DEFAULT_OLLAMA_MODEL = "qwen2.5:0.5b"
 DEMO_VERSION = 1

@@ -16,6 +16,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common import cache_dir as default_cache_root
+from ..common import file_sha256 as sha256_of_file
+from ..common import json_bytes
 from ..errors import ModelSourceError
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
@@ -153,13 +156,8 @@ def _blob_path(root: Path, digest: str) -> Path | None:
 
 
 # -- verified-digest cache --------------------------------------------------------------
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "q25deploy"
-
-
 def _cache_file(cache_dir: Path | None) -> Path:
-    return (cache_dir or default_cache_dir()) / "verified.json"
+    return (cache_dir or default_cache_root()) / "verified.json"
 
 
 def _cache_key(path: Path) -> tuple[str, str]:
@@ -183,7 +181,7 @@ def _cache_store(cache_dir: Path | None, path: Path, digest: str) -> None:
     try:
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True), "utf-8")
+        tmp.write_bytes(json_bytes(data))
         os.replace(tmp, f)
     except OSError:
         pass  # a cache that cannot be written only costs a rehash next time
@@ -206,11 +204,7 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
     hit = cached_digest(path, cache_dir)
     if hit:
         return hit
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    digest = h.hexdigest()
+    digest = sha256_of_file(path)
     _cache_store(cache_dir, path, digest)
     return digest
 
@@ -221,10 +215,7 @@ def verify_blob(path: Path, digest: str, size: int, *, cache_dir: Path | None = 
         raise ModelSourceError(f"{path}: size {actual_size} does not match the manifest's {size}")
     if cached_digest(path, cache_dir) == digest:
         return
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    if h.hexdigest() != digest:
-        raise ModelSourceError(f"{path}: sha256 {h.hexdigest()} does not match the manifest's {digest}")
+    actual = sha256_of_file(path)
+    if actual != digest:
+        raise ModelSourceError(f"{path}: sha256 {actual} does not match the manifest's {digest}")
     _cache_store(cache_dir, path, digest)

@@ -1,7 +1,7 @@
 """The tokenizer asset set: text assets, PS bundle and the Q25TOKRT runtime image.
 
 :func:`tokenizer_assets` is pure (a :class:`~q25deploy.tokenizer.vocab.Vocab` in, named byte strings
-out); :func:`write_tokenizer_assets` puts them into an :class:`~q25deploy.build.outputs.OutputDir`.
+out); :func:`write_assets` puts them into an :class:`~q25deploy.build.outputs.OutputDir`.
 Layouts are specified in docs/tokenizer-assets.md and docs/runtime-image.md.
 """
 
@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _json_str
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..build.outputs import OutputDir, json_bytes
+from ..common import json_bytes
 from .image.format import (
     DEFAULT_ALIGNMENT,
     MAGIC,
@@ -23,6 +24,9 @@ from .image.format import (
     ps_bundle,
 )
 from .vocab import TYPE_NAMES, Vocab
+
+if TYPE_CHECKING:  # only for the annotation: the tokenizer does not depend on the build
+    from ..build.outputs import OutputDir
 
 IMAGE_NAME = "tokenizer.q25tokrt"
 IMAGE_MANIFEST = "tokenizer_runtime_image_manifest.json"
@@ -93,6 +97,6 @@ def tokenizer_assets(
     return assets, image_manifest
 
 
-def write_assets(out: OutputDir, assets: list[Asset], prefix: str = "") -> None:
+def write_assets(out: "OutputDir", assets: list[Asset], prefix: str = "") -> None:
     for a in assets:
         out.write(prefix + a.path, a.data, a.kind)

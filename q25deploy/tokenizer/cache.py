@@ -12,7 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..model.source import default_cache_dir
+from ..common import cache_dir as default_cache_dir
+from ..common import json_bytes
 
 INDEX = "assets.json"
 
@@ -44,7 +45,7 @@ def store(key: str, assets: list, cache_dir: Path | None = None) -> None:
     try:
         for a in assets:
             (tmp / a.path).write_bytes(a.data)
-        (tmp / INDEX).write_text(json.dumps([{"path": a.path, "kind": a.kind} for a in assets]), "utf-8")
+        (tmp / INDEX).write_bytes(json_bytes([{"path": a.path, "kind": a.kind} for a in assets]))
         os.rename(tmp, d)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,52 @@
+"""Three small helpers every subpackage shares, so there is one of each: a file's sha256,
+canonical JSON (for files and for content keys), and sizes for people."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+CHUNK = 1 << 22
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes, read in constant memory."""
+    with open(path, "rb") as f:
+        return stream_sha256(f)
+
+
+def stream_sha256(f: BinaryIO) -> str:
+    """The sha256 of what is left in a binary stream."""
+    if hasattr(hashlib, "file_digest"):  # Python 3.11+: the loop in C, no Python-level copies
+        return hashlib.file_digest(f, "sha256").hexdigest()
+    h = hashlib.sha256()
+    while chunk := f.read(CHUNK):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Canonical JSON for files: sorted keys, two-space indent, UTF-8 (not \\u escapes), a final newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def json_digest(obj: Any) -> str:
+    """The sha256 of an object's compact canonical JSON: a content key (release ids, build stages)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def format_size(n: int) -> str:
+    """A size for people, in binary units: ``2 GiB`` when exact, else one decimal (``1.5 MiB``)."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:g} {unit}" if n % div == 0 else f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def cache_dir() -> Path:
+    """q25deploy's cache folder: ``$XDG_CACHE_HOME/q25deploy`` or ``~/.cache/q25deploy``."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "q25deploy"
