@@ -37,6 +37,15 @@ _SHIPPED_TEXTS = {"Apache-2.0": "Apache-2.0"}
 
 
 @dataclass(frozen=True)
+class Licence:
+    """The model's licence as the recipe states it."""
+
+    id: str  # LICENSE value
+    text: bytes  # the licence text shipped in the recipe
+    no_generic: bool  # OE-core has no generic text for this id (NO_GENERIC_LICENSE)
+
+
+@dataclass(frozen=True)
 class LayerFile:
     path: str  # inside the layer
     data: bytes | None = None
@@ -56,8 +65,9 @@ def template_root() -> Path:
     return data_dir("recipes") / LAYER
 
 
-def model_license(model: dict, license_id: str | None = None, license_file: str | None = None) -> tuple[str, bytes, bool]:
-    """(LICENSE value, licence text, needs NO_GENERIC_LICENSE) from the model, never a guess.
+def model_license(model: dict, license_id: str | None = None, license_file: str | None = None) -> Licence:
+    """The model's licence for the recipe, never a guess (``model``: ``license``, the GGUF's
+    ``general.license``, and ``ollama``, the Ollama source's layers).
 
     The id: ``--model-license``, else GGUF ``general.license``. The text:
     ``--model-license-file``, else the Ollama licence layer, else a text q25deploy ships for
@@ -81,7 +91,7 @@ def model_license(model: dict, license_id: str | None = None, license_file: str 
         raise LicenseError(
             f"the model's licence {raw_id!r} comes with no text (no Ollama licence layer); "
             "give --model-license-file FILE")
-    return canonical, text, raw_id.lower() not in _COMMON
+    return Licence(canonical, text, raw_id.lower() not in _COMMON)
 
 
 def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
@@ -94,7 +104,8 @@ def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
     }
 
 
-def _static_files() -> list[LayerFile]:
+def static_files() -> list[LayerFile]:
+    """The layer's fixed files (templates' non-``.in`` files, runtime sources without build products)."""
     root = template_root()
     out = []
     for p in sorted(root.rglob("*")):
@@ -115,11 +126,11 @@ def _install_dir_expr(path: str) -> str:
     return path
 
 
-def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]], *,
-                       license_id: str | None, license_file: str | None) -> list[LayerFile]:
+def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]],
+                       licence: Licence) -> list[LayerFile]:
     """The model-assets recipe and its files (hard links to the build's artifacts, given as
     rel → (path, sha256, size))."""
-    lic, lic_text, no_generic = model_license(summary["model"], license_id, license_file)
+    lic, lic_text, no_generic = licence.id, licence.text, licence.no_generic
     install_dir = summary["image"]["install_dir"]
     files: list[tuple[str, str]] = []  # (name in files/, path under the install dir)
     for rel in sorted(artifacts):

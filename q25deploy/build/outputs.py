@@ -19,8 +19,8 @@ from typing import Any
 
 from ..common import file_sha256, json_bytes
 from ..errors import OutputError
+from .layout import MANIFEST
 
-MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "q25deploy-manifest/1"
 
 

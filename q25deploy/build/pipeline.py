@@ -1,13 +1,17 @@
 """``q25deploy build``: everything one target needs, in one directory.
 
-Writes, atomically (a temporary sibling renamed over DIR when complete):
-``tokenizer/`` (assets and the Q25TOKRT image laid out for the target), ``partitions/``
-(one file per reserved region), ``partition_map.json``, ``q25_memory_map.h``,
-``reserved-memory.dtsi``, ``memory-map.svg``, ``build.json`` and ``manifest.json``.
+The driver of :mod:`q25deploy.build.stages`. It owns what the stages do not:
 
-Incremental: a stamp (``.q25deploy-stamp.json``, outside the manifest: it holds paths and
-mtimes) records the inputs; an unchanged build returns at once, and a stage whose inputs
-did not change is hard-linked from the previous build instead of being rewritten.
+- **atomicity**: everything is written into an :class:`~q25deploy.build.outputs.OutputDir`
+  (a temporary sibling renamed over DIR when complete);
+- **incrementality**: a stamp (``.q25deploy-stamp.json``, outside the manifest: it holds
+  paths and mtimes) records the inputs; an unchanged build returns at once, and a stage whose
+  content key did not change is hard-linked from the previous build instead of rewritten;
+  tokenizer assets of a model built before come from the content cache;
+- **overlap**: the payload copy and its two digest passes run in worker threads
+  (``concurrent.futures``) while the main thread builds the tokenizer;
+- **progress**: one line per stage through the ``progress`` callback.
+
 Reproducible: artifacts depend only on content (model bytes, board file, tool version).
 """
 
@@ -18,22 +22,21 @@ import json
 import os
 import shutil
 import sys
-import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from .. import __version__
 from ..common import json_bytes, json_digest
-from ..model.source import ModelSource, cached_digest, resolve
-from ..plugin.manager import PluginFailure, Target, make_plugin_manager, resolve_target
+from ..model.source import ModelSource, cached_digest, remember_digest, resolve
+from ..plugin.manager import PluginFailure, Target, make_plugin_manager, plugin_versions, resolve_target
 from ..tokenizer import cache as tokenizer_cache
-from .outputs import MANIFEST
+from . import layout
+from .outputs import OutputDir
 
-STAMP = ".q25deploy-stamp.json"
-BUILD_INFO = "build.json"
-TOKENIZER_DIR = "tokenizer"
+Progress = Callable[[str], None]
 
 
 @dataclass
@@ -45,13 +48,15 @@ class BuildResult:
     failures: list[PluginFailure]
 
 
-def _plugin_versions(pm) -> dict[str, str]:
-    versions = {}
-    for ep in metadata.entry_points(group="q25deploy"):
-        if pm.has_plugin(ep.name):
-            dist = getattr(ep, "dist", None)
-            versions[ep.name] = f"{dist.name} {dist.version}" if dist else "?"
-    return dict(sorted(versions.items()))
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, resolved: the target, the model and the licence options."""
+
+    target: Target
+    src: ModelSource
+    out: Path
+    license_id: str | None
+    license_file: str | None
 
 
 def _read_json(path: Path) -> dict | None:
@@ -63,7 +68,7 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _outputs_intact(out: Path) -> bool:
-    manifest = _read_json(out / MANIFEST)
+    manifest = _read_json(out / layout.MANIFEST)
     if not manifest:
         return False
     try:
@@ -82,9 +87,23 @@ def _file_stamp(path: str | None) -> list | None:
         return [path]
 
 
+def _inputs(pm, req: Request) -> dict:
+    """Everything the outputs depend on, as the stamp records it."""
+    st = req.src.path.stat()
+    return {
+        "tool": __version__,
+        "target": req.target.name,
+        "plugin": req.target.plugin,
+        "plugins": plugin_versions(pm),
+        "board_sha256": hashlib.sha256(Path(req.target.board.source).read_bytes()).hexdigest(),
+        "model": {"path": str(req.src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "license": [req.license_id, _file_stamp(req.license_file)],
+    }
+
+
 def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
           target_file: str | None = None, model_license: str | None = None, model_license_file: str | None = None,
-          progress: Callable[[str], None] = lambda s: None) -> BuildResult:
+          progress: Progress = lambda s: None) -> BuildResult:
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
     if model:
@@ -93,233 +112,155 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
         from ..model.demo import default_model
 
         src, note = default_model()
-    out = Path(out) if out else Path("q25-build") / target.name
-    st = src.path.stat()
-    board_bytes = Path(target.board.source).read_bytes()
-    inputs = {
-        "tool": __version__,
-        "target": target.name,
-        "plugin": target.plugin,
-        "plugins": _plugin_versions(pm),
-        "board_sha256": hashlib.sha256(board_bytes).hexdigest(),
-        "model": {"path": str(src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
-        "license": [model_license, _file_stamp(model_license_file)],
-    }
-    old = _read_json(out / STAMP)
-    if old and old.get("inputs") == inputs and _outputs_intact(out):
-        summary = _read_json(out / BUILD_INFO) or {}
-        return BuildResult(out, True, summary, note, failures)
+    req = Request(target, src, Path(out) if out else Path("q25-build") / target.name, model_license,
+                  model_license_file)
+    inputs = _inputs(pm, req)
+    old = _read_json(req.out / layout.STAMP)
+    if old and old.get("inputs") == inputs and _outputs_intact(req.out):
+        return BuildResult(req.out, True, _read_json(req.out / layout.BUILD_INFO) or {}, note, failures)
     if src.sha256 is None:  # known from the verified-digest cache or the last build?
         src.sha256 = cached_digest(src.path)
         if src.sha256 is None and old and old.get("inputs", {}).get("model") == inputs["model"]:
             src.sha256 = old.get("model_sha256")
     progress(f"reading {src.reference}")
-    # worker threads hash and copy outside the GIL; a short switch interval lets them take it
-    # back quickly between chunks while the main thread runs Python
+    with _short_switch_interval():
+        summary, keys = _run(pm, req, Previous(req.out, old), progress)
+    (req.out / layout.STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": src.sha256}))
+    return BuildResult(req.out, False, summary, note, failures)
+
+
+@contextmanager
+def _short_switch_interval():
+    """Worker threads hash and copy outside the GIL; a short switch interval lets them take
+    it back quickly between chunks while the main thread runs Python."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
     try:
-        summary, keys, model_sha = _write_build(pm, target, src, out, old, progress,
-                                                {"id": model_license, "file": model_license_file})
+        yield
     finally:
         sys.setswitchinterval(interval)
-    (out / STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": model_sha}))
-    return BuildResult(out, False, summary, note, failures)
 
 
-def _write_build(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, licensing):
+class Previous:
+    """The last build in DIR: its stage keys and artifacts, for hard-linking unchanged stages."""
+
+    def __init__(self, out: Path, stamp: dict | None) -> None:
+        self.out = out
+        self.keys = (stamp or {}).get("keys", {})
+        self.partition_map = _read_json(out / layout.PARTITION_MAP) or {}
+        manifest = _read_json(out / layout.MANIFEST) or {}
+        self.artifacts = {a["path"]: a for a in manifest.get("artifacts", [])}
+
+    def has(self, rel: str) -> bool:
+        return rel in self.artifacts and (self.out / rel).is_file()
+
+    def reuse(self, o: OutputDir, stage: str, key: str | None, rels: list[str]) -> bool:
+        """Link every file of a stage whose content key is unchanged (all of them or none)."""
+        if not (key and self.keys.get(stage) == key and rels and all(self.has(r) for r in rels)):
+            return False
+        for rel in rels:
+            os.link(self.out / rel, o.path(rel))
+            o.record(rel, self.artifacts[rel]["kind"], sha256=self.artifacts[rel]["sha256"])
+        return True
+
+
+@dataclass
+class Payload:
+    """The partitions' and tensors' digests, from the worker threads or the last build."""
+
+    tensor_sha: dict[str, str]
+    part_sha: list[str]
+
+
+def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) -> dict[str, Future]:
+    """Copy the tensors into the partitions and hash (tensors; partitions + file) in parallel."""
+    from .payload import digest_pass, write_outputs
+
+    path, n = str(src.path), len(p.files)
+    return {
+        "copy": pool.submit(write_outputs, path, p.pieces, [str(o.path(f)) for f in p.files], p.sizes),
+        "tensors": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=False, streams="pieces"),
+        "outputs": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None,
+                               streams="outputs"),
+    }
+
+
+def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dict]:
     from ..model.gguf import GGUFFile
+    from . import stages
 
-    f = GGUFFile(src.path)
-    try:
-        return _write_build_from(pm, target, src, out, old, progress, f, licensing)
-    finally:
-        f.close()
-
-
-def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: list[str], licensing: dict) -> None:
-    from ..tokenizer.codec import Codec
-    from ..tokenizer.image.reader import read_image_file
-    from ..tokenizer.prompts import SMOKE_PROMPTS
-    from .layer import (
-        LayerFile,
-        _static_files,
-        layer_readme,
-        merge_hook_results,
-        model_assets_files,
-        smoke_test_case,
-        write_layer,
-    )
-
-    board = target.board
-    rels = [summary["image"]["path"], f"{TOKENIZER_DIR}/tokenizer_runtime_image_manifest.json",
-            "partition_map.json", "q25_memory_map.h", *part_files]
-    artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
-    files = _static_files()
-    files += model_assets_files(board, summary, artifacts, license_id=licensing.get("id"),
-                                license_file=licensing.get("file"))
-    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
-    files.append(smoke_test_case(summary, [(t, sp, codec.encode(t, sp)) for t, sp in SMOKE_PROMPTS]))
-    extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
-                                                             build={"dtsi": dtsi, "summary": summary}))
-    by_path = {f.path: f for f in files}
-    for path, data in extra.items():
-        if data is None:
-            by_path.pop(path, None)
-        else:
-            by_path[path] = LayerFile(path, data)
-    by_path["README.md"] = layer_readme(summary, board, any(p.startswith("recipes-bsp/device-tree/") for p in by_path))
-    write_layer(o, list(by_path.values()))
-
-
-def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict | None, progress, f, licensing):
-    from ..board.header import memory_header
-    from ..board.plan import assemble
-    from ..board.svg import memory_svg
-    from ..model.source import remember_digest
-    from ..tokenizer.assets import tokenizer_assets
-    from ..tokenizer.vocab import vocab_from_gguf
-    from .outputs import OutputDir
-    from .payload import Piece, check_plain_names, digest_pass, write_outputs
-
-    board, name = target.board, target.name
-    check_plain_names(f.tensors)
-    partitions = pm.hook.q25deploy_partition_plan(target=name, board=board, tensors=f.tensors)
-    regions = pm.hook.q25deploy_reserved_regions(target=name, board=board, partitions=partitions)
-    plan = assemble(partitions, regions, board.model_budget)
-    layout = pm.hook.q25deploy_image_layout(target=name, board=board)
-    model_name = f.metadata.get("general.name", "")
-    model_name = model_name if isinstance(model_name, str) else ""
-    license_id = f.metadata.get("general.license")
-    dtsi = pm.hook.q25deploy_reserved_memory_dtsi(target=name, board=board, plan=plan)
-    old_keys = (old or {}).get("keys", {})
-    old_map = _read_json(out / "partition_map.json") or {}
-    old_manifest = {a["path"]: a for a in (_read_json(out / MANIFEST) or {}).get("artifacts", [])}
-
-    pieces = [Piece(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in plan.tensors]
-    part_files = [f"partitions/region_{r.index:02d}.bin" for r in plan.regions]
-    sizes = [r.used for r in plan.regions]
-    plan_key = json_digest([[(r.base, r.size, r.used) for r in plan.regions],
-                     [(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in plan.tensors]])
-
-    with OutputDir(out) as o:
-        def reuse(rel: str) -> bool:
-            prev = old_manifest.get(rel)
-            if not prev or not (out / rel).is_file():
-                return False
-            os.link(out / rel, o.path(rel))
-            o.record(rel, prev["kind"], sha256=prev["sha256"])
-            return True
-
-        results: dict[str, Any] = {}
-        errors: list[BaseException] = []
-
-        def run(key: str, fn) -> threading.Thread:
-            def body():
-                try:
-                    results[key] = fn()
-                except BaseException as e:  # re-raised in the main thread
-                    errors.append(e)
-            th = threading.Thread(target=body, name=key)
-            th.start()
-            return th
-
+    src, target = req.src, req.target
+    with GGUFFile(src.path) as f, OutputDir(req.out) as o, ThreadPoolExecutor(max_workers=3) as pool:
+        info = stages.model_info(f)
+        lic = stages.licence(src, info, req.license_id, req.license_file)
+        p = stages.plan(pm, target, f)
         # partitions: the same model and plan give the same files
-        partitions_key = json_digest([src.sha256, plan_key, __version__]) if src.sha256 else None
-        reused = bool(partitions_key and old_keys.get("partitions") == partitions_key
-                      and old_map.get("tensors") and all(reuse(rel) for rel in part_files))
-        threads = []
+        part_key = json_digest([src.sha256, p.key, __version__]) if src.sha256 else None
+        reused = bool(prev.partition_map.get("tensors")) and prev.reuse(o, "partitions", part_key, p.files)
         if not reused:
             progress("copying tensors into partitions")
-            threads.append(run("copy", lambda: write_outputs(str(src.path), pieces, [str(o.path(p)) for p in part_files],
-                                                              sizes)))
-            # two hashing threads (tensor digests; partition digests + the file's when unknown)
-            threads.append(run("tensor-digests", lambda: digest_pass(str(src.path), pieces, len(part_files), sizes,
-                                                                      file_digest=False, streams="pieces")))
-            threads.append(run("digests", lambda: digest_pass(str(src.path), pieces, len(part_files), sizes,
-                                                               file_digest=src.sha256 is None, streams="outputs")))
-
-        def join():
-            for th in threads:
-                th.join()
-            if errors:
-                raise errors[0]
-
-        # tokenizer: the same model and image alignment give the same files
+        futures = {} if reused else _start_payload(pool, src, p, o)
         if src.sha256 is None:
-            join()
-            src.sha256 = results["digests"].file
+            src.sha256 = futures["outputs"].result().file
             remember_digest(src.path, src.sha256)
-        tok_key = json_digest([src.sha256, layout.alignment, __version__])
-        tok_old = [rel for rel in old_manifest if rel.startswith(TOKENIZER_DIR + "/")]
-
-        def tok_rel(path: str) -> str:
-            return f"{TOKENIZER_DIR}/{layout.filename if path == 'tokenizer.q25tokrt' else path}"
-
-        if old_keys.get("tokenizer") == tok_key and tok_old and all(reuse(rel) for rel in tok_old):
-            pass  # unchanged since the last build of this directory: hard links
-        elif (hit := tokenizer_cache.lookup(tok_key)) is not None:
-            progress("copying the tokenizer assets from the cache")
-            cached_dir, cached = hit
-            for a in cached:
-                shutil.copyfile(cached_dir / a["path"], o.path(tok_rel(a["path"])))
-                o.record(tok_rel(a["path"]), a["kind"])
-        else:
-            progress("reading the tokenizer")
-            vocab = vocab_from_gguf(f)
-            progress("building the tokenizer assets and runtime image")
-            assets, _ = tokenizer_assets(vocab, source_sha256=src.sha256, model_name=model_name,
-                                         alignment=layout.alignment)
-            for a in assets:
-                o.write(tok_rel(a.path), a.data, a.kind)
-            tokenizer_cache.store(tok_key, assets)
-        image_manifest = json.loads(o.path(f"{TOKENIZER_DIR}/tokenizer_runtime_image_manifest.json").read_text())
-        join()
+        tok_key = _tokenizer_stage(o, prev, f, src.sha256, info, p, progress)
+        payload = _finish_payload(o, prev, p, futures)
         progress("writing the memory plan")
-        if reused:
-            tensor_sha = {t["name"]: t["sha256"] for t in old_map["tensors"]}
-            part_sha = [old_manifest[rel]["sha256"] for rel in part_files]
-        else:
-            tensor_sha, part_sha = results["tensor-digests"].pieces, results["digests"].outputs
-            for rel, sha in zip(part_files, part_sha):
-                o.record(rel, "tensor-partition", sha256=sha)
-        pmap = {
-            "format": "q25deploy-partition-map/1",
-            "target": name,
-            "model": {"sha256": src.sha256, "name": model_name},  # content only: no paths
-            "regions": [
-                {"index": r.index, "label": r.label, "node": r.node_name, "base": r.base, "size": r.size,
-                 "used": r.used, "bank": r.bank, "file": rel, "sha256": sha}
-                for r, rel, sha in zip(plan.regions, part_files, part_sha)
-            ],
-            "tensors": [
-                {"name": t.name, "region": t.region, "address": plan.address(t), "offset": t.offset,
-                 "bytes": t.nbytes, "type": t.type_name, "shape": list(t.shape), "sha256": tensor_sha[t.name],
-                 "source_offset": t.source_offset}
-                for t in plan.tensors
-            ],
-        }
-        o.write_json("partition_map.json", pmap, "partition-map")
-        o.write("q25_memory_map.h", memory_header(board, plan).encode(), "memory-map-header")
-        o.write("reserved-memory.dtsi", dtsi.encode(), "reserved-memory-dtsi")
-        o.write("memory-map.svg", memory_svg(board, plan).encode(), "memory-map-svg")
-        summary = {
-            "target": name,
-            "plugin": target.plugin,
-            "board": {"name": board.name, "description": board.description},
-            "model": {"reference": src.reference, "sha256": src.sha256, "name": model_name,
-                      "license": license_id if isinstance(license_id, str) else None,
-                      "ollama": src.ollama or None},
-            "image": {"path": f"{TOKENIZER_DIR}/{layout.filename}", "install_dir": layout.install_dir,
-                      "alignment": layout.alignment, "size": image_manifest["size"],
-                      "sha256": image_manifest["sha256"], "vocab_fingerprint": image_manifest["vocab_fingerprint"]},
-            "memory": {"budget": plan.budget, "reserved": plan.reserved_bytes,
-                       "regions": [{"label": r.label, "base": r.base, "size": r.size, "used": r.used, "bank": r.bank}
-                                   for r in plan.regions]},
-            "tensors": len(plan.tensors),
-        }
-        o.write_json(BUILD_INFO, summary, "build-info")
+        o.write_json(layout.PARTITION_MAP, stages.partition_map(target, p, src.sha256, info, payload.tensor_sha,
+                                                                payload.part_sha), "partition-map")
+        for rel, data, kind in stages.board_files(target, p):
+            o.write(rel, data, kind)
+        image_manifest = json.loads(o.path(layout.IMAGE_MANIFEST).read_text())
+        summary = stages.summary(target, src, info, p, image_manifest)
+        o.write_json(layout.BUILD_INFO, summary, "build-info")
         progress("writing the BitBake layer")
-        _write_layer(pm, o, target, summary, dtsi, part_files, licensing)
-    keys = {"tokenizer": tok_key, "partitions": json_digest([src.sha256, plan_key, __version__])}
-    return summary, keys, src.sha256
+        _layer_stage(pm, o, target, summary, p, lic)
+    return summary, {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
+
+
+def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, progress: Progress) -> str:
+    """The tokenizer assets: linked from the last build, copied from the cache, or built."""
+    from . import stages
+
+    key = json_digest([model_sha, p.layout.alignment, __version__])
+    if prev.reuse(o, "tokenizer", key, [r for r in prev.artifacts if r.startswith(layout.TOKENIZER_DIR + "/")]):
+        return key  # unchanged since the last build of this directory: hard links
+    hit = tokenizer_cache.lookup(key)
+    if hit is not None:
+        progress("copying the tokenizer assets from the cache")
+        cached_dir, cached = hit
+        for a in cached:
+            rel = stages.tokenizer_path(p.layout, a["path"])
+            shutil.copyfile(cached_dir / a["path"], o.path(rel))
+            o.record(rel, a["kind"])
+        return key
+    progress("building the tokenizer assets and runtime image")
+    assets = stages.tokenizer(f, model_sha, info, p.layout.alignment)
+    for a in assets:
+        o.write(stages.tokenizer_path(p.layout, a.path), a.data, a.kind)
+    tokenizer_cache.store(key, assets)
+    return key
+
+
+def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future]) -> Payload:
+    if not futures:  # reused from the last build
+        return Payload({t["name"]: t["sha256"] for t in prev.partition_map["tensors"]},
+                       [prev.artifacts[rel]["sha256"] for rel in p.files])
+    for fut in futures.values():
+        fut.result()  # re-raises a worker's error here
+    payload = Payload(futures["tensors"].result().pieces, futures["outputs"].result().outputs)
+    for rel, sha in zip(p.files, payload.part_sha):
+        o.record(rel, "tensor-partition", sha256=sha)
+    return payload
+
+
+def _layer_stage(pm, o: OutputDir, target: Target, summary: dict, p, lic) -> None:
+    from ..tokenizer.codec import Codec
+    from ..tokenizer.image.reader import read_image_file
+    from . import stages
+    from .layer import write_layer
+
+    rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
+    artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
+    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
+    write_layer(o, stages.layer(pm, target, summary, p, artifacts, lic, codec))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..common import format_size
-from .outputs import MANIFEST
+from .layout import MANIFEST
 from .pipeline import BuildResult
 
 

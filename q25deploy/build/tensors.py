@@ -4,7 +4,7 @@ sha256, file) for HLS testbenches and Python."""
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..model.gguf import GGUFFile
@@ -23,15 +23,11 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
     sizes = [t.nbytes for t in tensors]
     with OutputDir(out) as o:
         paths = [str(o.path(rel)) for rel in files]
-        box: dict = {}
-        th = threading.Thread(target=lambda: box.setdefault(
-            "d", digest_pass(str(src.path), pieces, len(files), sizes, file_digest=src.sha256 is None)))
-        th.start()
-        write_outputs(str(src.path), pieces, paths, sizes)
-        th.join()
-        if "d" not in box:
-            raise RuntimeError("hashing the tensors failed")
-        d = box["d"]
+        with ThreadPoolExecutor(max_workers=1) as pool:  # hash while the kernel copies
+            digests = pool.submit(digest_pass, str(src.path), pieces, len(files), sizes,
+                                  file_digest=src.sha256 is None)
+            write_outputs(str(src.path), pieces, paths, sizes)
+            d = digests.result()
         if src.sha256 is None:
             src.sha256 = d.file
             remember_digest(src.path, d.file)

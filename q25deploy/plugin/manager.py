@@ -59,6 +59,16 @@ def make_plugin_manager(entry_points: bool = True) -> tuple[pluggy.PluginManager
     return pm, failures
 
 
+def plugin_versions(pm: pluggy.PluginManager) -> dict[str, str]:
+    """Entry-point plugin name → "distribution version", for the loaded plugins (a build input)."""
+    versions = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if pm.has_plugin(ep.name):
+            dist = getattr(ep, "dist", None)
+            versions[ep.name] = f"{dist.name} {dist.version}" if dist else "?"
+    return dict(sorted(versions.items()))
+
+
 def registered_targets(pm: pluggy.PluginManager, failures: list[PluginFailure]) -> dict[str, tuple[str, TargetSpec]]:
     """target name → (plugin name, spec), calling each plugin on its own."""
     out: dict[str, tuple[str, TargetSpec]] = {}

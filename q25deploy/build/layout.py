@@ -1,0 +1,44 @@
+"""The names inside a build directory, in one place: what ``build`` writes, what the layer
+packages and what a release carries to a board (``deploy`` reads them from here)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+MANIFEST = "manifest.json"
+STAMP = ".q25deploy-stamp.json"  # incremental-build record, outside the manifest (paths, mtimes)
+BUILD_INFO = "build.json"
+PARTITION_MAP = "partition_map.json"
+MEMORY_HEADER = "q25_memory_map.h"
+DTSI = "reserved-memory.dtsi"
+SVG = "memory-map.svg"
+TOKENIZER_DIR = "tokenizer"
+IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"
+IMAGE_MANIFEST = f"{TOKENIZER_DIR}/{IMAGE_MANIFEST_NAME}"
+RUNTIME_BIN = "q25tok"  # the board runtime, when a release carries its own (--runtime-bin)
+
+
+def partition_file(index: int) -> str:
+    return f"partitions/region_{index:02d}.bin"
+
+
+def tokenizer_file(name: str) -> str:
+    return f"{TOKENIZER_DIR}/{name}"
+
+
+def release_files(image: str, partitions: Sequence[str]) -> list[str]:
+    """The build files a release carries to the board (paths in the build directory): the
+    runtime image and its manifest, the partition map and every partition."""
+    return [image, IMAGE_MANIFEST, PARTITION_MAP, *partitions]
+
+
+def release_name(build_path: str) -> str:
+    """Where a release file lives inside ``releases/<id>/`` on the board: the tokenizer's
+    files at the top, everything else at its build path."""
+    prefix = TOKENIZER_DIR + "/"
+    return build_path[len(prefix):] if build_path.startswith(prefix) else build_path
+
+
+def tokenizer_update_names(image_name: str) -> set[str]:
+    """What a tokenizer-only update replaces in a release (names inside the release)."""
+    return {image_name, IMAGE_MANIFEST_NAME, RUNTIME_BIN}
