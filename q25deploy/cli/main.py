@@ -2,7 +2,7 @@
 
 Each command group (``models``, ``build``, ``deploy``, ``tokens``, ``runtime``) adds its own
 sub-parsers and handlers. This is the one place where errors become messages and exit codes
-(``EXIT_CODES``, documented in README.md). Library code raises
+(``EXIT_CODES``, ``EXIT_MEANINGS``; documented in README.md). Library code raises
 :class:`~q25deploy.errors.Q25Error` subclasses and never prints or exits.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from typing import Callable, Sequence
 
 from .. import __version__
@@ -36,6 +37,27 @@ from . import build, deploy, models, runtime, tokens
 #: order ``--help`` lists them
 COMMAND_GROUPS = (models, build, deploy, tokens, runtime)
 
+#: exit code → meaning: the one table behind the epilog of ``--help`` and README.md's "Exit
+#: codes" (tests/cli/test_help.py compares the three)
+EXIT_MEANINGS: dict[int, str] = {
+    0: "success",
+    1: "other error the user can act on",
+    2: "usage: bad option, argument or value; unknown target",
+    3: "model source: no Ollama store, unknown model, missing blob, size or digest mismatch",
+    4: "not a valid GGUF (bad magic, truncated, absurd counts, data out of range, unknown type, ...)",
+    5: "tokenizer missing or not supported (byte-level BPE with the qwen2 pre-tokenizer is)",
+    6: "bad runtime image (magic, version, checksum, bounds)",
+    7: "bad token id, or text that cannot be encoded",
+    8: "cannot write the output",
+    9: "a system tool is missing or failed (compiler, ...)",
+    10: "the model does not fit the board's memory",
+    11: "bad board file",
+    12: "the model's licence is unknown (for the layer's recipe)",
+    13: "a board failed (deploy, smoke, rollback, status); the other boards are unaffected",
+    70: "internal error (a bug; Q25DEPLOY_DEBUG=1 shows the traceback)",
+    130: "interrupted",
+}
+
 #: error class → exit code; the first matching class (in this order) wins
 EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (UsageError, 2),
@@ -57,24 +79,22 @@ EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)
 EXIT_INTERRUPTED = 130
 
 
-EPILOG = """\
-MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b
-(looked up in $OLLAMA_MODELS or ~/.ollama/models).
-
-exit codes: 0 ok, 2 usage, 3 model not found / digest mismatch, 4 not a valid GGUF,
-5 unsupported tokenizer, 6 bad runtime image, 7 bad token id / encode failure,
-8 cannot write output, 9 a system tool is missing or failed, 10 the model does not
-fit the board, 11 bad board file, 12 the model's licence is unknown, 13 a board failed
-(deploy, smoke, rollback, status; the other boards are unaffected), 70 internal error,
-130 interrupted.
-"""
+def epilog() -> str:
+    """The text under ``q25deploy --help``: what MODEL is, and every exit code."""
+    lines = ["MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b",
+             "(looked up in $OLLAMA_MODELS or ~/.ollama/models); every command that reads a model",
+             "takes it positionally or as --model MODEL.", "", "exit codes:"]
+    for code, meaning in EXIT_MEANINGS.items():
+        lines += textwrap.wrap(meaning, 79, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7,
+                               break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="q25deploy",
         description="Take a Qwen2.5 model (GGUF file or Ollama model) onto Zynq UltraScale+ boards.",
-        epilog=EPILOG,
+        epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"q25deploy {__version__}")
