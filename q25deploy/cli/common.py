@@ -1,5 +1,5 @@
-"""What the command groups share: commands with sub-commands of their own, the power-of-two
-option type, and warnings about broken plugins.
+"""What the command groups share: the help of MODEL, commands with sub-commands of their own, the
+power-of-two option type, and warnings about broken plugins.
 
 Nothing here imports more than the standard library: ``q25deploy --help`` stays fast."""
 
@@ -9,11 +9,14 @@ import argparse
 import sys
 from typing import Iterable
 
-def add_group(sub, name: str, help: str):
+MODEL_HELP = "a .gguf path or an Ollama reference such as qwen2.5:0.5b"
+
+
+def add_group(sub, name: str, *, help: str, description: str, what: str):
     """A command with sub-commands of its own (``export tokenizer``, ``runtime build``); returns
-    the sub-parsers to add them to."""
-    parser = sub.add_parser(name, help=help)
-    group = parser.add_subparsers(dest="what", metavar="WHAT")
+    the sub-parsers to add them to. ``what`` is the help of its WHAT argument."""
+    parser = sub.add_parser(name, help=help, description=description)
+    group = parser.add_subparsers(dest="what", metavar="WHAT", help=what)
     group.required = True
     return group
 

@@ -46,9 +46,13 @@ def add_commands(sub) -> None:
                         "partition digests and the live device tree's reserved memory.")
     sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
     sm.set_defaults(func=cmd_fleet)
-    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards")
+    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards",
+                        description="Show each board's current and previous release and whether its state file "
+                        "and current link agree; exit 13 when a board cannot be read or they disagree.")
     st.set_defaults(func=cmd_fleet)
-    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release")
+    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release",
+                         description="Switch each board's current link back to the previous release kept on it "
+                         "and remove the release it replaces; a board without a previous release fails.")
     rb2.set_defaults(func=cmd_fleet)
 
 

@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"q25deploy {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND",
+                           help="what to do (q25deploy COMMAND --help tells more)")
     sub.required = True
     for group in COMMAND_GROUPS:
         group.add_commands(sub)

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .common import add_group, positive_pow2
+from .common import MODEL_HELP, add_group, positive_pow2
 
 
 def add_commands(sub) -> None:
@@ -14,18 +14,21 @@ def add_commands(sub) -> None:
     sp = sub.add_parser("inspect", help="show a model's metadata, tensors, tokenizer and quant mix",
                         description="Show the catalog of MODEL: metadata, tensor directory, tokenizer summary "
                         "and quant mix. Reads the GGUF header only; tensor data is never read.")
-    sp.add_argument("model", metavar="MODEL")
+    sp.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     sp.add_argument("--json", action="store_true", help="print the full catalog as JSON (for scripts)")
     sp.set_defaults(func=cmd_inspect)
 
-    exs = add_group(sub, "export", "export tokenizer assets or tensor payloads")
+    exs = add_group(sub, "export", help="export tokenizer assets or tensor payloads",
+                    description="Export a model's tokenizer assets (with the Q25TOKRT runtime image) or its "
+                    "tensor payloads into a directory.", what="what to export")
     et = exs.add_parser("tokenizer", help="write the tokenizer assets, PS bundle and Q25TOKRT runtime image",
                         description="Write tokens.jsonl, merges.txt, token_types.bin, chat_template.txt, the PS "
                         "bundle (token_index.bin, token_bytes.bin, merge_table_u32.bin), the Q25TOKRT runtime "
                         "image and manifests into DIR. DIR is replaced atomically.")
-    et.add_argument("model", metavar="MODEL")
-    et.add_argument("--out", required=True, metavar="DIR", type=Path)
-    et.add_argument("--alignment", type=positive_pow2, default=4096,
+    et.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    et.add_argument("--out", required=True, metavar="DIR", type=Path,
+                    help="output directory (replaced atomically)")
+    et.add_argument("--alignment", type=positive_pow2, default=4096, metavar="N",
                     help="section alignment of the runtime image (power of two, default 4096)")
     et.add_argument("--json", action="store_true", help="print the runtime image manifest as JSON")
     et.set_defaults(func=cmd_export_tokenizer)
@@ -33,8 +36,9 @@ def add_commands(sub) -> None:
     ex2 = exs.add_parser("tensors", help="write one file per tensor, byte-identical to the GGUF payload",
                          description="Write tensors/NAME.bin for every tensor (byte-identical to the GGUF payload, "
                          "copied by the kernel) and tensor_payload_export_manifest.json into DIR.")
-    ex2.add_argument("model", metavar="MODEL")
-    ex2.add_argument("--out", required=True, metavar="DIR", type=Path)
+    ex2.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    ex2.add_argument("--out", required=True, metavar="DIR", type=Path,
+                     help="output directory (tensors/ and the manifest go there)")
     ex2.add_argument("--json", action="store_true", help="print the manifest as JSON")
     ex2.set_defaults(func=cmd_export_tensors)
 
