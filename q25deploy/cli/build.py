@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import Q25Error
-from .common import report_failures
+from .common import add_model_argument, report_failures
 
 
 def add_commands(sub) -> None:
@@ -16,10 +16,10 @@ def add_commands(sub) -> None:
     bd = sub.add_parser("build", help="build everything for a target board (the main job)",
                         description="Build the tokenizer image, tensor partitions, memory map, device-tree "
                         "fragment and memory picture for one target into DIR (default q25-build/TARGET), "
-                        "atomically, incrementally and reproducibly. Without --model: Ollama's qwen2.5:0.5b "
+                        "atomically, incrementally and reproducibly. Without MODEL: Ollama's qwen2.5:0.5b "
                         "if present, else the built-in demo model.")
     bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
-    bd.add_argument("--model", metavar="MODEL", help="a .gguf path or an Ollama reference")
+    add_model_argument(bd, required=False, default="Ollama's qwen2.5:0.5b if present, else the built-in demo model")
     bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
     bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
     bd.add_argument("--model-license", metavar="ID",

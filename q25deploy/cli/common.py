@@ -1,5 +1,5 @@
-"""What the command groups share: the help of MODEL, commands with sub-commands of their own, the
-power-of-two option type, and warnings about broken plugins.
+"""What the command groups share: the MODEL argument (positional or ``--model``), commands with
+sub-commands of their own, the power-of-two option type, and warnings about broken plugins.
 
 Nothing here imports more than the standard library: ``q25deploy --help`` stays fast."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from typing import Iterable
 
 MODEL_HELP = "a .gguf path or an Ollama reference such as qwen2.5:0.5b"
@@ -19,6 +20,34 @@ def add_group(sub, name: str, *, help: str, description: str, what: str):
     group = parser.add_subparsers(dest="what", metavar="WHAT", help=what)
     group.required = True
     return group
+
+
+def add_model_argument(parser: argparse.ArgumentParser, *, required: bool, default: str = "") -> None:
+    """MODEL, given positionally or as ``--model MODEL`` (the same in every command that reads a
+    model; both may be given when they agree). ``args.model`` is the one given, or None.
+    ``default`` tells what an optional MODEL defaults to."""
+    parser.add_argument("model", nargs="?", metavar="MODEL",
+                        help=f"{MODEL_HELP} (or give --model MODEL){'; default: ' + default if default else ''}")
+    parser.add_argument("--model", dest="model_option", metavar="MODEL",
+                        help="MODEL as an option (either form; when both are given they must agree)")
+    parser.set_defaults(validate=partial(_merge_model, parser=parser, required=required))
+
+
+def _merge_model(args: argparse.Namespace, *, parser: argparse.ArgumentParser, required: bool) -> None:
+    given, option = args.model, args.model_option
+    if given is not None and option is not None and given != option:
+        parser.error(f"MODEL {given!r} and --model {option!r} differ: give one")
+    args.model = given if given is not None else option
+    if args.model is None and required:
+        parser.error("the following arguments are required: MODEL")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Run the checks a command's parser left for after parsing (a usage error exits 2, like
+    any other argparse error)."""
+    check = getattr(args, "validate", None)
+    if check is not None:
+        check(args)
 
 
 def positive_pow2(s: str) -> int:

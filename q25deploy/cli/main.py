@@ -32,6 +32,7 @@ from ..errors import (
     UsageError,
 )
 from . import build, deploy, models, runtime, tokens
+from .common import validate
 
 #: the command groups, each a module with ``add_commands(subparsers)`` and its handlers, in the
 #: order ``--help`` lists them
@@ -120,6 +121,7 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    validate(args)  # usage errors argparse cannot see (MODEL and --model differ): exit 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .common import MODEL_HELP, add_group, positive_pow2
+from .common import add_group, add_model_argument, positive_pow2
 
 
 def add_commands(sub) -> None:
@@ -14,7 +14,7 @@ def add_commands(sub) -> None:
     sp = sub.add_parser("inspect", help="show a model's metadata, tensors, tokenizer and quant mix",
                         description="Show the catalog of MODEL: metadata, tensor directory, tokenizer summary "
                         "and quant mix. Reads the GGUF header only; tensor data is never read.")
-    sp.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    add_model_argument(sp, required=True)
     sp.add_argument("--json", action="store_true", help="print the full catalog as JSON (for scripts)")
     sp.set_defaults(func=cmd_inspect)
 
@@ -25,7 +25,7 @@ def add_commands(sub) -> None:
                         description="Write tokens.jsonl, merges.txt, token_types.bin, chat_template.txt, the PS "
                         "bundle (token_index.bin, token_bytes.bin, merge_table_u32.bin), the Q25TOKRT runtime "
                         "image and manifests into DIR. DIR is replaced atomically.")
-    et.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    add_model_argument(et, required=True)
     et.add_argument("--out", required=True, metavar="DIR", type=Path,
                     help="output directory (replaced atomically)")
     et.add_argument("--alignment", type=positive_pow2, default=4096, metavar="N",
@@ -36,7 +36,7 @@ def add_commands(sub) -> None:
     ex2 = exs.add_parser("tensors", help="write one file per tensor, byte-identical to the GGUF payload",
                          description="Write tensors/NAME.bin for every tensor (byte-identical to the GGUF payload, "
                          "copied by the kernel) and tensor_payload_export_manifest.json into DIR.")
-    ex2.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    add_model_argument(ex2, required=True)
     ex2.add_argument("--out", required=True, metavar="DIR", type=Path,
                      help="output directory (tensors/ and the manifest go there)")
     ex2.add_argument("--json", action="store_true", help="print the manifest as JSON")

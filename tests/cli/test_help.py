@@ -46,6 +46,16 @@ def test_help_exits_0_and_describes_every_argument(capsys, path):
             assert choice.help, f"{' '.join(path)} {choice.dest}: no help"
 
 
+def test_every_command_that_reads_a_model_takes_it_both_ways():
+    readers = []
+    for path, parser in walk(build_parser()):
+        dests = {a.dest: a for a in parser._actions}
+        if "model" in dests or "model_option" in dests:
+            readers.append(path)
+            assert not dests["model"].option_strings and dests["model_option"].option_strings == ["--model"]
+    assert set(readers) == {("inspect",), ("build",), ("export", "tokenizer"), ("export", "tensors")}
+
+
 HEAVY = ("numpy", "gguf", "paramiko", "fabric", "pluggy", "q25deploy.model", "q25deploy.tokenizer",
          "q25deploy.board", "q25deploy.plugin", "q25deploy.build", "q25deploy.deploy")
 
