@@ -56,6 +56,9 @@ def cmd_build(a: argparse.Namespace) -> int:
     return 0
 
 
+TARGETS_HEADER = ("NAME", "PLUGIN", "DDR", "DESCRIPTION")
+
+
 def _target_row(name: str, plugin: str, spec) -> dict:
     from ..board.boardfile import load_board
 
@@ -81,6 +84,7 @@ def cmd_targets(a: argparse.Namespace) -> int:
         print(json.dumps({"targets": rows, "failed_plugins": [{"plugin": f.plugin, "error": f.error}
                                                                for f in failures]}, indent=2))
         return 0
+    print(_target_line(*TARGETS_HEADER))
     for r in rows:
         size = f"{r['ddr_bytes'] / (1 << 30):g} GiB DDR" if "ddr_bytes" in r else f"broken: {r['error']}"
         print(_target_line(r["name"], r["plugin"], size, r["description"]))

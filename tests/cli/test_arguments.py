@@ -1,6 +1,9 @@
-"""The command line is the same everywhere: MODEL positionally or as --model."""
+"""The command line is the same everywhere: MODEL positionally or as --model, and tables with a
+header row."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -45,3 +48,12 @@ def test_inspect_with_model_option_prints_the_same(capsys, qwen25_tiny):
     positional = capsys.readouterr().out
     assert main(["inspect", "--model", str(qwen25_tiny)]) == 0
     assert capsys.readouterr().out == positional
+
+
+def test_targets_prints_a_header_row(capsys):
+    assert main(["targets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "PLUGIN", "DDR", "DESCRIPTION"]
+    names = [line.split()[0] for line in lines[1:]]
+    assert {"kv260", "zcu104", "qemu"} <= set(names)
+    assert all(re.match(r"\S+ +", line).end() == lines[0].index("PLUGIN") for line in lines[1:])  # aligned
