@@ -1,5 +1,7 @@
-"""The ``q25deploy`` command line: the parser and the one map of errors to exit codes (``main``),
-and one module of handlers per command group.
+"""The ``q25deploy`` command line: ``main`` (the top-level parser, the exit codes and the one place
+errors become messages) and one module per command group, each adding its own sub-parsers
+(``add_commands``) and holding its handlers: ``models``, ``tokens``, ``build``, ``runtime``,
+``deploy``; ``common`` holds what they share.
 
 Exports ``main``."""
 

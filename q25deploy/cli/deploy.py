@@ -8,53 +8,14 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
-from .commands import _report_failures
+from .common import report_failures
 
-EXIT_DEPLOY = 13  # a host failed (deploy, smoke, rollback, status), the others are unaffected
-
-
-def _fleet(a: argparse.Namespace):
-    from ..deploy.fleet import Fleet, Options
-    from ..plugin.manager import make_plugin_manager, resolve_target
-
-    pm, failures = make_plugin_manager()
-    target = resolve_target(pm, failures, a.target, a.target_file)
-    _report_failures(failures)
-    build_dir = a.build or Path("q25-build") / target.name
-    if not (build_dir / "manifest.json").is_file():
-        raise UsageError(f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)")
-    opts = Options(hosts=a.host or [], hosts_file=a.hosts_file, build_dir=build_dir, identity=a.identity,
-                   known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
-                   runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
-                   strict=getattr(a, "strict", False))
-    return Fleet(opts, target, pm)
+#: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
+#: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
+EXIT_DEPLOY = 13
 
 
-def cmd_fleet(a: argparse.Namespace) -> int:
-    from ..deploy.fleet import render_results
-    from .progress import Progress
-
-    fleet = _fleet(a)
-    prog = Progress()
-    results = fleet.run(a.command, progress=prog.step)
-    prog.done()
-    if a.command == "status":
-        print(json.dumps(results, indent=2) if a.json else "\n".join(
-            f"{r['host']:<28} " + (f"error: {r['error']}" if "error" in r else
-                                   f"current {r['current'] or '-'} previous {r['previous'] or '-'}"
-                                   f"{'' if r['consistent'] else ' (state and current link disagree)'}")
-            for r in results))
-        return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
-    if a.json:
-        print(json.dumps([r.as_json() for r in results], indent=2))
-    else:
-        print(render_results(results))
-    return 0 if all(r.ok for r in results) else EXIT_DEPLOY
-
-
-
-
-def add_deploy_commands(sub) -> None:
+def add_commands(sub) -> None:
     """Add deploy, smoke, status and rollback to the CLI's sub-parsers."""
     conn = argparse.ArgumentParser(add_help=False)
     c = conn.add_argument_group("boards and connection")
@@ -85,8 +46,53 @@ def add_deploy_commands(sub) -> None:
                         "partition digests and the live device tree's reserved memory.")
     sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
     sm.set_defaults(func=cmd_fleet)
-    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards")
+    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards",
+                        description="Show each board's current and previous release and whether its state file "
+                        "and current link agree; exit 13 when a board cannot be read or they disagree.")
     st.set_defaults(func=cmd_fleet)
-    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release")
+    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release",
+                         description="Switch each board's current link back to the previous release kept on it "
+                         "and remove the release it replaces; a board without a previous release fails.")
     rb2.set_defaults(func=cmd_fleet)
 
+
+def _fleet(a: argparse.Namespace):
+    from ..deploy.fleet import Fleet, Options
+    from ..plugin.manager import make_plugin_manager, resolve_target
+
+    pm, failures = make_plugin_manager()
+    target = resolve_target(pm, failures, a.target, a.target_file)
+    report_failures(failures)
+    build_dir = a.build or Path("q25-build") / target.name
+    if not (build_dir / "manifest.json").is_file():
+        raise UsageError(f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)")
+    opts = Options(hosts=a.host or [], hosts_file=a.hosts_file, build_dir=build_dir, identity=a.identity,
+                   known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
+                   runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
+                   strict=getattr(a, "strict", False))
+    return Fleet(opts, target, pm)
+
+
+def cmd_fleet(a: argparse.Namespace) -> int:
+    from ..deploy.fleet import render_results
+    from .progress import Progress
+
+    fleet = _fleet(a)
+    prog = Progress()
+    results = fleet.run(a.command, progress=prog.step)
+    prog.done()
+    if a.command == "status":
+        print(json.dumps(results, indent=2) if a.json else "\n".join(map(_status_line, results)))
+        return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
+    if a.json:
+        print(json.dumps([r.as_json() for r in results], indent=2))
+    else:
+        print(render_results(results))
+    return 0 if all(r.ok for r in results) else EXIT_DEPLOY
+
+
+def _status_line(r: dict) -> str:
+    if "error" in r:
+        return f"{r['host']:<28} error: {r['error']}"
+    return (f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
+            f"{'' if r['consistent'] else ' (state and current link disagree)'}")

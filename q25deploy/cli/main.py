@@ -1,8 +1,9 @@
-"""The ``q25deploy`` command line.
+"""The ``q25deploy`` command line: the top-level parser, the exit codes and ``main``.
 
-This is the one place where errors become messages and exit codes (see ``EXIT_CODES``,
-documented in README.md). Library code raises :class:`~q25deploy.errors.Q25Error`
-subclasses and never prints or exits.
+Each command group (``models``, ``build``, ``deploy``, ``tokens``, ``runtime``) adds its own
+sub-parsers and handlers. This is the one place where errors become messages and exit codes
+(``EXIT_CODES``, ``EXIT_MEANINGS``; documented in README.md). Library code raises
+:class:`~q25deploy.errors.Q25Error` subclasses and never prints or exits.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
+import textwrap
 from typing import Callable, Sequence
 
 from .. import __version__
@@ -30,17 +31,33 @@ from ..errors import (
     UnknownTargetError,
     UsageError,
 )
-from .commands import (
-    cmd_build,
-    cmd_detokenize,
-    cmd_export_tensors,
-    cmd_export_tokenizer,
-    cmd_inspect,
-    cmd_runtime_build,
-    cmd_targets,
-    cmd_tokenize,
-)
-from .deploy import add_deploy_commands
+from . import build, deploy, models, runtime, tokens
+from .common import validate
+
+#: the command groups, each a module with ``add_commands(subparsers)`` and its handlers, in the
+#: order ``--help`` lists them
+COMMAND_GROUPS = (models, build, deploy, tokens, runtime)
+
+#: exit code → meaning: the one table behind the epilog of ``--help`` and README.md's "Exit
+#: codes" (tests/cli/test_help.py compares the three)
+EXIT_MEANINGS: dict[int, str] = {
+    0: "success",
+    1: "other error the user can act on",
+    2: "usage: bad option, argument or value; unknown target",
+    3: "model source: no Ollama store, unknown model, missing blob, size or digest mismatch",
+    4: "not a valid GGUF (bad magic, truncated, absurd counts, data out of range, unknown type, ...)",
+    5: "tokenizer missing or not supported (byte-level BPE with the qwen2 pre-tokenizer is)",
+    6: "bad runtime image (magic, version, checksum, bounds)",
+    7: "bad token id, or text that cannot be encoded",
+    8: "cannot write the output",
+    9: "a system tool is missing or failed (compiler, ...)",
+    10: "the model does not fit the board's memory",
+    11: "bad board file",
+    12: "the model's licence is unknown (for the layer's recipe)",
+    13: "a board failed (deploy, smoke, rollback, status); the other boards are unaffected",
+    70: "internal error (a bug; Q25DEPLOY_DEBUG=1 shows the traceback)",
+    130: "interrupted",
+}
 
 #: error class → exit code; the first matching class (in this order) wins
 EXIT_CODES: list[tuple[type[Q25Error], int]] = [
@@ -62,128 +79,31 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
 EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)
 EXIT_INTERRUPTED = 130
 
-EPILOG = """\
-MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b
-(looked up in $OLLAMA_MODELS or ~/.ollama/models).
 
-exit codes: 0 ok, 2 usage, 3 model not found / digest mismatch, 4 not a valid GGUF,
-5 unsupported tokenizer, 6 bad runtime image, 7 bad token id / encode failure,
-8 cannot write output, 9 a system tool is missing or failed, 10 the model does not
-fit the board, 11 bad board file, 12 the model's licence is unknown, 13 a board failed
-(deploy, smoke, rollback, status; the other boards are unaffected), 70 internal error,
-130 interrupted.
-"""
-
-
-def _positive_pow2(s: str) -> int:
-    try:
-        v = int(s, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
-    if v < 64 or v & (v - 1):
-        raise argparse.ArgumentTypeError(f"{v} is not a power of two >= 64")
-    return v
-
-
-def _group(sub, name: str, help: str):
-    """A command with sub-commands of its own (``export tokenizer``, ``runtime build``)."""
-    parser = sub.add_parser(name, help=help)
-    group = parser.add_subparsers(dest="what", metavar="WHAT")
-    group.required = True
-    return group
+def epilog() -> str:
+    """The text under ``q25deploy --help``: what MODEL is, and every exit code."""
+    lines = ["MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b",
+             "(looked up in $OLLAMA_MODELS or ~/.ollama/models); every command that reads a model",
+             "takes it positionally or as --model MODEL.", "", "exit codes:"]
+    for code, meaning in EXIT_MEANINGS.items():
+        lines += textwrap.wrap(meaning, 79, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7,
+                               break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="q25deploy",
         description="Take a Qwen2.5 model (GGUF file or Ollama model) onto Zynq UltraScale+ boards.",
-        epilog=EPILOG,
+        epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"q25deploy {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND",
+                           help="what to do (q25deploy COMMAND --help tells more)")
     sub.required = True
-
-    sp = sub.add_parser("inspect", help="show a model's metadata, tensors, tokenizer and quant mix",
-                        description="Show the catalog of MODEL: metadata, tensor directory, tokenizer summary "
-                        "and quant mix. Reads the GGUF header only; tensor data is never read.")
-    sp.add_argument("model", metavar="MODEL")
-    sp.add_argument("--json", action="store_true", help="print the full catalog as JSON (for scripts)")
-    sp.set_defaults(func=cmd_inspect)
-
-    bd = sub.add_parser("build", help="build everything for a target board (the main job)",
-                        description="Build the tokenizer image, tensor partitions, memory map, device-tree "
-                        "fragment and memory picture for one target into DIR (default q25-build/TARGET), "
-                        "atomically, incrementally and reproducibly. Without --model: Ollama's qwen2.5:0.5b "
-                        "if present, else the built-in demo model.")
-    bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
-    bd.add_argument("--model", metavar="MODEL", help="a .gguf path or an Ollama reference")
-    bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
-    bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
-    bd.add_argument("--model-license", metavar="ID",
-                    help="the model's licence id for the layer's recipe (default: GGUF general.license)")
-    bd.add_argument("--model-license-file", metavar="FILE",
-                    help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
-                    "ships for Apache-2.0)")
-    bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
-    bd.set_defaults(func=cmd_build)
-
-    add_deploy_commands(sub)
-
-    tg = sub.add_parser("targets", help="list target boards and the plugins that provide them",
-                        description="List the targets registered by plugins (q25deploy entry points); broken "
-                        "plugins are reported on stderr and left out.")
-    tg.add_argument("--json", action="store_true", help="print JSON (targets and failed plugins)")
-    tg.set_defaults(func=cmd_targets)
-
-    exs = _group(sub, "export", "export tokenizer assets or tensor payloads")
-    et = exs.add_parser("tokenizer", help="write the tokenizer assets, PS bundle and Q25TOKRT runtime image",
-                        description="Write tokens.jsonl, merges.txt, token_types.bin, chat_template.txt, the PS "
-                        "bundle (token_index.bin, token_bytes.bin, merge_table_u32.bin), the Q25TOKRT runtime "
-                        "image and manifests into DIR. DIR is replaced atomically.")
-    et.add_argument("model", metavar="MODEL")
-    et.add_argument("--out", required=True, metavar="DIR", type=Path)
-    et.add_argument("--alignment", type=_positive_pow2, default=4096,
-                    help="section alignment of the runtime image (power of two, default 4096)")
-    et.add_argument("--json", action="store_true", help="print the runtime image manifest as JSON")
-    et.set_defaults(func=cmd_export_tokenizer)
-
-    ex2 = exs.add_parser("tensors", help="write one file per tensor, byte-identical to the GGUF payload",
-                         description="Write tensors/NAME.bin for every tensor (byte-identical to the GGUF payload, "
-                         "copied by the kernel) and tensor_payload_export_manifest.json into DIR.")
-    ex2.add_argument("model", metavar="MODEL")
-    ex2.add_argument("--out", required=True, metavar="DIR", type=Path)
-    ex2.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    ex2.set_defaults(func=cmd_export_tensors)
-
-    tk = sub.add_parser("tokenize", help="encode text to token ids with a runtime image",
-                        description="Encode raw UTF-8 bytes (TEXT, each --file, or stdin) into token ids exactly "
-                        "as llama.cpp's llama_tokenize(add_special=false) does. One output line per input.")
-    tk.add_argument("--image", required=True, metavar="IMG", help="a Q25TOKRT runtime image")
-    tk.add_argument("--special", action="store_true", help="parse control tokens such as <|im_start|> in the text")
-    tk.add_argument("--json", action="store_true", help="print JSON instead of space-separated ids")
-    tk.add_argument("--file", action="append", metavar="F", help="encode this file (repeatable)")
-    tk.add_argument("text", nargs="?", metavar="TEXT")
-    tk.set_defaults(func=cmd_tokenize)
-
-    rts = _group(sub, "runtime", "build the board-side C runtime (q25tok)")
-    rb = rts.add_parser("build", help="compile q25tok, libq25tok.a and q25tok.h",
-                        description="Compile the C runtime from this installation's sources with its Makefile, "
-                        "as the BitBake recipe does: host cc by default, aarch64-linux-gnu-gcc -mcpu=cortex-a53 "
-                        "with --cross aarch64, AddressSanitizer+UndefinedBehaviorSanitizer with --sanitize.")
-    rb.add_argument("--out", required=True, metavar="DIR", type=Path)
-    rb.add_argument("--cross", choices=["aarch64"], help="cross-compile for the Cortex-A53 (Zynq UltraScale+)")
-    rb.add_argument("--sanitize", action="store_true", help="host build with ASan and UBSan")
-    rb.add_argument("--json", action="store_true", help="print the output manifest as JSON")
-    rb.set_defaults(func=cmd_runtime_build)
-
-    dt = sub.add_parser("detokenize", help="write the bytes of token ids",
-                        description="Write the bytes of the given token ids to stdout. Control tokens are "
-                        "written only with --special.")
-    dt.add_argument("--image", required=True, metavar="IMG")
-    dt.add_argument("--special", action="store_true", help="also write control tokens' text")
-    dt.add_argument("ids", nargs="+", metavar="ID")
-    dt.set_defaults(func=cmd_detokenize)
+    for group in COMMAND_GROUPS:
+        group.add_commands(sub)
     return p
 
 
@@ -201,6 +121,7 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    validate(args)  # usage errors argparse cannot see (MODEL and --model differ): exit 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -1,0 +1,91 @@
+"""The board commands on the host: ``build`` (everything for one target) and ``targets`` (the
+boards plugins provide)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import Q25Error
+from .common import add_model_argument, report_failures
+
+
+def add_commands(sub) -> None:
+    """Add build and targets to the CLI's sub-parsers."""
+    bd = sub.add_parser("build", help="build everything for a target board (the main job)",
+                        description="Build the tokenizer image, tensor partitions, memory map, device-tree "
+                        "fragment and memory picture for one target into DIR (default q25-build/TARGET), "
+                        "atomically, incrementally and reproducibly. Without MODEL: Ollama's qwen2.5:0.5b "
+                        "if present, else the built-in demo model.")
+    bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
+    add_model_argument(bd, required=False, default="Ollama's qwen2.5:0.5b if present, else the built-in demo model")
+    bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
+    bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
+    bd.add_argument("--model-license", metavar="ID",
+                    help="the model's licence id for the layer's recipe (default: GGUF general.license)")
+    bd.add_argument("--model-license-file", metavar="FILE",
+                    help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
+                    "ships for Apache-2.0)")
+    bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
+    bd.set_defaults(func=cmd_build)
+
+    tg = sub.add_parser("targets", help="list target boards and the plugins that provide them",
+                        description="List the targets registered by plugins (q25deploy entry points); broken "
+                        "plugins are reported on stderr and left out.")
+    tg.add_argument("--json", action="store_true", help="print JSON (targets and failed plugins)")
+    tg.set_defaults(func=cmd_targets)
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    from ..build.pipeline import build
+    from .progress import Progress
+
+    prog = Progress()
+    result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
+                   model_license_file=a.model_license_file, progress=prog.step)
+    prog.done()
+    report_failures(result.failures)
+    if a.json:
+        print(json.dumps({"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note,
+                          **result.summary}, indent=2))
+        return 0
+    from ..build.summary import render_summary
+
+    print(render_summary(result))
+    return 0
+
+
+TARGETS_HEADER = ("NAME", "PLUGIN", "DDR", "DESCRIPTION")
+
+
+def _target_row(name: str, plugin: str, spec) -> dict:
+    from ..board.boardfile import load_board
+
+    row = {"name": name, "plugin": plugin, "description": spec.description, "board_file": str(spec.board_file)}
+    try:
+        row["ddr_bytes"] = load_board(spec.board_file).ddr_bytes
+    except Q25Error as e:
+        row["error"] = str(e)
+    return row
+
+
+def _target_line(name: str, plugin: str, size: str, description: str) -> str:
+    return f"{name:<10} {plugin:<12} {size:<12} {description}"
+
+
+def cmd_targets(a: argparse.Namespace) -> int:
+    from ..plugin.manager import make_plugin_manager, registered_targets
+
+    pm, failures = make_plugin_manager()
+    rows = [_target_row(name, plugin, spec) for name, (plugin, spec) in registered_targets(pm, failures).items()]
+    report_failures(failures)
+    if a.json:
+        print(json.dumps({"targets": rows, "failed_plugins": [{"plugin": f.plugin, "error": f.error}
+                                                               for f in failures]}, indent=2))
+        return 0
+    print(_target_line(*TARGETS_HEADER))
+    for r in rows:
+        size = f"{r['ddr_bytes'] / (1 << 30):g} GiB DDR" if "ddr_bytes" in r else f"broken: {r['error']}"
+        print(_target_line(r["name"], r["plugin"], size, r["description"]))
+    return 0

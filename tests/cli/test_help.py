@@ -1,0 +1,68 @@
+"""Every command's ``--help``, found by walking the parser (not a list kept by hand)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from q25deploy.cli import main
+from q25deploy.cli.main import build_parser
+
+
+def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, parser) of the top-level parser and every sub-command, depth first."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from walk(sub, (*path, name))
+
+
+COMMANDS = [path for path, _ in walk(build_parser())]
+
+
+def test_the_walk_finds_every_command():
+    assert {("inspect",), ("build",), ("targets",), ("deploy",), ("smoke",), ("status",), ("rollback",),
+            ("export", "tokenizer"), ("export", "tensors"), ("tokenize",), ("detokenize",),
+            ("runtime", "build")} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "q25deploy")
+def test_help_exits_0_and_describes_every_argument(capsys, path):
+    with pytest.raises(SystemExit) as exc:
+        main([*path, "--help"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and err == ""
+    assert out.startswith(" ".join(("usage: q25deploy", *path)))
+    parser = dict(walk(build_parser()))[path]
+    assert parser.description, f"{' '.join(path)}: no description"
+    for action in parser._actions:
+        name = "/".join(action.option_strings) or action.metavar or action.dest
+        assert action.help and action.help != argparse.SUPPRESS, f"{' '.join(path)} {name}: no help"
+        for choice in getattr(action, "_choices_actions", ()):
+            assert choice.help, f"{' '.join(path)} {choice.dest}: no help"
+
+
+def test_every_command_that_reads_a_model_takes_it_both_ways():
+    readers = []
+    for path, parser in walk(build_parser()):
+        dests = {a.dest: a for a in parser._actions}
+        if "model" in dests or "model_option" in dests:
+            readers.append(path)
+            assert not dests["model"].option_strings and dests["model_option"].option_strings == ["--model"]
+    assert set(readers) == {("inspect",), ("build",), ("export", "tokenizer"), ("export", "tensors")}
+
+
+HEAVY = ("numpy", "gguf", "paramiko", "fabric", "pluggy", "q25deploy.model", "q25deploy.tokenizer",
+         "q25deploy.board", "q25deploy.plugin", "q25deploy.build", "q25deploy.deploy")
+
+
+def test_help_imports_no_heavy_modules():
+    """Start-up time: the parser and --help import nothing the handlers need."""
+    code = (f"import sys\nfrom q25deploy.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r})))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.splitlines()[-1] == "[]"
