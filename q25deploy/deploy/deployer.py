@@ -50,7 +50,8 @@ class HostResult:
 
 
 class BoardFiles:
-    """Paths on one board, all under ``base`` (remote root + install dir)."""
+    """Paths on one board under ``base``: the install directory, under the remote root (a
+    chroot or data partition) when one is given. Nothing else is prefixed by the remote root."""
 
     def __init__(self, board: Board, remote_root: str, install_dir: str) -> None:
         self.board = board
@@ -62,10 +63,6 @@ class BoardFiles:
         if p != self.base and not p.startswith(self.base + "/"):
             raise DeployError(f"refusing to touch {p}: outside {self.base}")
         return p
-
-    def on_board(self, absolute: str) -> str:
-        """A board path (e.g. /usr/bin/q25tok) under the remote root."""
-        return posixpath.normpath(f"{self.root}/{absolute.lstrip('/')}") if self.root else absolute
 
     def read_state(self) -> dict:
         status, out, _ = self.board.run(["cat", self.path(STATE_NAME)], check=False)

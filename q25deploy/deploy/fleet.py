@@ -3,7 +3,6 @@ never stops the others."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +11,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
+from ..build.layout import BOARD_RUNTIME, RUNTIME_BIN
+from ..common import file_sha256
 from ..errors import DeployError, Q25Error
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, rollback, status
@@ -61,7 +62,8 @@ def elf_arch(path: Path) -> str:
 class Fleet:
     def __init__(self, opts: Options, target, pm) -> None:
         self.opts, self.target, self.pm = opts, target, pm
-        self.paths = pm.hook.q25deploy_deploy_paths(target=target.name, board=target.board)
+        # the one source of the install directory: the layer installs there too
+        self.install_dir = pm.hook.q25deploy_image_layout(target=target.name, board=target.board).install_dir
         self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
                              for c in (res or [])]
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
@@ -92,7 +94,11 @@ class Fleet:
             p = Path(self.opts.runtime_bin)
             if not p.is_file():
                 raise DeployError(f"{p}: no such --runtime-bin")
-            rb = (p, hashlib.sha256(p.read_bytes()).hexdigest())
+            rb = (p, file_sha256(p))
+        built_for = self.summary["image"]["install_dir"]
+        if built_for != self.install_dir:
+            raise DeployError(f"{self.opts.build_dir} installs to {built_for}, target {self.target.name} to "
+                              f"{self.install_dir}: rebuild with q25deploy build")
         return release_from_build(self.opts.build_dir, rb)
 
     # -- per host -------------------------------------------------------------------------
@@ -105,10 +111,10 @@ class Fleet:
         spec = board.spec
         root = self.opts.remote_root.replace("{host}", spec.host).replace("{port}", str(spec.port)) \
             .replace("{user}", spec.user)
-        return BoardFiles(board, root, self.paths["install_dir"])
+        return BoardFiles(board, root, self.install_dir)
 
     def _smoke(self, board, files, release_files: dict, image: str) -> dict:
-        q25tok = files.path("current/q25tok") if "q25tok" in release_files else files.on_board(self.paths["q25tok"])
+        q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else BOARD_RUNTIME
         return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map, image_name=image,
                           q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks)
 

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..build import layout
 from ..common import json_bytes, json_digest
 from ..errors import DeployError
 
@@ -46,27 +47,25 @@ def _describe(files: list[ReleaseFile], meta: dict) -> tuple[str, bytes]:
 def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = None) -> Release:
     """The release of a `q25deploy build` directory (digests from its manifest)."""
     try:
-        manifest = {a["path"]: a for a in json.loads((build_dir / "manifest.json").read_text())["artifacts"]}
-        summary = json.loads((build_dir / "build.json").read_text())
+        manifest = {a["path"]: a for a in json.loads((build_dir / layout.MANIFEST).read_text())["artifacts"]}
+        summary = json.loads((build_dir / layout.BUILD_INFO).read_text())
     except (OSError, ValueError, KeyError) as e:
         raise DeployError(f"{build_dir}: not a q25deploy build directory ({e})") from None
     image_rel = summary["image"]["path"]
-    wanted = [image_rel, "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
-    wanted += sorted(p for p in manifest if p.startswith("partitions/"))
+    partitions = sorted(p for p in manifest if p.startswith("partitions/"))
     files = []
-    for rel in wanted:
+    for rel in layout.release_files(image_rel, partitions):
         a = manifest.get(rel)
         if a is None or not (build_dir / rel).is_file():
             raise DeployError(f"{build_dir}: {rel} is missing; rebuild with q25deploy build")
-        name = rel.split("/", 1)[1] if rel.startswith("tokenizer/") else rel
-        files.append(ReleaseFile(name, a["sha256"], a["size"], build_dir / rel))
+        files.append(ReleaseFile(layout.release_name(rel), a["sha256"], a["size"], build_dir / rel))
     if runtime_bin:
         path, digest = runtime_bin
-        files.append(ReleaseFile("q25tok", digest, path.stat().st_size, path))
+        files.append(ReleaseFile(layout.RUNTIME_BIN, digest, path.stat().st_size, path))
     meta = {"target": summary["target"], "model_sha256": summary["model"]["sha256"],
             "vocab_fingerprint": summary["image"]["vocab_fingerprint"]}
     rid, desc = _describe(files, meta)
-    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], image_rel.split("/", 1)[1])
+    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], layout.release_name(image_rel))
 
 
 def tokenizer_only(build: Release, state: dict) -> Release:
@@ -79,7 +78,7 @@ def tokenizer_only(build: Release, state: dict) -> Release:
         raise DeployError(
             f"refusing --tokenizer-only: the new image's vocabulary fingerprint {build.vocab_fingerprint[:16]}… differs "
             f"from the deployed model's {cur['vocab_fingerprint'][:16]}… (token ids would not match the weights)")
-    new = {f.rel: f for f in build.files if f.rel in (build.image, "tokenizer_runtime_image_manifest.json", "q25tok")}
+    new = {f.rel: f for f in build.files if f.rel in layout.tokenizer_update_names(build.image)}
     files = [new.pop(rel) if rel in new else ReleaseFile(rel, sha, size, None)
              for rel, (sha, size) in sorted(cur["files"].items())]
     files += new.values()

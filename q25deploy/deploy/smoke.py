@@ -14,6 +14,7 @@ import posixpath
 import struct
 from typing import Sequence
 
+from ..build.layout import LIVE_DEVICE_TREE
 from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from .connection import Board
@@ -52,7 +53,7 @@ def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: 
         bad = [r["file"] for r in regions if got.get(r["file"]) != r["sha256"]]
         check("partition sha256", status == 0 and not bad, ", ".join(bad))
     for r in regions:
-        reg = files.on_board(f"/proc/device-tree/reserved-memory/{r['node']}/reg")
+        reg = f"{LIVE_DEVICE_TREE}/reserved-memory/{r['node']}/reg"
         status, out, _ = board.run(["cat", reg], check=False)
         want = struct.pack(">QQ", r["base"], r["size"])
         if status != 0:

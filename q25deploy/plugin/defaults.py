@@ -28,15 +28,6 @@ def q25deploy_reserved_memory_dtsi(target, board, plan):
 
 
 @hookimpl(trylast=True)
-def q25deploy_deploy_paths(target, board):
-    return {
-        "install_dir": board.install_path,
-        "state_file": f"{board.install_path}/.q25deploy-state.json",
-        "q25tok": "/usr/bin/q25tok",
-    }
-
-
-@hookimpl(trylast=True)
 def q25deploy_layer_files(target, board, build):
     from ..build.layer import device_tree_files
 

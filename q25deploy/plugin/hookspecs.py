@@ -44,7 +44,8 @@ class ImageLayout:
     """How the tokenizer runtime image lands on the board."""
 
     alignment: int  # section alignment of the Q25TOKRT image (power of two)
-    install_dir: str  # absolute directory on the board, e.g. /lib/firmware/q25
+    install_dir: str  # absolute directory on the board, e.g. /lib/firmware/q25: the layer installs
+    # the model there and deploy puts its releases there (the one source of that path)
     filename: str = "tokenizer.q25tokrt"
 
 
@@ -61,7 +62,9 @@ def q25deploy_register_targets() -> Sequence[TargetSpec]:
 def q25deploy_image_layout(target: str, board: "Board") -> ImageLayout | None:
     """*firstresult*: the runtime image's alignment, install directory and file name.
 
-    Default: the board file's ``layout.image_alignment`` and ``install.path``.
+    The install directory is where the layer's recipe installs the model and where deploy
+    keeps its releases. Default: the board file's ``layout.image_alignment`` and
+    ``install.path``.
     """
 
 
@@ -99,12 +102,6 @@ def q25deploy_layer_files(target: str, board: "Board", build: Mapping[str, Any])
     Used by the layer emitter (machine-specific parts belong to the board plugin); a
     later result for the same path wins.
     """
-
-
-@hookspec(firstresult=True)
-def q25deploy_deploy_paths(target: str, board: "Board") -> Mapping[str, str] | None:
-    """*firstresult*: board paths used by deploy and smoke tests (``install_dir``,
-    ``state_file``, ``q25tok``)."""
 
 
 @hookspec
