@@ -30,6 +30,7 @@ from .commands import (
     cmd_tokenize,
 )
 from .deploy.commands import add_deploy_commands
+from .ota.command import add_package_command
 from .errors import (
     CodecError,
     GGUFError,
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     bd.set_defaults(func=cmd_build)
 
     add_deploy_commands(sub)
+    add_package_command(sub)
 
     tg = sub.add_parser("targets", help="list target boards and the plugins that provide them",
                         description="List the targets registered by plugins (q25deploy entry points); broken "
