@@ -65,6 +65,7 @@ class Board:
     ssh_port: int = 22
     yocto_machine: str = ""
     qemu: dict = field(default_factory=dict)
+    ota: dict = field(default_factory=dict)  # [ota]: engines for the layer, device type, hw revision
     source: str = ""  # the file it came from
 
     @property
@@ -90,6 +91,7 @@ SCHEMA: dict[str, Any] = {
     "install": {"path": _STR},
     "ssh": {"user": _STR, "port": _INT},
     "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
+    "ota": {"mender": _BOOL, "swupdate": _BOOL, "mender_device_type": _STR, "swupdate_hw_revision": _STR},
 }
 REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
 
@@ -208,5 +210,6 @@ def board_from_dict(raw: dict, source: str) -> Board:
         ssh_port=ssh.get("port", 22),
         yocto_machine=b.get("yocto_machine", ""),
         qemu=dict(raw.get("qemu", {})),
+        ota=dict(raw.get("ota", {})),
         source=source,
     )
