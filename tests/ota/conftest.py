@@ -18,7 +18,8 @@ VOCAB = Path(__file__).resolve().parent.parent / "data" / "ggml-vocab-qwen2.gguf
 
 @pytest.fixture(scope="session")
 def ota_builds(tmp_path_factory) -> dict[str, Path]:
-    """Builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
+    """Builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary), A2 (A's
+    model with another image alignment: a new tokenizer image for the same model)."""
     d = tmp_path_factory.mktemp("ota-models")
     tok = qwen25_tokenizer(str(VOCAB))
     foreign = (list(tok[0]), tok[1], tok[2])
@@ -29,6 +30,12 @@ def ota_builds(tmp_path_factory) -> dict[str, Path]:
         write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
         assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
         out[name] = d / name
+    board = d / "qemu-align.toml"
+    board.write_text((Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
+                     .replace("image_alignment = 4096", "image_alignment = 65536"))
+    assert main(["build", "--target", "qemu", "--target-file", str(board), "--model", str(d / "A.gguf"),
+                 "--out", str(d / "A2")]) == 0
+    out["A2"] = d / "A2"
     return out
 
 

@@ -174,9 +174,9 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     echo "$old" > "$OTA/old"; echo "$RELEASE" > "$OTA/new"
     switch_current "$RELEASE"
     write_state "$RELEASE" "$old" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    for d in "$BASE"/releases/*; do  # older releases go (only under releases/)
-        rid=${d##*/}
-        [ -d "$d" ] && [ "$rid" != "$RELEASE" ] && [ "$rid" != "$old" ] && rm -rf "$d"
+    for rdir in "$BASE"/releases/*; do  # older releases go (only under releases/)
+        rid=${rdir##*/}
+        [ -d "$rdir" ] && [ "$rid" != "$RELEASE" ] && [ "$rid" != "$old" ] && rm -rf "$rdir"
     done
     say "installed release $RELEASE"
 }
@@ -224,10 +224,12 @@ case "${1:-}" in
     Cleanup) [ -f "$2/files/q25-plan" ] && cleanup "$2/files" || true ;;
     postinst)
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
-        d="$ROOT$Q25_SWU_DIR"
-        install_release "$d" || exit 1
-        if ! (smoke "$d"); then rollback "$d"; cleanup "$d"; rm -rf "$d"; die "smoke test failed: rolled back"; fi
-        cleanup "$d"; rm -rf "$d" ;;
+        swu_dir="$ROOT$Q25_SWU_DIR"
+        install_release "$swu_dir" || exit 1
+        if ! (smoke "$swu_dir"); then
+            rollback "$swu_dir"; cleanup "$swu_dir"; rm -rf "$swu_dir"; die "smoke test failed: rolled back"
+        fi
+        cleanup "$swu_dir"; rm -rf "$swu_dir" ;;
     install) install_release "$2" ;;
     smoke) smoke "$2" ;;
     rollback) rollback "$2" ;;
