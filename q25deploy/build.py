@@ -155,6 +155,8 @@ def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: li
                                 license_file=licensing.get("file"))
     codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
     files.append(smoke_test_case(summary, [(t, sp, codec.encode(t, sp)) for t, sp in SMOKE_PROMPTS]))
+    from .ota.layer_files import ota_layer_files  # board file [ota]: Mender / SWUpdate parts, off by default
+    files += ota_layer_files(board)
     extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
                                                              build={"dtsi": dtsi, "summary": summary}))
     by_path = {f.path: f for f in files}
