@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import OutputError, UsageError
-from .plan import OtaPlan, PackageError
+from .plan import OtaPlan, PackageError, check_rel
 
 EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
 
@@ -32,10 +32,11 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
     from .plan import plan_package
 
     paths = pm.hook.q25deploy_deploy_paths(target=target.name, board=target.board)
-    summary = json.loads((a.build / "build.json").read_text())
-    image = a.build / summary["image"]["path"]
-    if not image.resolve().is_relative_to(a.build.resolve()):
-        raise PackageError(f"{a.build}/build.json: the image path leaves the build directory")
+    try:
+        image_rel = json.loads((a.build / "build.json").read_text())["image"]["path"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PackageError(f"{a.build}/build.json: unreadable ({e}); rebuild with q25deploy build") from None
+    image = a.build / check_rel(image_rel, f"{a.build}/build.json: image.path")
     return plan_package(a.build, target=target.name, install_dir=paths["install_dir"], q25tok=paths["q25tok"],
                         codec=Codec(read_image_file(image)), tokenizer_only=a.tokenizer_only)
 

@@ -10,12 +10,14 @@ current one the way ``deploy --tokenizer-only`` does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..codec import Codec
+from ..deploy.errors import DeployError
 from ..deploy.release import release_from_build
 from ..errors import Q25Error
 from ..smoke_prompts import SMOKE_PROMPTS
@@ -89,6 +91,10 @@ def check_abs(value: str, where: str) -> str:
     return value
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def flat_name(rel: str) -> str:
     return rel.replace("/", "__")
 
@@ -104,7 +110,12 @@ def plan_text(plan_lines: list[str]) -> bytes:
 
 
 def _release_payload(build_dir: Path, tokenizer_only: bool) -> tuple[dict, list[PayloadFile], bytes]:
-    rel = release_from_build(build_dir)
+    try:
+        rel = release_from_build(build_dir)
+    except DeployError as e:
+        raise PackageError(str(e)) from None
+    except (KeyError, TypeError) as e:
+        raise PackageError(f"{build_dir}: build.json or manifest.json lacks {e} (rebuild with q25deploy build)") from None
     desc = json.loads(rel.description)
     files = []
     for f in rel.files:
@@ -147,9 +158,3 @@ def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str,
     head = PayloadFile(PLAN_NAME, "", _sha(plan), len(plan), data=plan)
     return OtaPlan(mode, target, meta["id"], meta["vocab_fingerprint"], install_dir, q25tok, meta["image"],
                    (head, *files, *extra))
-
-
-def _sha(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()

@@ -215,3 +215,29 @@ def test_unknown_states_and_queries_do_nothing(tmp_path, bb):
         r = sh(bb, tmp_path, state, str(tmp_path))
         assert r.returncode == 0 and r.stdout == ""
     assert sh(bb, tmp_path, "NeedsArtifactReboot", str(tmp_path)).stdout.strip() == "No"
+
+
+def test_rollback_keeps_a_release_it_did_not_create(tmp_path, bb, q25tok_bin, ota_builds):
+    board = make_board(tmp_path / "board", q25tok_bin)
+    a = package(ota_builds["A"], "mender", tmp_path / "a.mender")
+    b = package(ota_builds["B"], "mender", tmp_path / "b.mender")
+    for art in (a, b):
+        assert all(r.returncode == 0 for r in mender_install(bb, board, art, tmp_path / "tree"))
+    before = layout(board)  # current B, previous A (kept)
+    tree = mender_tree(a, tmp_path / "tree")  # back to A, whose directory is already there
+    assert sh(bb, board, "ArtifactInstall", str(tree)).returncode == 0
+    state = json.loads((board / INSTALL / ".q25deploy-state.json").read_text())
+    assert os.readlink(board / INSTALL / "current") == f"releases/{state['current']}" and state["previous"]
+    assert sh(bb, board, "ArtifactRollback", str(tree)).returncode == 0  # e.g. the commit failed
+    assert sh(bb, board, "Cleanup", str(tree)).returncode == 0
+    assert layout(board) == before
+
+
+def test_a_crafted_plan_cannot_leave_the_install_dir(tmp_path, bb, q25tok_bin, ota_builds):
+    board = make_board(tmp_path / "board", q25tok_bin)
+    tree = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
+    plan = tree / "files" / "q25-plan"
+    plan.write_text(plan.read_text().replace(" partition_map.json\n", " ../../../../etc/evil\n"))
+    r = sh(bb, board, "ArtifactInstall", str(tree))
+    assert r.returncode != 0 and "unsafe path" in r.stderr
+    assert not (board / "etc").exists() and not (board / INSTALL / "current").exists()

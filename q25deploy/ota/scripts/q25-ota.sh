@@ -20,6 +20,10 @@ say() { echo "q25-ota: $*" >&2; }
 
 plan_get() { sed -n "s/^$1 //p" "$PLAN" | head -n 1; }
 
+safe_rel() {  # a plain relative path (q25deploy package validated it; a crafted plan stops here)
+    case "$1" in ''|/*|*..*|*[!A-Za-z0-9._/+-]*) die "unsafe path '$1' in the plan" ;; esac
+}
+
 load_plan() {  # DIR
     DIR=$1
     PLAN="$DIR/q25-plan"
@@ -29,7 +33,8 @@ load_plan() {  # DIR
     INSTALL=$(plan_get install); Q25TOK=$ROOT$(plan_get q25tok); IMAGE=$(plan_get image)
     case "$MODE" in full|tokenizer) ;; *) die "bad mode '$MODE' in the plan" ;; esac
     case "$INSTALL" in /*) ;; *) die "bad install dir in the plan" ;; esac
-    case "$INSTALL$IMAGE" in *..*) die "'..' in a path of the plan" ;; esac
+    case "$RELEASE" in *[!0-9a-f]*|'') die "bad release id in the plan" ;; esac
+    safe_rel "${INSTALL#/}"; safe_rel "$IMAGE"
     BASE="$ROOT$INSTALL"
     OTA="$BASE/.q25-ota"
     STATE="$BASE/.q25deploy-state.json"
@@ -126,6 +131,7 @@ place() {  # SRC DST: a hard link when on one filesystem, else a copy
 
 stage_full() {  # STAGING
     grep '^file ' "$PLAN" | while read -r _ sha size name rel; do
+        safe_rel "$rel"; safe_rel "$name"
         mkdir -p "$(dirname "$1/$rel")" && place "$DIR/$name" "$1/$rel" || exit 1
     done || die "staging failed"
     place "$DIR/release.json" "$1/release.json"
@@ -145,6 +151,7 @@ stage_tokenizer() {  # STAGING -> sets RELEASE (computed like deploy --tokenizer
           echo "$sha $size $rel"
       done || die "cannot link the current release's files"
       grep '^file ' "$PLAN" | while read -r _ sha size name rel; do
+          safe_rel "$rel"; safe_rel "$name"
           mkdir -p "$(dirname "$1/$rel")" && place "$DIR/$name" "$1/$rel" || exit 1
           echo "$sha $size $rel"
       done || die "staging failed"
@@ -167,11 +174,13 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     (cd "$staging" && release_files release.json | awk '{ print $1 "  " $3 }' | sha256sum -c - >/dev/null) ||
         { rm -rf "$staging"; die "verify failed on the board; the current release is unchanged"; }
     sync
-    if [ -d "$BASE/releases/$RELEASE" ]; then rm -rf "$staging"; else mv "$staging" "$BASE/releases/$RELEASE"; fi
+    created=0
+    if [ -d "$BASE/releases/$RELEASE" ]; then rm -rf "$staging"
+    else mv "$staging" "$BASE/releases/$RELEASE" && created=1; fi
     sync
-    # what ArtifactRollback needs: the old state and current release
+    # what ArtifactRollback needs: the old state and current release, and whether ours is new
     rm -f "$OTA/state.old"; [ -f "$STATE" ] && cp "$STATE" "$OTA/state.old"
-    echo "$old" > "$OTA/old"; echo "$RELEASE" > "$OTA/new"
+    echo "$old" > "$OTA/old"; echo "$created" > "$OTA/created"; echo "$RELEASE" > "$OTA/new"
     switch_current "$RELEASE"
     write_state "$RELEASE" "$old" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     for rdir in "$BASE"/releases/*; do  # older releases go (only under releases/)
@@ -207,8 +216,9 @@ rollback() {  # DIR: back to the release that was current before this update
         rm -f "$BASE/current"
     fi
     if [ -f "$OTA/state.old" ]; then mv -f "$OTA/state.old" "$STATE"; else rm -f "$STATE"; fi
-    [ -n "$new" ] && [ "$new" != "$old" ] && rm -rf "$BASE/releases/$new"
-    rm -f "$OTA/old" "$OTA/new"; sync
+    # only a release this update created goes (a kept previous one stays for the old state)
+    [ "$(cat "$OTA/created" 2>/dev/null)" = 1 ] && [ "$new" != "$old" ] && rm -rf "$BASE/releases/$new"
+    rm -f "$OTA/old" "$OTA/new" "$OTA/created"; sync
     say "rolled back to ${old:-nothing}"
 }
 
