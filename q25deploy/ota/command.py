@@ -42,8 +42,10 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
 
 
 def _signer(a: argparse.Namespace):
-    from .signing import cms_signature, mender_signature
+    from .signing import cms_signature, load_key, mender_signature
 
+    if a.sign_key:
+        load_key(a.sign_key)  # a bad key fails now, before the payload is compressed
     if a.format == "mender":
         if a.sign_cert:
             raise UsageError("--sign-cert is for --format swupdate (Mender signs with the key alone)")

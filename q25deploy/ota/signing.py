@@ -21,7 +21,7 @@ from pathlib import Path
 from .plan import PackageError
 
 
-def _load_key(path: Path):
+def load_key(path: Path):
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     try:
@@ -38,7 +38,7 @@ def mender_signature(manifest: bytes, key_path: Path) -> bytes:
     from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
     from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-    key = _load_key(key_path)
+    key = load_key(key_path)
     if isinstance(key, rsa.RSAPrivateKey):
         raw = key.sign(manifest, padding.PKCS1v15(), hashes.SHA256())
     elif isinstance(key, ec.EllipticCurvePrivateKey):
@@ -61,7 +61,7 @@ def cms_signature(data: bytes, key_path: Path, cert_path: Path) -> bytes:
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.serialization import pkcs7
 
-    key = _load_key(key_path)
+    key = load_key(key_path)
     try:
         cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
     except OSError as e:
