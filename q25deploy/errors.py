@@ -68,3 +68,7 @@ class DeployError(Q25Error):
 
 class HostKeyError(DeployError):
     """The board's host key is unknown (without --trust-new-host) or changed."""
+
+
+class PackageError(Q25Error):
+    """A build cannot be packaged (unsafe or inconsistent contents, bad key, bad option)."""

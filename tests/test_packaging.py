@@ -27,7 +27,8 @@ def test_wheel_ships_all_data(tmp_path):
     expected = set()
     for p in (ROOT / "q25deploy").rglob("*.py"):  # every module, subpackages included
         expected.add(p.relative_to(ROOT).as_posix())
-    for folder, package in (("q25deploy/data", "q25deploy/data"), ("recipes", "q25deploy/_recipes"),
+    for folder, package in (("q25deploy/data", "q25deploy/data"), ("q25deploy/ota/scripts", "q25deploy/ota/scripts"),
+                            ("recipes", "q25deploy/_recipes"),
                             ("targets", "q25deploy/_targets"), ("plugins", "q25deploy_plugins")):
         for p in (ROOT / folder).rglob("*"):
             if p.is_file() and p.suffix not in BUILD_PRODUCTS and "__pycache__" not in p.parts \

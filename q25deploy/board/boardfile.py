@@ -57,10 +57,12 @@ class Board:
     reserved: tuple[Span, ...]
     layout: Layout
     install_path: str
+    runtime_path: str = "/usr/bin/q25tok"  # where the board's image has q25tok (the layer: ${bindir})
     ssh_user: str = "root"
     ssh_port: int = 22
     yocto_machine: str = ""
     qemu: dict = field(default_factory=dict)
+    ota: dict = field(default_factory=dict)  # [ota]: engines for the layer, device type, hw revision
     source: str = ""  # the file it came from
 
     @property
@@ -83,9 +85,10 @@ SCHEMA: dict[str, Any] = {
     },
     "layout": {"region_alignment": _INT, "tensor_alignment": _INT, "region_max_size": _INT,
                "region_headroom": _INT, "max_model_share": _FLOAT, "image_alignment": _INT},
-    "install": {"path": _STR},
+    "install": {"path": _STR, "runtime": _STR},
     "ssh": {"user": _STR, "port": _INT},
     "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
+    "ota": {"mender": _BOOL, "swupdate": _BOOL, "mender_device_type": _STR, "swupdate_hw_revision": _STR},
 }
 REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
 
@@ -189,8 +192,10 @@ def board_from_dict(raw: dict, source: str) -> Board:
     if not 0 < ssh.get("port", 22) < 65536:
         fail("ssh.port", "must be 1..65535")
     install = raw["install"]["path"]
-    if not install.startswith("/") or ".." in install.split("/"):
-        fail("install.path", f"must be an absolute path without '..', got {install!r}")
+    runtime = raw["install"].get("runtime", "/usr/bin/q25tok")
+    for key, value in (("install.path", install), ("install.runtime", runtime)):
+        if not value.startswith("/") or ".." in value.split("/"):
+            fail(key, f"must be an absolute path without '..', got {value!r}")
     return Board(
         name=b["name"],
         description=b.get("description", b["name"]),
@@ -200,9 +205,11 @@ def board_from_dict(raw: dict, source: str) -> Board:
         reserved=tuple(reserved),
         layout=lay,
         install_path=install.rstrip("/") or "/",
+        runtime_path=runtime,
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
         yocto_machine=b.get("yocto_machine", ""),
         qemu=dict(raw.get("qemu", {})),
+        ota=dict(raw.get("ota", {})),
         source=source,
     )

@@ -16,9 +16,7 @@ TOKENIZER_DIR = "tokenizer"
 IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"
 IMAGE_MANIFEST = f"{TOKENIZER_DIR}/{IMAGE_MANIFEST_NAME}"
 RUNTIME_BIN = "q25tok"  # the board runtime, when a release carries its own (--runtime-bin)
-# on the board, outside the install directory (never under --remote-root):
-BOARD_RUNTIME = "/usr/bin/q25tok"  # where the layer's runtime recipe installs q25tok (${bindir})
-LIVE_DEVICE_TREE = "/proc/device-tree"  # the running kernel's device tree
+LIVE_DEVICE_TREE = "/proc/device-tree"  # on the board: the running kernel's device tree (never under --remote-root)
 
 
 def partition_file(index: int) -> str:

@@ -28,8 +28,8 @@ def add_commands(sub) -> None:
     c.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)")
     c.add_argument("--trust-new-host", action="store_true",
                    help="record an unknown host key in the known_hosts file (a changed key is always refused)")
-    c.add_argument("--remote-root", metavar="DIR", default="", help="put the install directory under DIR on the board (a data partition, a chroot, tests); q25tok and "
-                   "/proc/device-tree are still read at their system paths; {host}, {port} and "
+    c.add_argument("--remote-root", metavar="DIR", default="", help="put the install directory under DIR on the board (a data partition, a chroot, tests); the "
+                   "board file's q25tok and /proc/device-tree stay at their system paths; {host}, {port} and "
                    "{user} are replaced per board")
     c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
     c.add_argument("--jobs", type=int, default=4, metavar="N", help="boards in parallel (default 4)")

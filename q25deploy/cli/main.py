@@ -31,12 +31,12 @@ from ..errors import (
     UnknownTargetError,
     UsageError,
 )
-from . import build, deploy, models, runtime, tokens
+from . import build, deploy, models, package, runtime, tokens
 from .common import validate
 
 #: the command groups, each a module with ``add_commands(subparsers)`` and its handlers, in the
 #: order ``--help`` lists them
-COMMAND_GROUPS = (models, build, deploy, tokens, runtime)
+COMMAND_GROUPS = (models, build, deploy, package, tokens, runtime)
 
 #: exit code → meaning: the one table behind the epilog of ``--help`` and README.md's "Exit
 #: codes" (tests/cli/test_help.py compares the three)

@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..build.layout import BOARD_RUNTIME, RUNTIME_BIN
+from ..build.layout import RUNTIME_BIN
 from ..common import file_sha256
 from ..errors import DeployError, Q25Error
 from .connection import Board, HostSpec, parse_host
@@ -62,8 +62,9 @@ def elf_arch(path: Path) -> str:
 class Fleet:
     def __init__(self, opts: Options, target, pm) -> None:
         self.opts, self.target, self.pm = opts, target, pm
-        # the one source of the install directory: the layer installs there too
-        self.install_dir = pm.hook.q25deploy_image_layout(target=target.name, board=target.board).install_dir
+        # the one source of board paths: the layer installs there too
+        image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
+        self.install_dir, self.runtime = image_layout.install_dir, image_layout.runtime
         self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
                              for c in (res or [])]
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
@@ -114,7 +115,7 @@ class Fleet:
         return BoardFiles(board, root, self.install_dir)
 
     def _smoke(self, board, files, release_files: dict, image: str) -> dict:
-        q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else BOARD_RUNTIME
+        q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
         return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map, image_name=image,
                           q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks)
 

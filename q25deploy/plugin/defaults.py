@@ -9,7 +9,8 @@ from .hookspecs import ImageLayout, hookimpl
 
 @hookimpl(trylast=True)
 def q25deploy_image_layout(target, board):
-    return ImageLayout(alignment=board.layout.image_alignment, install_dir=board.install_path)
+    return ImageLayout(alignment=board.layout.image_alignment, install_dir=board.install_path,
+                       runtime=board.runtime_path)
 
 
 @hookimpl(trylast=True)
@@ -30,5 +31,8 @@ def q25deploy_reserved_memory_dtsi(target, board, plan):
 @hookimpl(trylast=True)
 def q25deploy_layer_files(target, board, build):
     from ..build.layer import device_tree_files
+    from ..ota.layer_files import ota_layer_files
 
-    return device_tree_files(board, build["dtsi"])
+    files = device_tree_files(board, build["dtsi"])
+    files.update((f.path, f.data) for f in ota_layer_files(board))  # board file [ota]: off by default
+    return files

@@ -47,6 +47,7 @@ class ImageLayout:
     install_dir: str  # absolute directory on the board, e.g. /lib/firmware/q25: the layer installs
     # the model there and deploy puts its releases there (the one source of that path)
     filename: str = "tokenizer.q25tokrt"
+    runtime: str = "/usr/bin/q25tok"  # where the board's image has q25tok (smoke tests run it)
 
 
 @hookspec

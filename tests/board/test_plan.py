@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 
 from q25deploy.board.boardfile import load_board
-from q25deploy.board.plan import align_up, free_windows, plan_memory
+from q25deploy.board.plan import free_windows, plan_memory
 from q25deploy.errors import FitError
 from q25deploy.resources import data_dir
-from tensor_dirs import T, model
+from tensor_dirs import model
 
 TARGETS = data_dir("targets")
 

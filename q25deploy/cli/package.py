@@ -1,0 +1,129 @@
+"""``q25deploy package``: a build as a Mender artifact or an SWUpdate image.
+
+The artifact is written to a temporary file next to ``--out`` and renamed over it when
+complete; a failure leaves no partial artifact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import OutputError, PackageError, UsageError
+from ..ota.settings import ota_settings
+from .common import report_failures
+
+if TYPE_CHECKING:
+    from ..ota.plan import OtaPlan
+
+EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
+
+
+def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
+    from ..ota.plan import check_rel, plan_package
+    from ..tokenizer.codec import Codec
+    from ..tokenizer.image.reader import read_image_file
+
+    image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
+    try:
+        image_rel = json.loads((a.build / "build.json").read_text())["image"]["path"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PackageError(f"{a.build}/build.json: unreadable ({e}); rebuild with q25deploy build") from None
+    image = a.build / check_rel(image_rel, f"{a.build}/build.json: image.path")
+    return plan_package(a.build, target=target.name, install_dir=image_layout.install_dir, q25tok=image_layout.runtime,
+                        codec=Codec(read_image_file(image)), tokenizer_only=a.tokenizer_only)
+
+
+def _signer(a: argparse.Namespace):
+    from ..ota.signing import cms_signature, load_key, mender_signature
+
+    if a.sign_key:
+        load_key(a.sign_key)  # a bad key fails now, before the payload is compressed
+    if a.format == "mender":
+        if a.sign_cert:
+            raise UsageError("--sign-cert is for --format swupdate (Mender signs with the key alone)")
+        return (lambda manifest: mender_signature(manifest, a.sign_key)) if a.sign_key else None
+    if bool(a.sign_key) != bool(a.sign_cert):
+        raise UsageError("--format swupdate signs with --sign-key and --sign-cert together")
+    return (lambda desc: cms_signature(desc, a.sign_key, a.sign_cert)) if a.sign_key else None
+
+
+def _write(a: argparse.Namespace, plan: OtaPlan, settings: dict, out: Path) -> dict:
+    from ..ota import mender, swupdate
+
+    sign = _signer(a)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f, tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+            if a.format == "mender":
+                types = tuple(a.device_type or [settings["mender_device_type"]])
+                h = mender.write_artifact(f, plan, types, scratch=Path(scratch), sign=sign)
+                info = {"device_types": list(h.device_types), "provides": h.provides, "depends": h.depends}
+            else:
+                revs = tuple(a.hw_revision or [settings["swupdate_hw_revision"]])
+                swupdate.write_swu(f, plan, revs, sign=sign)
+                info = {"hardware_compatibility": list(revs)}
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except OSError as e:
+        raise OutputError(f"{out}: cannot write the artifact: {e.strerror or e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return info
+
+
+def cmd_package(a: argparse.Namespace) -> int:
+    from ..plugin.manager import make_plugin_manager, resolve_target
+
+    pm, failures = make_plugin_manager()
+    target = resolve_target(pm, failures, a.target, a.target_file)
+    report_failures(failures)
+    a.build = a.build or Path("q25-build") / target.name
+    if not (a.build / "build.json").is_file():
+        raise UsageError(f"{a.build}: no build there (run q25deploy build --target {target.name}, or give --build)")
+    plan = _plan(a, target, pm)
+    kind = "tokenizer" if a.tokenizer_only else "release"
+    out = a.out or Path(f"q25-{target.name}-{kind}-{plan.build_release}{EXTENSIONS[a.format]}")
+    info = _write(a, plan, ota_settings(target.board), out)
+    result = {"artifact": str(out), "format": a.format, "artifact_name": plan.artifact_name, "mode": plan.mode,
+              "release": plan.build_release if plan.mode == "full" else None, "size": out.stat().st_size,
+              "files": [{"name": f.name, "path": f.rel, "sha256": f.sha256} for f in plan.release_files],
+              "signed": bool(a.sign_key), **info}
+    print(json.dumps(result, indent=2) if a.json else f"{out}: {a.format} {plan.mode} artifact {plan.artifact_name} "
+          f"({result['size']:,} bytes{', signed' if a.sign_key else ''})")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Add ``package`` to the CLI's sub-parsers."""
+    p = sub.add_parser("package", help="a build as a Mender artifact or SWUpdate image (fleets via an OTA engine)",
+                       description="Write the build's release (or with --tokenizer-only just its tokenizer image) "
+                       "as a Mender artifact (format 3, update module q25-release) or an SWUpdate .swu; the board "
+                       "side installs it into releases/<id> and switches current as `q25deploy deploy` does, then "
+                       "smoke-tests it with q25tok and rolls back on failure. Reproducible: the same build gives "
+                       "the same bytes.")
+    p.add_argument("--target", metavar="NAME", help="target board (device type, install dir)")
+    p.add_argument("--target-file", metavar="FILE", help="your own board file")
+    p.add_argument("--build", metavar="DIR", type=Path, help="the build to package (default q25-build/TARGET)")
+    p.add_argument("--format", required=True, choices=sorted(EXTENSIONS), help="the OTA engine")
+    p.add_argument("--tokenizer-only", action="store_true",
+                   help="only the tokenizer image: installs only over a release with the same vocabulary")
+    p.add_argument("--out", metavar="FILE", type=Path,
+                   help="the artifact (default q25-TARGET-release-ID.mender or .swu in the current directory)")
+    p.add_argument("--sign-key", metavar="KEY.pem", type=Path,
+                   help="sign: Mender with this RSA or ECDSA P-256 key, SWUpdate (CMS) with it and --sign-cert")
+    p.add_argument("--sign-cert", metavar="CERT.pem", type=Path, help="the signer's certificate (SWUpdate)")
+    p.add_argument("--device-type", action="append", metavar="TYPE",
+                   help="Mender device type (repeatable; default the board file's [ota] mender_device_type)")
+    p.add_argument("--hw-revision", action="append", metavar="REV",
+                   help="SWUpdate hardware-compatibility (repeatable; default [ota] swupdate_hw_revision)")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    p.set_defaults(func=cmd_package)

@@ -1,0 +1,49 @@
+"""What the BitBake layer gains for an OTA engine, when the board file's ``[ota]`` asks
+(``mender = true`` / ``swupdate = true``; both off by default).
+
+Mender: recipe ``q25-ota-mender`` installs the board script as the update module
+``/usr/share/mender/modules/v3/q25-release``. SWUpdate: recipe ``q25-ota-swupdate``
+installs ``/etc/hwrevision`` ("BOARD REVISION", what ``hardware-compatibility`` is checked
+against) and a ``swupdate_%.bbappend`` with the handler configuration the ``.swu`` needs.
+Templates live in the repository's ``recipes/ota``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..build.layer import LayerFile, render
+from ..resources import data_dir, runtime_sources
+from .settings import ota_settings
+from .plan import check_name
+from .scripts import board_script
+
+RECIPES = "recipes-q25/q25-ota"
+
+
+def _template(rel: str) -> str:
+    return (data_dir("recipes") / "ota" / rel).read_text()
+
+
+def ota_layer_files(board) -> list[LayerFile]:
+    settings = ota_settings(board)
+    license_text = (runtime_sources() / "LICENSE").read_bytes()
+    values = {"BOARD": board.name, "MACHINE": board.yocto_machine or board.name,
+              "LICENSE_MD5": hashlib.md5(license_text).hexdigest()}
+    out: list[LayerFile] = []
+    if settings["mender"] or settings["swupdate"]:
+        out.append(LayerFile(f"{RECIPES}/files/LICENSE", license_text))
+    if settings["mender"]:
+        out.append(LayerFile(f"{RECIPES}/q25-ota-mender_1.0.bb",
+                             render(_template(f"{RECIPES}/q25-ota-mender.bb.in"), values).encode()))
+        out.append(LayerFile(f"{RECIPES}/files/q25-ota.sh", board_script()))
+    if settings["swupdate"]:
+        rev = check_name(settings["swupdate_hw_revision"], "[ota] swupdate_hw_revision")
+        out.append(LayerFile(f"{RECIPES}/q25-ota-swupdate_1.0.bb",
+                             render(_template(f"{RECIPES}/q25-ota-swupdate.bb.in"), values).encode()))
+        out.append(LayerFile(f"{RECIPES}/files/hwrevision", f"{check_name(board.name, 'board name')} {rev}\n".encode()))
+        append = "recipes-support/swupdate/swupdate_%.bbappend"
+        out.append(LayerFile(append, render(_template(append + ".in"), values).encode()))
+        cfg = "recipes-support/swupdate/files/q25-handlers.cfg"
+        out.append(LayerFile(cfg, _template(cfg).encode()))
+    return out

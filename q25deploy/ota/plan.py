@@ -1,0 +1,157 @@
+"""What an OTA artifact carries, from a build directory. Pure apart from reading the build.
+
+The board side (``scripts/q25-ota.sh``) reads ``q25-plan``, a line-based file whose every
+value was validated here (hex digests, plain relative paths, plain names), so the shell
+never parses JSON from the artifact. A full release carries its ``release.json`` exactly as
+``q25deploy deploy`` writes it (same id, same on-board layout); a tokenizer-only artifact
+carries the new image and its manifest, and the board builds the new release from its
+current one the way ``deploy --tokenizer-only`` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..tokenizer.codec import Codec
+from ..deploy.release import release_from_build
+from ..errors import DeployError, PackageError
+from ..tokenizer.prompts import SMOKE_PROMPTS
+from .archive import sha256_file
+
+PLAN_NAME = "q25-plan"
+PLAN_FORMAT = "q25-ota-plan 1"
+TOKENIZER_FILES = ("tokenizer_runtime_image_manifest.json",)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
+_ABS = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+")
+
+
+
+
+@dataclass(frozen=True)
+class PayloadFile:
+    name: str  # flat name inside the artifact
+    rel: str  # path inside the release directory ("" for files that are not release files)
+    sha256: str
+    size: int
+    data: bytes | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class OtaPlan:
+    mode: str  # "full" or "tokenizer"
+    target: str
+    build_release: str  # the build's release id (= the on-board release id of a full artifact)
+    vocab_fingerprint: str
+    install_dir: str
+    q25tok: str
+    image: str
+    files: tuple[PayloadFile, ...]  # everything in the payload, q25-plan first
+
+    @property
+    def artifact_name(self) -> str:
+        kind = "release" if self.mode == "full" else "tokenizer"
+        return f"q25-{self.target}-{kind}-{self.build_release}"
+
+    @property
+    def release_files(self) -> tuple[PayloadFile, ...]:
+        return tuple(f for f in self.files if f.rel)
+
+
+def check_rel(rel: str, where: str) -> str:
+    if not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel.split("/"):
+        raise PackageError(f"{where}: unsafe path {rel!r} (want a plain relative POSIX path)")
+    return rel
+
+
+def check_hex(value: str, where: str) -> str:
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise PackageError(f"{where}: {value!r} is not a sha256 (64 lower-case hex digits)")
+    return value
+
+
+def check_name(value: str, where: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise PackageError(f"{where}: {value!r} is not a plain name ([A-Za-z0-9._+-])")
+    return value
+
+
+def check_abs(value: str, where: str) -> str:
+    if not isinstance(value, str) or not _ABS.fullmatch(value) or ".." in value.split("/"):
+        raise PackageError(f"{where}: {value!r} is not a plain absolute path")
+    return value
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def flat_name(rel: str) -> str:
+    return rel.replace("/", "__")
+
+
+def smoke_expectations(codec: Codec) -> list[tuple[str, bytes, bool, list[int]]]:
+    """(payload name, prompt, special, host ids) of every smoke prompt."""
+    return [(f"q25-smoke-{i}.txt", text, special, codec.encode(text, special))
+            for i, (text, special) in enumerate(SMOKE_PROMPTS)]
+
+
+def plan_text(plan_lines: list[str]) -> bytes:
+    return ("\n".join([PLAN_FORMAT, *plan_lines]) + "\n").encode()
+
+
+def _release_payload(build_dir: Path, tokenizer_only: bool) -> tuple[dict, list[PayloadFile], bytes]:
+    try:
+        rel = release_from_build(build_dir)
+    except DeployError as e:
+        raise PackageError(str(e)) from None
+    except (KeyError, TypeError) as e:
+        raise PackageError(f"{build_dir}: build.json or manifest.json lacks {e} (rebuild with q25deploy build)") from None
+    desc = json.loads(rel.description)
+    files = []
+    for f in rel.files:
+        check_rel(f.rel, f"{build_dir}/manifest.json")
+        check_hex(f.sha256, f"{build_dir}/manifest.json: {f.rel}")
+        if tokenizer_only and f.rel not in (rel.image, *TOKENIZER_FILES):
+            continue
+        actual = sha256_file(f.local)
+        if actual != f.sha256:
+            raise PackageError(f"{f.local}: sha256 {actual[:16]}… differs from the build manifest's "
+                               f"{f.sha256[:16]}… (rebuild with q25deploy build)")
+        files.append(PayloadFile(flat_name(f.rel), f.rel, f.sha256, f.size, path=f.local))
+    return {"id": rel.id, "image": rel.image, **desc}, files, rel.description
+
+
+def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str, codec: Codec,
+                 tokenizer_only: bool = False) -> OtaPlan:
+    """The payload of an artifact for ``build_dir`` (validated; digests checked on disk)."""
+    meta, files, description = _release_payload(build_dir, tokenizer_only)
+    check_name(target, "target")
+    check_name(meta["id"], "release id")
+    check_hex(meta["vocab_fingerprint"], f"{build_dir}/build.json: vocab_fingerprint")
+    check_rel(meta["image"], f"{build_dir}/build.json: image")
+    check_abs(install_dir, "install dir")
+    check_abs(q25tok, "q25tok path")
+    names = [f.name for f in files]
+    if len(set(names)) != len(names) or PLAN_NAME in names:
+        raise PackageError(f"{build_dir}: release file names collide once flattened ({', '.join(sorted(names))})")
+    mode = "tokenizer" if tokenizer_only else "full"
+    lines = [f"mode {mode}", f"release {meta['id']}", f"target {target}", f"fingerprint {meta['vocab_fingerprint']}",
+             f"install {install_dir}", f"q25tok {q25tok}", f"image {meta['image']}"]
+    lines += [f"file {f.sha256} {f.size} {f.name} {f.rel}" for f in files]
+    extra: list[PayloadFile] = []
+    if not tokenizer_only:
+        extra.append(PayloadFile("release.json", "", _sha(description), len(description), data=description))
+    for name, text, special, ids in smoke_expectations(codec):
+        lines.append(f"smoke {name} {int(special)} {','.join(map(str, ids))}")
+        extra.append(PayloadFile(name, "", _sha(text), len(text), data=text))
+    plan = plan_text(lines)
+    head = PayloadFile(PLAN_NAME, "", _sha(plan), len(plan), data=plan)
+    return OtaPlan(mode, target, meta["id"], meta["vocab_fingerprint"], install_dir, q25tok, meta["image"],
+                   (head, *files, *extra))

@@ -1,0 +1,85 @@
+"""SWUpdate images (``.swu``): cpio newc with ``sw-description`` first, then
+``sw-description.sig`` when signed, then the post-install script and the payload files.
+
+``sw-description`` (libconfig) has the board file's ``hardware-compatibility``, one
+``files`` entry per payload file, each with its ``sha256``, written into one directory
+under the install dir (``.q25-ota-incoming``), and the board script ``q25-ota.sh`` as a
+``shellscript`` that SWUpdate runs with ``postinst`` after the files are in: it stages
+``releases/<id>``, verifies every sha256, switches ``current`` and records the state as
+``q25deploy deploy`` does, smoke-tests with ``q25tok`` and rolls back when that fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from typing import BinaryIO, Callable
+
+from .archive import Entry, write_cpio
+from .plan import OtaPlan, PackageError, check_name
+from .scripts import board_script
+
+SCRIPT_NAME = "q25-ota.sh"
+DROP_DIR = ".q25-ota-incoming"
+
+
+def lc_string(value: str) -> str:
+    """A libconfig string literal."""
+    if any(ord(c) < 0x20 for c in value):
+        raise PackageError(f"control character in a sw-description value {value!r}")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def drop_dir(plan: OtaPlan) -> str:
+    return f"{plan.install_dir}/{DROP_DIR}"
+
+
+def swu_script(plan: OtaPlan) -> bytes:
+    """The board script with the directory SWUpdate writes the payload into."""
+    text = board_script().decode()
+    marker = "Q25_SWU_DIR=''"
+    if marker not in text:
+        raise PackageError("the board script has no Q25_SWU_DIR line (broken installation)")
+    return text.replace(marker, f"Q25_SWU_DIR={shlex.quote(drop_dir(plan))}", 1).encode()
+
+
+def sw_description(plan: OtaPlan, hw_revisions: tuple[str, ...], script: bytes) -> bytes:
+    for rev in hw_revisions:
+        check_name(rev, "SWUpdate hardware revision")
+    files = []
+    for f in plan.files:
+        files.append("\t\t{\n"
+                     f"\t\t\tfilename = {lc_string(f.name)};\n"
+                     f"\t\t\tpath = {lc_string(drop_dir(plan) + '/' + f.name)};\n"
+                     f"\t\t\tsha256 = {lc_string(f.sha256)};\n"
+                     "\t\t\tproperties: { create-destination = \"true\"; };\n"
+                     "\t\t}")
+    script_entry = ("\t\t{\n"
+                    f"\t\t\tfilename = {lc_string(SCRIPT_NAME)};\n"
+                    "\t\t\ttype = \"shellscript\";\n"
+                    f"\t\t\tsha256 = {lc_string(hashlib.sha256(script).hexdigest())};\n"
+                    "\t\t}")
+    text = ("software =\n{\n"
+            f"\tversion = {lc_string('1.0.0+' + plan.build_release)};\n"
+            f"\tdescription = {lc_string(plan.artifact_name)};\n"
+            "\tbootloader_transaction_marker = false;\n"
+            "\treboot = false;\n"
+            f"\thardware-compatibility: [ {', '.join(lc_string(r) for r in hw_revisions)} ];\n"
+            "\tfiles: (\n" + ",\n".join(files) + "\n\t);\n"
+            "\tscripts: (\n" + script_entry + "\n\t);\n"
+            "};\n")
+    return text.encode()
+
+
+def write_swu(out: BinaryIO, plan: OtaPlan, hw_revisions: tuple[str, ...],
+              sign: Callable[[bytes], bytes] | None = None) -> bytes:
+    """Write the ``.swu`` onto ``out``; returns its sw-description."""
+    script = swu_script(plan)
+    desc = sw_description(plan, hw_revisions, script)
+    entries = [Entry("sw-description", desc)]
+    if sign is not None:
+        entries.append(Entry("sw-description.sig", sign(desc)))
+    entries.append(Entry(SCRIPT_NAME, script, mode=0o755))
+    entries += [Entry(f.name, f.data, f.path) for f in plan.files]
+    write_cpio(out, entries)
+    return desc

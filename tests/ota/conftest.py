@@ -1,0 +1,85 @@
+"""Fixtures of the OTA tests: builds, keys, the real tools (mender-artifact, swupdate,
+busybox) and a directory of BusyBox applets that stands in for a board's userland."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from q25deploy.cli import main
+from q25deploy.model.synthetic import qwen25_tokenizer, write_model
+
+from requirements import need_program
+
+VOCAB = Path(__file__).resolve().parent.parent / "data" / "ggml-vocab-qwen2.gguf"
+
+
+@pytest.fixture(scope="session")
+def ota_builds(tmp_path_factory) -> dict[str, Path]:
+    """Builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary), A2 (A's
+    model with another image alignment: a new tokenizer image for the same model)."""
+    d = tmp_path_factory.mktemp("ota-models")
+    tok = qwen25_tokenizer(str(VOCAB))
+    foreign = (list(tok[0]), tok[1], tok[2])
+    foreign[0][151664] = b"<|not_qwen|>"
+    out = {}
+    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
+        gguf = d / f"{name}.gguf"
+        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
+        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
+        out[name] = d / name
+    board = d / "qemu-align.toml"
+    board.write_text((Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
+                     .replace("image_alignment = 4096", "image_alignment = 65536"))
+    assert main(["build", "--target", "qemu", "--target-file", str(board), "--model", str(d / "A.gguf"),
+                 "--out", str(d / "A2")]) == 0
+    out["A2"] = d / "A2"
+    return out
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory) -> dict[str, Path]:
+    """RSA and ECDSA P-256 keys (PEM), their public keys, self-signed certificates."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+    import datetime
+
+    d = tmp_path_factory.mktemp("keys")
+    out = {}
+    for name, key in (("rsa", rsa.generate_private_key(65537, 3072)), ("rsa2", rsa.generate_private_key(65537, 2048)),
+                      ("ec", ec.generate_private_key(ec.SECP256R1()))):
+        (d / f"{name}.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.TraditionalOpenSSL,
+                                                          serialization.NoEncryption()))
+        (d / f"{name}.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"q25 test {name}")])
+        now = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+                .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=36500))
+                .sign(key, hashes.SHA256()))
+        (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        for ext in ("pem", "pub", "crt"):
+            out[f"{name}.{ext}"] = d / f"{name}.{ext}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def busybox_path(tmp_path_factory) -> str:
+    """A PATH holding only BusyBox applets: the scripts run with nothing from the host."""
+    bb = need_program("busybox", "Debian: busybox-static")
+    d = tmp_path_factory.mktemp("busybox-bin")
+    subprocess.run([bb, "--install", "-s", str(d)], check=True)
+    return str(d)
+
+
+@pytest.fixture(scope="session")
+def q25tok_bin(tmp_path_factory) -> Path:
+    need_program("cc", "Debian: gcc")
+    out = tmp_path_factory.mktemp("ota-rt") / "rt"
+    assert main(["runtime", "build", "--out", str(out)]) == 0
+    return out / "q25tok"

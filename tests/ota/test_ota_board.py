@@ -1,0 +1,245 @@
+"""The board side (q25-ota.sh) under BusyBox sh with only BusyBox applets on PATH, against
+a directory standing in for the board's root and q25tok built from our C sources: the
+Mender update-module states and SWUpdate's post-install give the on-board layout and state
+file of `q25deploy deploy` (compared with a real deploy through sshd), tokenizer-only
+updates give deploy's release id, and a failing smoke test rolls back."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from q25deploy.cli import main
+from q25deploy.ota.mender import read_members
+from q25deploy.ota.scripts import SCRIPT
+
+from ota_helpers import cpio_members, package
+
+INSTALL = "lib/firmware/q25"
+
+
+def make_board(root: Path, q25tok: Path) -> Path:
+    (root / "usr" / "bin").mkdir(parents=True)
+    shutil.copy2(q25tok, root / "usr" / "bin" / "q25tok")
+    return root
+
+
+def sh(busybox_path: str, root: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    env = {"PATH": busybox_path, "Q25_ROOT": str(root)}
+    return subprocess.run([f"{busybox_path}/sh", str(script), *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def mender_tree(art: Path, tree: Path) -> Path:
+    """The update module's file tree as the Mender client lays it out (files/ from data/0000)."""
+    shutil.rmtree(tree, ignore_errors=True)
+    (tree / "files").mkdir(parents=True)
+    (tree / "tmp").mkdir()
+    members = read_members(art)
+    with tarfile.open(fileobj=io.BytesIO(members["data/0000.tar.gz"]), mode="r:gz") as t:
+        t.extractall(tree / "files", filter="data")
+    return tree
+
+
+def mender_install(bb: str, root: Path, art: Path, tree: Path) -> list[subprocess.CompletedProcess]:
+    """Download → ArtifactInstall → ArtifactCommit (→ ArtifactRollback on failure) → Cleanup."""
+    mender_tree(art, tree)
+    runs = [sh(bb, root, "SupportsRollback", str(tree)), sh(bb, root, "Download", str(tree))]
+    for state in ("ArtifactInstall", "NeedsArtifactReboot", "ArtifactCommit"):
+        runs.append(sh(bb, root, state, str(tree)))
+        if runs[-1].returncode != 0:
+            runs.append(sh(bb, root, "ArtifactRollback", str(tree)))
+            break
+    runs.append(sh(bb, root, "Cleanup", str(tree)))
+    assert runs[0].stdout.strip() == "Yes"
+    return runs
+
+
+def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProcess:
+    """What SWUpdate does with the .swu: each `files` entry to its path, then the script with postinst."""
+    data = swu.read_bytes()
+    members = cpio_members(data)
+    off, size = members["sw-description"]
+    desc = data[off:off + size].decode()
+    for name, path in re.findall(r'filename = "([^"]+)";\s*path = "([^"]+)";', desc):
+        dest = root / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        o, n = members[name]
+        dest.write_bytes(data[o:o + n])
+    o, n = members["q25-ota.sh"]
+    script = root.parent / f"{root.name}-q25-ota.sh"
+    script.write_bytes(data[o:o + n])
+    return sh(bb, root, "postinst", script=script)
+
+
+def layout(root: Path) -> dict:
+    """Everything under the install dir: files with their bytes, links, the state without times."""
+    base = root / INSTALL
+    out = {}
+    for p in sorted(base.rglob("*")):
+        rel = p.relative_to(base).as_posix()
+        if p.is_symlink():
+            out[rel] = ("link", os.readlink(p))
+        elif p.is_dir():
+            out[rel] = ("dir",)
+        elif rel == ".q25deploy-state.json":
+            state = json.loads(p.read_text())
+            for r in state["releases"].values():
+                r.pop("deployed_at")
+            out[rel] = ("state", state)
+        else:
+            out[rel] = ("file", p.read_bytes())
+    return out
+
+
+@pytest.fixture(scope="module")
+def bb(busybox_path):
+    return busybox_path
+
+
+def test_mender_module_full_then_tokenizer_only_matches_deploy(tmp_path, capsys, bb, q25tok_bin, ota_builds):
+    pkg = tmp_path / "pkg"
+    a = package(ota_builds["A"], "mender", pkg / "a.mender")
+    b_tok = package(ota_builds["A2"], "mender", pkg / "a2-tok.mender", "--tokenizer-only")
+    b = package(ota_builds["B"], "mender", pkg / "b.mender")
+    board = make_board(tmp_path / "board", q25tok_bin)
+    for art in (a, b_tok, b):
+        runs = mender_install(bb, board, art, tmp_path / "tree")
+        assert all(r.returncode == 0 for r in runs), [(r.args[-2:], r.stderr) for r in runs]
+        assert "smoke test passed" in "".join(r.stderr for r in runs)
+        assert not (board / INSTALL / ".q25-ota").exists() and not (board / INSTALL / "releases" / ".incoming-ota").exists()
+        if art == b_tok:
+            after_tok = layout(board)
+    deployed = _deploy_sequence(tmp_path, capsys, q25tok_bin, ota_builds)
+    if deployed is None:
+        pytest.skip("sshd is needed to compare with a real deploy (CI runs it)")
+    assert after_tok == deployed[0]  # same release id, files, links, state as deploy --tokenizer-only
+    assert layout(board) == deployed[1]
+    state = json.loads((board / INSTALL / ".q25deploy-state.json").read_text())
+    assert state["previous"] and len(state["releases"]) == 2 and all(r["deployed_at"] for r in state["releases"].values())
+
+
+def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
+    """deploy A, deploy --tokenizer-only A2, deploy B through a real sshd: layouts after 2 and 3."""
+    if not Path("/usr/sbin/sshd").exists() or os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide sshd and root for the deploy comparison")
+        return None
+    from sshd import SSHServer, keygen
+
+    key = keygen(tmp_path / "client_ed25519")
+    srv = SSHServer(tmp_path / "sshd", key)
+    try:
+        root = make_board(tmp_path / "deployed", q25tok_bin)
+        board_file = tmp_path / "qemu-here.toml"  # the qemu board, but of this machine's arch (no --runtime-bin)
+        text = (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
+        text = text.replace('arch = "aarch64"', f'arch = "{platform.machine()}"')
+        # the board's q25tok is not under --remote-root (only the install directory is): say where it is
+        text = text.replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{root}/usr/bin/q25tok"')
+        board_file.write_text(text)
+        kh = srv.known_hosts(tmp_path / "known_hosts")
+        out = []
+        for build, extra in ((builds["A"], []), (builds["A2"], ["--tokenizer-only"]), (builds["B"], [])):
+            argv = ["deploy", "--target", "qemu", "--target-file", str(board_file), "--host",
+                    f"root@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(key),
+                    "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+            capsys.readouterr()
+            assert main(argv) == 0, capsys.readouterr()
+            out.append(layout(root))
+        return out[1:]
+    finally:
+        srv.stop()
+
+
+def test_swupdate_postinstall_matches_the_mender_module(tmp_path, bb, q25tok_bin, ota_builds, keys):
+    swu = package(ota_builds["A"], "swupdate", tmp_path / "a.swu")
+    art = package(ota_builds["A"], "mender", tmp_path / "a.mender")
+    sw_board = make_board(tmp_path / "sw", q25tok_bin)
+    r = swupdate_install(bb, sw_board, swu)
+    assert r.returncode == 0 and "smoke test passed" in r.stderr, r.stderr
+    assert not (sw_board / INSTALL / ".q25-ota-incoming").exists()
+    m_board = make_board(tmp_path / "m", q25tok_bin)
+    assert all(x.returncode == 0 for x in mender_install(bb, m_board, art, tmp_path / "tree"))
+    assert layout(sw_board) == layout(m_board)
+    rid = json.loads((sw_board / INSTALL / "current" / "release.json").read_text())["id"]
+    assert os.readlink(sw_board / INSTALL / "current") == f"releases/{rid}"
+    # the same again: already current, nothing changes
+    before = layout(sw_board)
+    r = swupdate_install(bb, sw_board, swu)
+    assert r.returncode == 0 and "already current" in r.stderr and layout(sw_board) == before
+
+
+def test_failing_smoke_test_rolls_back(tmp_path, bb, q25tok_bin, ota_builds):
+    board = make_board(tmp_path / "board", q25tok_bin)
+    a = package(ota_builds["A"], "mender", tmp_path / "a.mender")
+    assert all(r.returncode == 0 for r in mender_install(bb, board, a, tmp_path / "tree"))
+    state_before = (board / INSTALL / ".q25deploy-state.json").read_bytes()
+    before = layout(board)
+    real = board / "usr" / "bin" / "q25tok.real"
+    (board / "usr" / "bin" / "q25tok").rename(real)
+    wrong = board / "usr" / "bin" / "q25tok"  # info works, encode gives wrong ids
+    wrong.write_text(f'#!/bin/sh\nif [ "$1" = encode ]; then echo 1 2 3; exit 0; fi\nexec {real} "$@"\n')
+    wrong.chmod(0o755)
+    runs = mender_install(bb, board, package(ota_builds["B"], "mender", tmp_path / "b.mender"), tmp_path / "tree")
+    states = [r.args[2] for r in runs]
+    assert states[-3:] == ["ArtifactCommit", "ArtifactRollback", "Cleanup"] and runs[-3].returncode != 0
+    assert "board ids differ" in runs[-3].stderr and runs[-2].returncode == 0
+    assert layout(board) == before and (board / INSTALL / ".q25deploy-state.json").read_bytes() == state_before
+    # SWUpdate's post-install rolls back by itself and fails the update
+    r = swupdate_install(bb, board, package(ota_builds["B"], "swupdate", tmp_path / "b.swu"))
+    assert r.returncode != 0 and "rolled back" in r.stderr and layout(board) == before
+
+
+def test_tokenizer_only_with_another_vocabulary_is_refused(tmp_path, bb, q25tok_bin, ota_builds):
+    board = make_board(tmp_path / "board", q25tok_bin)
+    c_tok = package(ota_builds["C"], "mender", tmp_path / "c.mender", "--tokenizer-only")
+    runs = mender_install(bb, board, c_tok, tmp_path / "tree")  # nothing deployed yet
+    assert runs[2].returncode != 0 and "install a full release" in runs[2].stderr
+    assert all(r.returncode == 0 for r in mender_install(bb, board, package(ota_builds["A"], "mender",
+                                                                             tmp_path / "a.mender"), tmp_path / "tree"))
+    before = layout(board)
+    runs = mender_install(bb, board, c_tok, tmp_path / "tree")
+    assert runs[2].args[2] == "ArtifactInstall" and runs[2].returncode != 0
+    assert "vocabulary fingerprint" in runs[2].stderr and layout(board) == before
+
+
+def test_unknown_states_and_queries_do_nothing(tmp_path, bb):
+    for state in ("ArtifactReboot", "ArtifactVerifyReboot", "SomeFutureQuery"):
+        r = sh(bb, tmp_path, state, str(tmp_path))
+        assert r.returncode == 0 and r.stdout == ""
+    assert sh(bb, tmp_path, "NeedsArtifactReboot", str(tmp_path)).stdout.strip() == "No"
+
+
+def test_rollback_keeps_a_release_it_did_not_create(tmp_path, bb, q25tok_bin, ota_builds):
+    board = make_board(tmp_path / "board", q25tok_bin)
+    a = package(ota_builds["A"], "mender", tmp_path / "a.mender")
+    b = package(ota_builds["B"], "mender", tmp_path / "b.mender")
+    for art in (a, b):
+        assert all(r.returncode == 0 for r in mender_install(bb, board, art, tmp_path / "tree"))
+    before = layout(board)  # current B, previous A (kept)
+    tree = mender_tree(a, tmp_path / "tree")  # back to A, whose directory is already there
+    assert sh(bb, board, "ArtifactInstall", str(tree)).returncode == 0
+    state = json.loads((board / INSTALL / ".q25deploy-state.json").read_text())
+    assert os.readlink(board / INSTALL / "current") == f"releases/{state['current']}" and state["previous"]
+    assert sh(bb, board, "ArtifactRollback", str(tree)).returncode == 0  # e.g. the commit failed
+    assert sh(bb, board, "Cleanup", str(tree)).returncode == 0
+    assert layout(board) == before
+
+
+def test_a_crafted_plan_cannot_leave_the_install_dir(tmp_path, bb, q25tok_bin, ota_builds):
+    board = make_board(tmp_path / "board", q25tok_bin)
+    tree = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
+    plan = tree / "files" / "q25-plan"
+    plan.write_text(plan.read_text().replace(" partition_map.json\n", " ../../../../etc/evil\n"))
+    r = sh(bb, board, "ArtifactInstall", str(tree))
+    assert r.returncode != 0 and "unsafe path" in r.stderr
+    assert not (board / "etc").exists() and not (board / INSTALL / "current").exists()

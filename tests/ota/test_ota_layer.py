@@ -1,0 +1,56 @@
+"""The layer's OTA parts: absent by default, present (and oelint-adv clean) when the board
+file's [ota] asks for them; the update module in the layer is the board script itself."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from q25deploy.cli import main
+from q25deploy.ota.scripts import board_script
+
+from requirements import need_program
+
+TARGETS = Path(__file__).resolve().parents[2] / "targets"
+
+
+@pytest.fixture(scope="module")
+def ota_layer(tmp_path_factory, qwen25_tiny) -> Path:
+    d = tmp_path_factory.mktemp("ota-layer")
+    board = d / "kv260-ota.toml"
+    board.write_text((TARGETS / "kv260.toml").read_text().replace("mender = false", "mender = true")
+                     .replace("swupdate = false", "swupdate = true"))
+    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
+                 "--out", str(d / "b")]) == 0
+    return d / "b" / "meta-q25"
+
+
+def test_default_layer_has_no_ota_parts(builds):
+    for target in ("kv260", "zcu104", "qemu"):
+        layer = builds[target] / "meta-q25"
+        assert not (layer / "recipes-q25" / "q25-ota").exists() and not (layer / "recipes-support").exists()
+
+
+def test_ota_parts_when_asked(ota_layer):
+    ota = ota_layer / "recipes-q25" / "q25-ota"
+    assert (ota / "files" / "q25-ota.sh").read_bytes() == board_script()
+    mender = (ota / "q25-ota-mender_1.0.bb").read_text()
+    assert "${datadir}/mender/modules/v3/q25-release" in mender and "@@" not in mender
+    assert (ota / "files" / "hwrevision").read_text() == "kv260 1.0\n"
+    md5 = hashlib.md5((ota / "files" / "LICENSE").read_bytes()).hexdigest()
+    assert f"file://LICENSE;md5={md5}" in mender and f"file://LICENSE;md5={md5}" in (ota / "q25-ota-swupdate_1.0.bb").read_text()
+    append = (ota_layer / "recipes-support" / "swupdate" / "swupdate_%.bbappend").read_text()
+    assert 'SRC_URI:append:k26-smk-kv-sdt = " file://q25-handlers.cfg"' in append
+    assert "CONFIG_SIGALG_CMS=y" in (ota_layer / "recipes-support" / "swupdate" / "files" / "q25-handlers.cfg").read_text()
+
+
+@pytest.mark.parametrize("release", ["scarthgap", "walnascar"])
+def test_ota_recipes_lint_clean(ota_layer, release):
+    exe = need_program("oelint-adv", "pip install '.[test]' installs oelint-adv")
+    files = sorted([*ota_layer.rglob("q25-ota-*.bb"), *ota_layer.rglob("swupdate_%.bbappend")])
+    assert len(files) == 3
+    r = subprocess.run([exe, "--quiet", "--release", release, *map(str, files)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
