@@ -1,5 +1,6 @@
 """What the command groups share: the MODEL argument (positional or ``--model``), commands with
-sub-commands of their own, the power-of-two option type, and warnings about broken plugins.
+sub-commands of their own, the power-of-two option type, warnings about broken plugins and the
+JSON-or-text result.
 
 Nothing here imports more than the standard library: ``q25deploy --help`` stays fast."""
 
@@ -65,3 +66,11 @@ def report_failures(failures: Iterable) -> None:
     """One warning line on stderr per plugin that failed to load (the command goes on)."""
     for f in failures:
         print(f"q25deploy: warning: {f}", file=sys.stderr)
+
+
+def emit(args: argparse.Namespace, obj, text: str) -> int:
+    """A command's result: ``obj`` as JSON with ``--json``, else ``text`` for people; exit 0."""
+    import json
+
+    print(json.dumps(obj, indent=2, ensure_ascii=False) if args.json else text)
+    return 0

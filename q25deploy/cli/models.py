@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from .common import add_group, add_model_argument, positive_pow2
+from .common import add_group, add_model_argument, emit, positive_pow2
 
 
 def add_commands(sub) -> None:
@@ -57,11 +56,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     src, f = _open_model(a.model)
     with f:
         cat = build_catalog(src, f)
-    if a.json:
-        print(json.dumps(cat, indent=2, ensure_ascii=False))
-    else:
-        print(render_catalog(cat))
-    return 0
+    return emit(a, cat, render_catalog(cat))
 
 
 def cmd_export_tokenizer(a: argparse.Namespace) -> int:
@@ -80,20 +75,15 @@ def cmd_export_tokenizer(a: argparse.Namespace) -> int:
     prog.step("hashing the source model")
     digest = src.sha256 or file_sha256(src.path)
     prog.step("building the PS bundle and the runtime image")
-    assets, image_manifest = tokenizer_assets(
-        vocab, source_sha256=digest, model_name=name if isinstance(name, str) else "", alignment=a.alignment
-    )
+    assets, image = tokenizer_assets(vocab, source_sha256=digest, model_name=name if isinstance(name, str) else "",
+                                     alignment=a.alignment)
     prog.step(f"writing {a.out}")
     with OutputDir(a.out) as out:
         write_assets(out, assets)
     prog.done()
-    if a.json:
-        print(json.dumps({"out": str(a.out), "image": image_manifest}, indent=2))
-    else:
-        print(f"wrote {len(assets) + 1} files to {a.out}")
-        print(f"  runtime image {image_manifest['path']}: {image_manifest['size']:,} bytes, "
-              f"vocab fingerprint {image_manifest['vocab_fingerprint'][:16]}")
-    return 0
+    return emit(a, {"out": str(a.out), "image": image},
+                f"wrote {len(assets) + 1} files to {a.out}\n  runtime image {image['path']}: {image['size']:,} "
+                f"bytes, vocab fingerprint {image['vocab_fingerprint'][:16]}")
 
 
 def cmd_export_tensors(a: argparse.Namespace) -> int:
@@ -107,8 +97,4 @@ def cmd_export_tensors(a: argparse.Namespace) -> int:
         manifest = export_tensors(src, f, a.out)
     prog.done()
     total = sum(t["bytes"] for t in manifest["tensors"])
-    if a.json:
-        print(json.dumps(manifest, indent=2))
-    else:
-        print(f"wrote {len(manifest['tensors'])} tensors ({total:,} bytes) to {a.out}/tensors")
-    return 0
+    return emit(a, manifest, f"wrote {len(manifest['tensors'])} tensors ({total:,} bytes) to {a.out}/tensors")

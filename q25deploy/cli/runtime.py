@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from .common import add_group
+from .common import add_group, emit
+
+BUILD_DESCRIPTION = ("Compile the C runtime from this installation's sources with its Makefile, as the BitBake "
+                     "recipe does: host cc by default, aarch64-linux-gnu-gcc -mcpu=cortex-a53 with --cross aarch64, "
+                     "AddressSanitizer+UndefinedBehaviorSanitizer with --sanitize.")
 
 
 def add_commands(sub) -> None:
@@ -14,10 +17,7 @@ def add_commands(sub) -> None:
     rts = add_group(sub, "runtime", help="build the board-side C runtime (q25tok)",
                     description="The C runtime that tokenizes on the board (q25tok, libq25tok.a, q25tok.h), "
                     "built from this installation's sources.", what="what to do with the runtime")
-    rb = rts.add_parser("build", help="compile q25tok, libq25tok.a and q25tok.h",
-                        description="Compile the C runtime from this installation's sources with its Makefile, "
-                        "as the BitBake recipe does: host cc by default, aarch64-linux-gnu-gcc -mcpu=cortex-a53 "
-                        "with --cross aarch64, AddressSanitizer+UndefinedBehaviorSanitizer with --sanitize.")
+    rb = rts.add_parser("build", help="compile q25tok, libq25tok.a and q25tok.h", description=BUILD_DESCRIPTION)
     rb.add_argument("--out", required=True, metavar="DIR", type=Path,
                     help="output directory for q25tok, libq25tok.a, q25tok.h and the manifest")
     rb.add_argument("--cross", choices=["aarch64"], help="cross-compile for the Cortex-A53 (Zynq UltraScale+)")
@@ -34,9 +34,6 @@ def cmd_runtime_build(a: argparse.Namespace) -> int:
     prog.step("compiling the C runtime")
     manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize)
     prog.done()
-    if a.json:
-        print(json.dumps(manifest, indent=2))
-    else:
-        rt = manifest["runtime"]
-        print(f"built q25tok, libq25tok.a and q25tok.h for {rt['target']} with {rt['toolchain']['cc']} in {a.out}")
-    return 0
+    rt = manifest["runtime"]
+    return emit(a, manifest, f"built q25tok, libq25tok.a and q25tok.h for {rt['target']} with "
+                f"{rt['toolchain']['cc']} in {a.out}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _json_str
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -25,8 +25,11 @@ from .image.format import (
 )
 from .vocab import TYPE_NAMES, Vocab
 
-if TYPE_CHECKING:  # only for the annotation: the tokenizer does not depend on the build
-    from ..build.outputs import OutputDir
+
+class AssetSink(Protocol):
+    """Where assets are written (an :class:`~q25deploy.build.outputs.OutputDir`)."""
+
+    def write(self, rel: str, data: bytes, kind: str) -> None: ...
 
 IMAGE_NAME = "tokenizer.q25tokrt"
 IMAGE_MANIFEST = "tokenizer_runtime_image_manifest.json"
@@ -97,6 +100,6 @@ def tokenizer_assets(
     return assets, image_manifest
 
 
-def write_assets(out: "OutputDir", assets: list[Asset], prefix: str = "") -> None:
+def write_assets(out: AssetSink, assets: list[Asset], prefix: str = "") -> None:
     for a in assets:
         out.write(prefix + a.path, a.data, a.kind)
