@@ -1,8 +1,10 @@
 """Atomic output directories with a ``manifest.json``.
 
 Everything a command writes goes into a temporary sibling directory first; only when all of
-it is written is the temporary directory renamed over the destination. A failure (bad input,
-a full disk, Ctrl-C) leaves the destination as it was, or absent.
+it is written does the temporary directory take the destination's place (see
+:mod:`q25deploy.build.replace`: only earlier q25deploy outputs are ever replaced, and the
+destination is never missing). A failure (bad input, a full disk, Ctrl-C) leaves the
+destination as it was, or absent.
 
 ``manifest.json`` lists every artifact with ``path``, ``kind``, ``size`` and ``sha256``,
 sorted by path, with no time stamps, so the same inputs give a byte-identical manifest.
@@ -13,32 +15,35 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..common import file_sha256, json_bytes
 from ..errors import OutputError
 from .layout import MANIFEST
-
-MANIFEST_FORMAT = "q25deploy-manifest/1"
-
+from .replace import MANIFEST_FORMAT, check_replaceable, exchange, remove_stale, temp_dir
 
 class OutputDir:
-    """``with OutputDir(dest) as out: out.write("a.bin", data, kind="x")`` — atomic on exit."""
+    """``with OutputDir(dest, "build") as out: out.write("a.bin", data, kind="x")`` — atomic on exit.
 
-    def __init__(self, dest: str | os.PathLike[str], *, extra_manifest: dict | None = None) -> None:
-        self.dest = Path(dest)
+    ``output`` names the kind of output (``build``, ``tokenizer``, ``tensors``, ``runtime``):
+    it is recorded in the manifest, and DEST is replaced only when it is absent, empty, or an
+    earlier output of the same kind with nothing in it q25deploy did not write."""
+
+    def __init__(self, dest: str | os.PathLike[str], output: str, *, extra_manifest: dict | None = None) -> None:
+        self.dest = Path(os.path.abspath(dest))
+        if self.dest.is_symlink():  # replace what the link points to; the link stays
+            self.dest = self.dest.resolve()
+        self.output = output
         self.artifacts: dict[str, dict] = {}
         self.extra_manifest = extra_manifest or {}
-        if self.dest.exists() and not self.dest.is_dir():
-            raise OutputError(f"{self.dest}: exists and is not a directory")
-        parent = self.dest.parent
+        check_replaceable(self.dest, output)
         try:
-            parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-", dir=parent))
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale(self.dest)
+            self.tmp = temp_dir(self.dest)
         except OSError as e:
-            raise OutputError(f"{parent}: cannot create output directory: {e.strerror}") from None
+            raise OutputError(f"{self.dest.parent}: cannot create output directory: {e.strerror}") from None
 
     def __enter__(self) -> "OutputDir":
         return self
@@ -73,7 +78,7 @@ class OutputDir:
         self.write(rel, json_bytes(obj), kind)
 
     def manifest(self) -> dict:
-        m = {"format": MANIFEST_FORMAT, **self.extra_manifest}
+        m = {"format": MANIFEST_FORMAT, "output": self.output, **self.extra_manifest}
         m["artifacts"] = [self.artifacts[k] for k in sorted(self.artifacts)]
         return m
 
@@ -81,15 +86,7 @@ class OutputDir:
         try:
             (self.tmp / MANIFEST).write_bytes(json_bytes(self.manifest()))
             os.chmod(self.tmp, 0o755)
-            old = None
-            if self.dest.exists():
-                old = self.dest.with_name(f".{self.dest.name}.old-{os.getpid()}")
-                os.rename(self.dest, old)
-            os.rename(self.tmp, self.dest)
+            exchange(self.tmp, self.dest)
         except OSError as e:
             shutil.rmtree(self.tmp, ignore_errors=True)
-            if old is not None and not self.dest.exists():
-                os.rename(old, self.dest)
             raise OutputError(f"{self.dest}: cannot finish writing: {e.strerror}") from None
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)

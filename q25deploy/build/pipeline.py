@@ -190,7 +190,7 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
     from . import stages
 
     src, target = req.src, req.target
-    with GGUFFile(src.path) as f, OutputDir(req.out) as o, ThreadPoolExecutor(max_workers=3) as pool:
+    with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=3) as pool:
         info = stages.model_info(f)
         lic = stages.licence(src, info, req.license_id, req.license_file)
         p = stages.plan(pm, target, f)

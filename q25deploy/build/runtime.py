@@ -79,7 +79,7 @@ def build_runtime(out: Path, *, cross: str | None = None, sanitize: bool = False
         _run(make_command(tc, build, "install") + [f"DESTDIR={stage}", "prefix=/usr"], "installing the runtime")
         info = {"toolchain": {"cc": tc.cc, "cflags": tc.cflags, "ldflags": tc.ldflags},
                 "target": cross or "host", "sanitize": sanitize}
-        with OutputDir(out, extra_manifest={"runtime": info}) as o:
+        with OutputDir(out, "runtime", extra_manifest={"runtime": info}) as o:
             for rel, dest, kind in (("usr/bin/q25tok", "q25tok", "runtime-binary"),
                                     ("usr/lib/libq25tok.a", "libq25tok.a", "runtime-library"),
                                     ("usr/include/q25tok.h", "q25tok.h", "runtime-header")):

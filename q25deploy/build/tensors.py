@@ -21,7 +21,7 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
     pieces = [Piece(t.name, t.data_offset, t.nbytes, i, 0) for i, t in enumerate(tensors)]
     files = [f"tensors/{t.name}.bin" for t in tensors]
     sizes = [t.nbytes for t in tensors]
-    with OutputDir(out) as o:
+    with OutputDir(out, "tensors") as o:
         paths = [str(o.path(rel)) for rel in files]
         with ThreadPoolExecutor(max_workers=1) as pool:  # hash while the kernel copies
             digests = pool.submit(digest_pass, str(src.path), pieces, len(files), sizes,

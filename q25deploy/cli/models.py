@@ -78,7 +78,7 @@ def cmd_export_tokenizer(a: argparse.Namespace) -> int:
     assets, image = tokenizer_assets(vocab, source_sha256=digest, model_name=name if isinstance(name, str) else "",
                                      alignment=a.alignment)
     prog.step(f"writing {a.out}")
-    with OutputDir(a.out) as out:
+    with OutputDir(a.out, "tokenizer") as out:
         write_assets(out, assets)
     prog.done()
     return emit(a, {"out": str(a.out), "image": image},
