@@ -164,13 +164,43 @@ def place_regions(board: Board, partitions: Sequence[Partition]) -> tuple[Region
     return tuple(regions)
 
 
-def assemble(partitions: Sequence[Partition], regions: Sequence[Region], budget: int) -> MemoryPlan:
-    """The plan from partitions and their regions (checks they belong together)."""
+def check_placement(partitions: Sequence[Partition], tensors: Sequence[TensorLike], tensor_alignment: int) -> None:
+    """A partition plan (from any plugin) is sound: every tensor of the model exactly once, at an
+    aligned offset inside its partition, none overlapping another. The digests the build
+    records for each partition are computed from the plan, so an unsound plan would give
+    files whose bytes differ from their recorded sha256."""
+    want = {t.name for t in tensors}
+    seen: set[str] = set()
+    for i, p in enumerate(partitions):
+        if p.index != i:
+            raise FitError(f"a plugin's partition plan is unsound: partition {i} says it is {p.index}")
+        end = 0
+        for t, off in sorted(p.items, key=lambda item: item[1]):
+            if t.name in seen or t.name not in want:
+                raise FitError(f"a plugin's partition plan is unsound: tensor {t.name!r} placed twice or not in the model")
+            if off < end or off % tensor_alignment or off + t.nbytes > p.used:
+                raise FitError(f"a plugin's partition plan is unsound: tensor {t.name!r} at offset {off} of partition "
+                               f"{i} overlaps, is not {tensor_alignment}-aligned, or ends past its {p.used} bytes")
+            seen.add(t.name)
+            end = off + t.nbytes
+    if seen != want:
+        missing = sorted(want - seen)
+        raise FitError(f"a plugin's partition plan is unsound: {len(missing)} tensor(s) not placed ({missing[0]!r}, ...)")
+
+
+def assemble(partitions: Sequence[Partition], regions: Sequence[Region], board: Board,
+             tensors: Sequence[TensorLike]) -> MemoryPlan:
+    """The plan from partitions and their regions, checked: a sound placement, and every region
+    matching its partition, inside one DDR bank, clear of the board's reservations and the others."""
+    check_placement(partitions, tensors, board.layout.tensor_alignment)
     if len(partitions) != len(regions) or any(
-        r.size < p.used or r.base % 4096 for p, r in zip(partitions, regions)
+        r.index != i or r.size < p.used or r.base % 4096 for i, (p, r) in enumerate(zip(partitions, regions))
     ):
         raise FitError("a plugin returned regions that do not match the partitions")
     for i, a in enumerate(regions):
+        span = Span(a.label, a.base, a.size)
+        if not any(b.base <= a.base and a.end <= b.end for b in board.banks) or any(span.overlaps(r) for r in board.reserved):
+            raise FitError(f"region {a.index} [{a.base:#x}, {a.end:#x}) is outside DDR or on memory the board reserves")
         for b in regions[i + 1:]:
             if a.base < b.end and b.base < a.end:
                 raise FitError(f"regions {a.index} and {b.index} overlap")
@@ -179,10 +209,10 @@ def assemble(partitions: Sequence[Partition], regions: Sequence[Region], budget:
         for p in partitions
         for t, off in p.items
     )
-    return MemoryPlan(tuple(regions), placements, budget)
+    return MemoryPlan(tuple(regions), placements, board.model_budget)
 
 
 def plan_memory(tensors: Sequence[TensorLike], board: Board) -> MemoryPlan:
     """The default plan (what the core hook implementations do)."""
     parts = plan_partitions(tensors, board)
-    return assemble(parts, place_regions(board, parts), board.model_budget)
+    return assemble(parts, place_regions(board, parts), board, tensors)

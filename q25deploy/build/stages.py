@@ -69,7 +69,7 @@ def plan(pm, target: Target, f: GGUFFile) -> Plan:
     board, name = target.board, target.name
     partitions = pm.hook.q25deploy_partition_plan(target=name, board=board, tensors=f.tensors)
     regions = pm.hook.q25deploy_reserved_regions(target=name, board=board, partitions=partitions)
-    memory = assemble(partitions, regions, board.model_budget)
+    memory = assemble(partitions, regions, board, f.tensors)
     image_layout = pm.hook.q25deploy_image_layout(target=name, board=board)
     dtsi = pm.hook.q25deploy_reserved_memory_dtsi(target=name, board=board, plan=memory)
     placed = [(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in memory.tensors]

@@ -2,35 +2,53 @@
 the model's sha256, the image alignment and the tool version, so a build of a model whose
 tokenizer was already built (for another target, into another directory) copies them
 instead of regenerating them. Entries are written atomically; files are copied out (not
-linked), so nothing a user does to a build directory can change the cache."""
+linked), so nothing a user does to a build directory can change the cache. The index records
+every file's sha256, and a lookup hands out only files whose bytes still match it (a flipped
+byte in the cache means a miss and a rebuild, never a corrupt build)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from ..common import cache_dir as default_cache_dir
+from ..common import cache_dir as default_cache_dir, file_sha256
 from ..common import json_bytes
 
 INDEX = "assets.json"
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # a plain file name, no folders
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _entry(key: str, cache_dir: Path | None) -> Path:
     return (cache_dir or default_cache_dir()) / "tokenizer" / key
 
 
+def _valid_index(assets) -> bool:
+    return isinstance(assets, list) and bool(assets) and all(
+        isinstance(a, dict) and isinstance(a.get("kind"), str) and isinstance(a.get("path"), str)
+        and _NAME.fullmatch(a["path"]) is not None and isinstance(a.get("sha256"), str)
+        and _HEX64.fullmatch(a["sha256"]) is not None for a in assets)
+
+
 def lookup(key: str, cache_dir: Path | None = None) -> tuple[Path, list[dict]] | None:
-    """(directory, [{path, kind}]) of a complete cached set, or None."""
+    """(directory, [{path, kind, sha256}]) of a complete, intact cached set, or None. A damaged
+    entry (unreadable index, a file missing or changed) is removed and reported as a miss."""
     d = _entry(key, cache_dir)
     try:
         assets = json.loads((d / INDEX).read_text("utf-8"))
-        if all((d / a["path"]).is_file() for a in assets):
+    except (OSError, ValueError):
+        return None
+    try:
+        if _valid_index(assets) and all(file_sha256(d / a["path"]) == a["sha256"] for a in assets):
             return d, assets
-    except (OSError, ValueError, KeyError, TypeError):
+    except OSError:
         pass
+    shutil.rmtree(d, ignore_errors=True)
     return None
 
 
@@ -45,7 +63,8 @@ def store(key: str, assets: list, cache_dir: Path | None = None) -> None:
     try:
         for a in assets:
             (tmp / a.path).write_bytes(a.data)
-        (tmp / INDEX).write_bytes(json_bytes([{"path": a.path, "kind": a.kind} for a in assets]))
+        index = [{"path": a.path, "kind": a.kind, "sha256": hashlib.sha256(a.data).hexdigest()} for a in assets]
+        (tmp / INDEX).write_bytes(json_bytes(index))
         os.rename(tmp, d)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)

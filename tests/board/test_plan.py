@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from q25deploy.board.boardfile import load_board
-from q25deploy.board.plan import free_windows, plan_memory
+from q25deploy.board.plan import assemble, check_placement, free_windows, place_regions, plan_memory, plan_partitions
 from q25deploy.errors import FitError
 from q25deploy.resources import data_dir
 from tensor_dirs import model
@@ -75,3 +75,38 @@ def test_a_tensor_larger_than_region_max_gets_its_own_region():
     emb = next(p for p in plan.tensors if p.name == "token_embd.weight")
     assert emb.nbytes > 32 << 20 and emb.offset == 0
     assert [p.name for p in plan.tensors if p.region == emb.region] == ["token_embd.weight"]
+
+
+def test_an_unsound_partition_plan_from_a_plugin_is_refused():
+    """The build's partition digests come from the plan: a plan that overlaps, skips, repeats or
+    misaligns tensors must never reach the copy."""
+    board = load_board(TARGETS / "kv260.toml")
+    tensors = model("tiny")
+    good = plan_partitions(tensors, board)
+    check_placement(good, tensors, board.layout.tensor_alignment)
+    p0 = good[0]
+    (t0, o0), (t1, _o1) = p0.items[0], p0.items[1]
+    bad = {
+        "overlap": replace(p0, items=((t0, o0), (t1, o0)) + p0.items[2:]),
+        "misaligned": replace(p0, items=((t0, o0 + 1),) + p0.items[1:]),
+        "past the end": replace(p0, used=o0 + t0.nbytes - 1, items=((t0, o0),) + p0.items[1:]),
+        "twice": replace(p0, items=p0.items + ((t0, p0.used),)),
+        "missing": replace(p0, items=p0.items[1:]),
+    }
+    for case, part in bad.items():
+        with pytest.raises(FitError, match="unsound"):
+            check_placement([part, *good[1:]], tensors, board.layout.tensor_alignment)
+        with pytest.raises(FitError):
+            assemble([part, *good[1:]], place_regions(board, good), board, tensors)
+
+
+def test_regions_on_reserved_or_missing_memory_are_refused():
+    board = load_board(TARGETS / "kv260.toml")
+    tensors = model("tiny")
+    parts = plan_partitions(tensors, board)
+    regions = place_regions(board, parts)
+    on_reserved = replace(regions[0], base=board.reserved[0].base // 4096 * 4096)
+    outside = replace(regions[0], base=0x10_0000_0000_0000)
+    for r in (on_reserved, outside):
+        with pytest.raises(FitError, match="outside DDR or on memory the board reserves"):
+            assemble(parts, [r, *regions[1:]], board, tensors)

@@ -187,3 +187,18 @@ def test_tokenizer_assets_come_from_the_content_cache(tmp_path, qwen25_tiny, cap
     shutil.rmtree(b)
     assert main(["build", "--target", "zcu104", "--model", str(qwen25_tiny), "--out", str(b)]) == 0
     assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (a / "tokenizer" / "tokenizer.q25tokrt").read_bytes()
+
+
+def test_a_flipped_byte_in_the_tokenizer_cache_is_never_handed_out(tmp_path, qwen25_tiny, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(a)]) == 0
+    entry = next((tmp_path / "cache" / "q25deploy" / "tokenizer").iterdir())
+    image = entry / "tokenizer.q25tokrt"
+    data = bytearray(image.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size, one bit off: only the digest can tell
+    image.write_bytes(bytes(data))
+    assert main(["build", "--target", "zcu104", "--model", str(qwen25_tiny), "--out", str(b)]) == 0
+    assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (a / "tokenizer" / "tokenizer.q25tokrt").read_bytes()
+    index = json.loads((entry / "assets.json").read_text())  # rebuilt and stored again, with digests
+    assert all(len(x["sha256"]) == 64 for x in index) and image.read_bytes() != bytes(data)
