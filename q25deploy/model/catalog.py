@@ -97,7 +97,20 @@ def build_catalog(src: ModelSource, f: GGUFFile) -> dict:
     }
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def printable(text: object) -> str:
+    """Metadata for a terminal: control characters (escape sequences, newlines) shown as \\xNN."""
+    return str(text).translate(_CONTROL)
+
+
 def render_catalog(cat: dict) -> str:
+    """``inspect``'s text for people; every string from the model passes :func:`printable`."""
+    return "\n".join(_render_lines(cat))
+
+
+def _render_lines(cat: dict) -> list[str]:
     m = cat["model"]
     lines = [
         f"model      {m['name'] or '(unnamed)'}  [{m['architecture']}]",
@@ -130,4 +143,4 @@ def render_catalog(cat: dict) -> str:
         lines.append("largest tensors:")
         for t in sorted(cat["tensors"], key=lambda t: -t["bytes"])[:5]:
             lines.append(f"  {t['name']:<28} {t['type']:<6} {'x'.join(map(str, t['shape'])):<14} {format_size(t['bytes']):>12}")
-    return "\n".join(lines)
+    return [printable(line) for line in lines]

@@ -22,6 +22,7 @@ from ..common import json_bytes
 from ..errors import ModelSourceError
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
+TEXT_LAYER_MAX = 1 << 20  # template, params, licence, system: text, never megabytes
 TEXT_LAYERS = ("template", "system", "params", "license")
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
@@ -130,6 +131,9 @@ def resolve(ref: str, *, cache_dir: Path | None = None) -> ModelSource:
             lb = _blob_path(root, ld)
             if lb is None:
                 raise ModelSourceError(f"model {ref!r}: {kind} blob sha256-{ld} is missing")
+            if lsize > TEXT_LAYER_MAX or lb.stat().st_size != lsize:  # checked before anything is read
+                raise ModelSourceError(f"model {ref!r}: {kind} blob sha256-{ld} is {lb.stat().st_size:,} bytes "
+                                       f"(manifest: {lsize:,}; a text layer may have at most {TEXT_LAYER_MAX:,})")
             data = lb.read_bytes()
             if len(data) != lsize or hashlib.sha256(data).hexdigest() != ld:
                 raise ModelSourceError(f"model {ref!r}: {kind} blob sha256-{ld} does not match its digest")

@@ -10,12 +10,15 @@ the image's merge table.
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
+
 from ..errors import CodecError
 from .image.reader import RuntimeImage
 from .pretokenize import ClassTable, decode_lenient, encode_cpts, split_qwen2
 from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
 
 _CACHE_LIMIT = 1 << 16
+_LONG_PIECE = 256  # bytes; longer pieces merge through a heap (the rescan is quadratic)
 
 
 class Codec:
@@ -72,6 +75,8 @@ class Codec:
         b2t = self.byte_to_token
         ids = [b2t[b] for b in piece]
         ranks = self.ranks
+        if len(ids) > _LONG_PIECE:
+            return self._remember(piece, bpe_heap(ids, ranks))
         while len(ids) > 1:
             best = None
             best_i = -1
@@ -85,6 +90,9 @@ class Codec:
             if best is None:
                 break
             ids[best_i : best_i + 2] = [best[1]]
+        return self._remember(piece, ids)
+
+    def _remember(self, piece: bytes, ids: list[int]) -> list[int]:
         if len(self._cache) < _CACHE_LIMIT:
             self._cache[piece] = ids
         return ids
@@ -119,3 +127,34 @@ class Codec:
 
     def decode(self, ids, special: bool = False) -> bytes:
         return b"".join(self.piece(int(t), special) for t in ids)
+
+
+def bpe_heap(ids: list[int], ranks: dict[int, tuple[int, int]]) -> list[int]:
+    """Byte-pair merges in O(n log n) for long pieces: the same order as the rescanning loop
+    (lowest rank first, leftmost on a tie) from a heap of (rank, left index) over a linked
+    list; entries made stale by an earlier merge are skipped when popped."""
+    n = len(ids)
+    val, nxt, alive = list(ids), list(range(1, n)) + [-1], [True] * n
+    prv = list(range(-1, n - 1))
+    heap: list[tuple[int, int, int, int, int, int]] = []
+
+    def push(i: int) -> None:
+        j = nxt[i]
+        r = ranks.get(val[i] << 32 | val[j]) if j >= 0 else None
+        if r is not None:
+            heappush(heap, (r[0], i, j, val[i], val[j], r[1]))
+
+    for i in range(n - 1):
+        push(i)
+    while heap:
+        _rank, i, j, lv, rv, merged = heappop(heap)
+        if not (alive[i] and alive[j] and nxt[i] == j and val[i] == lv and val[j] == rv):
+            continue  # stale: one side was merged since
+        val[i], alive[j] = merged, False
+        nxt[i] = nxt[j]
+        if nxt[j] >= 0:
+            prv[nxt[j]] = i
+        if prv[i] >= 0:
+            push(prv[i])
+        push(i)
+    return [val[i] for i in range(n) if alive[i]]

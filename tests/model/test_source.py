@@ -92,3 +92,12 @@ def test_missing_file_and_bad_reference(tmp_path):
         resolve(str(tmp_path / "x.gguf"))
     with pytest.raises(ModelSourceError, match="neither a .gguf file nor an Ollama"):
         resolve("bad name with spaces")
+
+
+def test_an_oversized_ollama_text_layer_is_refused_before_it_is_read(tmp_path, monkeypatch, qwen25_tiny):
+
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "o"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "c"))
+    add_model(tmp_path / "o", "big:1", qwen25_tiny, license="x" * ((1 << 20) + 1))
+    with pytest.raises(ModelSourceError, match="a text layer may have at most"):
+        resolve("big:1")

@@ -98,3 +98,23 @@ def test_decode_encode_round_trips(qwen25_codec, text):
     data = text.encode("utf-8")
     assert qwen25_codec.decode(qwen25_codec.encode(data)) == data
     assert qwen25_codec.decode(qwen25_codec.encode(data, parse_special=True), special=True) == data
+
+
+def test_long_pieces_merge_through_the_heap_exactly_as_the_rescan_does(qwen25_codec, monkeypatch):
+    """Pieces longer than _LONG_PIECE merge in O(n log n); the order of merges (lowest rank,
+    leftmost on a tie) and so the ids must equal the quadratic rescan's."""
+    import random
+
+    from q25deploy.tokenizer import codec as codec_module
+
+    rnd = random.Random(7)
+    alphabets = [b"ab", b"abc ", bytes(range(97, 123)), bytes(range(256)), "héllo wörld 你好 ".encode()]
+    pieces = [b"a" * 3000, b"ab" * 1500] + [
+        bytes(rnd.choice(alpha) for _ in range(rnd.randint(2, 600))) for alpha in alphabets for _ in range(40)]
+    b2t = qwen25_codec.byte_to_token
+    monkeypatch.setattr(codec_module, "_LONG_PIECE", 1 << 30)  # the rescan, for the reference ids
+    for piece in pieces:
+        qwen25_codec._cache.pop(piece, None)
+        want = qwen25_codec.bpe(piece)
+        assert codec_module.bpe_heap([b2t[b] for b in piece], qwen25_codec.ranks) == want
+    assert len(codec_module.bpe_heap([b2t[b] for b in b"a" * 16000], qwen25_codec.ranks)) == 2000  # 8 a each
