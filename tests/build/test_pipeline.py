@@ -4,6 +4,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,21 @@ def test_builds_are_reproducible(tmp_path, built, qwen25_tiny):
     assert set(a) == set(b)
     for k in [k for k in a if k != "manifest.json"]:  # the manifest lists build.json's digest
         assert a[k] == b[k], k
+
+
+@pytest.mark.parametrize("target", ["kv260", "qemu"])
+def test_every_file_is_reproducible_across_processes_and_caches(tmp_path, qwen25_tiny, target):
+    """Two builds in fresh processes with their own empty tokenizer caches and other hash
+    seeds: every file, build.json and manifest.json included, is byte-identical."""
+    trees = []
+    for i, seed in enumerate(("1", "4242")):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "XDG_CACHE_HOME": str(tmp_path / f"cache{i}")}
+        subprocess.run([sys.executable, "-m", "q25deploy", "build", "--target", target, "--model", str(qwen25_tiny),
+                        "--out", str(tmp_path / f"out{i}")], env=env, check=True, capture_output=True)
+        trees.append(tree(tmp_path / f"out{i}"))
+        assert (tmp_path / f"cache{i}" / "q25deploy" / "tokenizer").is_dir()  # built, not taken from a cache
+    assert "build.json" in trees[0] and "manifest.json" in trees[0]
+    assert trees[0] == trees[1]
 
 
 def test_unchanged_rebuild_does_nothing_and_changed_board_relinks(tmp_path, qwen25_tiny, capsys):
