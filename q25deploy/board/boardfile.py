@@ -7,6 +7,7 @@ DDR. The schema is documented in docs/boards.md.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,16 +135,14 @@ def load_board(path: str | Path) -> Board:
     return board_from_dict(raw, str(path))
 
 
-def board_from_dict(raw: dict, source: str) -> Board:
-    def fail(where: str, msg: str):
-        raise BoardFileError(f"{source}: {where}: {msg}")
+# names and paths land in generated code (recipes, dts, C, shell): only safe characters
+_BOARD_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+_SPAN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,@+-]{0,62}")
+_BOARD_PATH = re.compile(r"/[A-Za-z0-9._+/-]*")
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
-    _check(raw, SCHEMA, "", fail)
-    for key in REQUIRED:
-        sect, name = key.split(".")
-        if name not in raw.get(sect, {}):
-            fail(key, "is required")
-    b, mem = raw["board"], raw["memory"]
+
+def _layout(raw: dict, fail) -> Layout:
     lay = Layout(**raw.get("layout", {}))
     for k in ("region_alignment", "tensor_alignment", "image_alignment"):
         if not _pow2(getattr(lay, k)):
@@ -158,54 +157,91 @@ def board_from_dict(raw: dict, source: str) -> Board:
         fail("layout.region_headroom", "must not be negative")
     if not 0 < lay.max_model_share <= 1:
         fail("layout.max_model_share", f"must be in (0, 1], got {lay.max_model_share}")
+    return lay
 
+
+def _span(entry: dict, where: str, fail) -> Span:
+    for k in ("name", "base", "size"):
+        if k not in entry:
+            fail(f"{where}.{k}", "is required")
+    if not _SPAN_NAME.fullmatch(entry["name"]):
+        fail(f"{where}.name", f"{entry['name']!r}: use letters, digits and _ . , @ + - (at most 63)")
+    return Span(entry["name"], entry["base"], entry["size"], entry.get("in_device_tree", False))
+
+
+def _banks(mem: dict, lay: Layout, fail) -> list[Span]:
     banks = []
     for i, bank in enumerate(mem["banks"]):
         where = f"memory.banks[{i}]"
-        for k in ("name", "base", "size"):
-            if k not in bank:
-                fail(f"{where}.{k}", "is required")
-        if bank["base"] < 0 or bank["size"] <= 0 or bank["base"] + bank["size"] > 1 << 48:
+        span = _span(bank, where, fail)
+        if span.base < 0 or span.size <= 0 or span.end > 1 << 48:
             fail(where, "base/size out of range (size > 0, inside a 48-bit physical address space)")
-        if bank["base"] % lay.region_alignment or bank["size"] % lay.region_alignment:
+        if span.base % lay.region_alignment or span.size % lay.region_alignment:
             fail(where, f"base and size must be multiples of region_alignment {lay.region_alignment:#x}")
-        banks.append(Span(bank["name"], bank["base"], bank["size"]))
+        banks.append(span)
     if not banks:
         fail("memory.banks", "needs at least one bank")
     for i, a in enumerate(banks):
         for b2 in banks[i + 1:]:
             if a.overlaps(b2):
                 fail("memory.banks", f"banks {a.name!r} and {b2.name!r} overlap")
+    return banks
+
+
+def _reserved(mem: dict, banks: list[Span], fail) -> list[Span]:
     reserved = []
     for i, r in enumerate(mem.get("reserved", [])):
         where = f"memory.reserved[{i}]"
-        for k in ("name", "base", "size"):
-            if k not in r:
-                fail(f"{where}.{k}", "is required")
-        span = Span(r["name"], r["base"], r["size"], r.get("in_device_tree", False))
+        span = _span(r, where, fail)
         if span.size <= 0 or span.base < 0:
             fail(where, "size must be positive and base not negative")
         if not any(bk.base <= span.base and span.end <= bk.end for bk in banks):
             fail(where, f"{span.name!r} [{span.base:#x}, {span.end:#x}) is not inside one memory bank")
         reserved.append(span)
-    ssh = raw.get("ssh", {})
+    return reserved
+
+
+def _check_text(raw: dict, fail) -> None:
+    """What reaches generated code or a terminal: names, paths, the user, the description."""
+    b, install, ssh = raw["board"], raw["install"], raw.get("ssh", {})
+    if not _BOARD_NAME.fullmatch(b["name"]):
+        fail("board.name", f"{b['name']!r}: use lower-case letters, digits, '-' and '_' (at most 63)")
+    if "description" in b and not (b["description"].isprintable() and len(b["description"]) <= 200):
+        fail("board.description", "must be one line of printable text (at most 200 characters)")
+    for key in ("path", "runtime"):
+        value = install.get(key, "/usr/bin/q25tok")
+        if not _BOARD_PATH.fullmatch(value) or ".." in value.split("/"):
+            fail(f"install.{key}", f"must be an absolute path of letters, digits and . _ + - / without '..', "
+                 f"got {value!r}")
     if not 0 < ssh.get("port", 22) < 65536:
         fail("ssh.port", "must be 1..65535")
-    install = raw["install"]["path"]
-    runtime = raw["install"].get("runtime", "/usr/bin/q25tok")
-    for key, value in (("install.path", install), ("install.runtime", runtime)):
-        if not value.startswith("/") or ".." in value.split("/"):
-            fail(key, f"must be an absolute path without '..', got {value!r}")
+    if not _USER.fullmatch(ssh.get("user", "root")):
+        fail("ssh.user", f"{ssh['user']!r} is not a user name")
+
+
+def board_from_dict(raw: dict, source: str) -> Board:
+    def fail(where: str, msg: str):
+        raise BoardFileError(f"{source}: {where}: {msg}")
+
+    _check(raw, SCHEMA, "", fail)
+    for key in REQUIRED:
+        sect, name = key.split(".")
+        if name not in raw.get(sect, {}):
+            fail(key, "is required")
+    _check_text(raw, fail)
+    b, mem, ssh, install = raw["board"], raw["memory"], raw.get("ssh", {}), raw["install"]
+    lay = _layout(raw, fail)
+    banks = _banks(mem, lay, fail)
     return Board(
         name=b["name"],
         description=b.get("description", b["name"]),
         arch=b["arch"],
         cpu=b.get("cpu", ""),
         banks=tuple(banks),
-        reserved=tuple(reserved),
+        reserved=tuple(_reserved(mem, banks, fail)),
         layout=lay,
-        install_path=install.rstrip("/") or "/",
-        runtime_path=runtime,
+        install_path=install["path"].rstrip("/") or "/",
+        runtime_path=install.get("runtime", "/usr/bin/q25tok"),
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
         yocto_machine=b.get("yocto_machine", ""),

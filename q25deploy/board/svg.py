@@ -16,6 +16,11 @@ BAR_W = WIDTH - 2 * BAR_X
 BANK_H = 150
 
 
+def _attr(text: str) -> str:
+    """Text for an attribute value between double quotes."""
+    return escape(text, {'"': "&quot;"})
+
+
 def memory_svg(board: Board, plan: MemoryPlan) -> str:
     height = 60 + BANK_H * len(board.banks) + 40
     out = [
@@ -31,7 +36,7 @@ def memory_svg(board: Board, plan: MemoryPlan) -> str:
         def x(addr: int) -> float:
             return BAR_X + (addr - bank.base) * BAR_W / bank.size
         out += [
-            f'<g id="bank-{escape(bank.name)}">',
+            f'<g id="bank-{_attr(bank.name)}">',
             f'<text x="{BAR_X}" y="{y + 14}">{escape(bank.name)}: 0x{bank.base:x}-0x{bank.end - 1:x} '
             f'({format_size(bank.size)})</text>',
             f'<rect class="bank" x="{BAR_X}" y="{y + 24}" width="{BAR_W}" height="40" fill="#eef2f5" stroke="#333"/>',

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from q25deploy.board.boardfile import load_board
@@ -50,6 +52,13 @@ def write(tmp_path, text):
     (lambda t: t.replace("port = 22", "port = 70000"), "ssh.port"),
     (lambda t: t.replace("[install]", "[install]\n").replace('path = "/lib/firmware/q25"', ""), "install.path: is required"),
     (lambda t: t + "\n[board\n", "not valid TOML"),
+    # what reaches recipes, dts, C and shell must be safe there
+    (lambda t: t.replace('name = "zcu104"', 'name = "z\\n${@bb.utils.mkdirhier(\'/tmp/x\')}"'), "board.name"),
+    (lambda t: t.replace('name = "zcu104"', 'name = "ZCU 104"'), "board.name"),
+    (lambda t: t.replace('name = "ddr-low"', 'name = "low\\"; rm -rf /"'), "memory.banks[0].name"),
+    (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25 ${HOME}"'), "install.path"),
+    (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25"\nruntime = "/usr/bin/$(id)"'), "install.runtime"),
+    (lambda t: re.sub(r'description = ".*"', 'description = "two\\\\nlines"', t, count=1), "board.description"),
 ])
 def test_bad_board_files(tmp_path, change, message):
     with pytest.raises(BoardFileError) as e:
