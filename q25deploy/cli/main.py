@@ -32,6 +32,7 @@ from ..errors import (
     UsageError,
 )
 from . import build, deploy, models, package, runtime, tokens
+from . import progress
 from .common import validate
 
 #: the command groups, each a module with ``add_commands(subparsers)`` and its handlers, in the
@@ -126,16 +127,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return func(args)
     except Q25Error as e:
-        print(f"q25deploy: error: {_one_line(str(e))}", file=sys.stderr)
-        return exit_code_for(e)
+        return _report(f"error: {_one_line(str(e))}", exit_code_for(e))
     except KeyboardInterrupt:
-        print("q25deploy: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _report("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         return 0
     except Exception as e:  # a bug, not bad input: one line, full trace only on request
         if os.environ.get("Q25DEPLOY_DEBUG"):
             raise
-        print(f"q25deploy: internal error: {type(e).__name__}: {_one_line(str(e))} "
-              "(set Q25DEPLOY_DEBUG=1 for a traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _report(f"internal error: {type(e).__name__}: {_one_line(str(e))} "
+                       "(set Q25DEPLOY_DEBUG=1 for a traceback)", EXIT_INTERNAL)
+
+
+def _report(message: str, code: int) -> int:
+    """The one line a failed command prints (on a line of its own: progress is wiped first)."""
+    progress.clear()
+    print(f"q25deploy: {message}", file=sys.stderr)
+    return code

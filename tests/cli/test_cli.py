@@ -191,3 +191,16 @@ def test_installed_console_script(tmp_path, exported):
     assert r.returncode == 0 and r.stdout == "9707 1879\n"
     r = subprocess.run([exe, "--help"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert "exit codes" in r.stdout
+
+
+def test_an_error_after_progress_starts_on_a_line_of_its_own(tmp_path, capsys, monkeypatch, vocab_gguf):
+    from q25deploy.model.synthetic import write_model
+
+    nolic = tmp_path / "nolic.gguf"
+    write_model(nolic, "tiny", str(vocab_gguf), license=None)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress lines as on a terminal
+    assert main(["build", "--target", "qemu", "--model", str(nolic), "--out", str(tmp_path / "o")]) == 12
+    err = capsys.readouterr().err
+    assert "] reading " in err  # progress was shown
+    before, _, message = err.rpartition("q25deploy: error:")
+    assert before.endswith("\r\033[K") and "licence" in message and message.endswith("\n")
