@@ -23,6 +23,12 @@ from ..errors import OutputError
 from .layout import MANIFEST
 from .replace import MANIFEST_FORMAT, check_replaceable, exchange, remove_stale, temp_dir
 
+def is_plain_relative(rel: str) -> bool:
+    """A relative POSIX path of non-empty parts, none of them ``.`` or ``..``."""
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and "\\" not in rel and all(p not in ("", ".", "..") for p in parts)
+
+
 class OutputDir:
     """``with OutputDir(dest, "build") as out: out.write("a.bin", data, kind="x")`` — atomic on exit.
 
@@ -56,6 +62,8 @@ class OutputDir:
 
     def path(self, rel: str) -> Path:
         """Where ``rel`` is written before the commit (for writers that need a path)."""
+        if not is_plain_relative(rel):
+            raise OutputError(f"refusing to write {rel!r}: not a plain relative path inside {self.dest}")
         p = self.tmp / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         return p

@@ -35,6 +35,7 @@ from ..plugin.manager import PluginFailure, Target, make_plugin_manager, plugin_
 from ..tokenizer import cache as tokenizer_cache
 from . import layout
 from .outputs import OutputDir
+from .previous import Previous, read_json
 
 Progress = Callable[[str], None]
 
@@ -59,16 +60,8 @@ class Request:
     license_file: str | None
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def _outputs_intact(out: Path) -> bool:
-    manifest = _read_json(out / layout.MANIFEST)
+    manifest = read_json(out / layout.MANIFEST)
     if not manifest:
         return False
     try:
@@ -115,9 +108,9 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
     req = Request(target, src, Path(out) if out else Path("q25-build") / target.name, model_license,
                   model_license_file)
     inputs = _inputs(pm, req)
-    old = _read_json(req.out / layout.STAMP)
+    old = read_json(req.out / layout.STAMP)
     if old and old.get("inputs") == inputs and _outputs_intact(req.out):
-        return BuildResult(req.out, True, _read_json(req.out / layout.BUILD_INFO) or {}, note, failures)
+        return BuildResult(req.out, True, read_json(req.out / layout.BUILD_INFO) or {}, note, failures)
     if src.sha256 is None:  # known from the verified-digest cache or the last build?
         src.sha256 = cached_digest(src.path)
         if src.sha256 is None and old and old.get("inputs", {}).get("model") == inputs["model"]:
@@ -139,29 +132,6 @@ def _short_switch_interval():
         yield
     finally:
         sys.setswitchinterval(interval)
-
-
-class Previous:
-    """The last build in DIR: its stage keys and artifacts, for hard-linking unchanged stages."""
-
-    def __init__(self, out: Path, stamp: dict | None) -> None:
-        self.out = out
-        self.keys = (stamp or {}).get("keys", {})
-        self.partition_map = _read_json(out / layout.PARTITION_MAP) or {}
-        manifest = _read_json(out / layout.MANIFEST) or {}
-        self.artifacts = {a["path"]: a for a in manifest.get("artifacts", [])}
-
-    def has(self, rel: str) -> bool:
-        return rel in self.artifacts and (self.out / rel).is_file()
-
-    def reuse(self, o: OutputDir, stage: str, key: str | None, rels: list[str]) -> bool:
-        """Link every file of a stage whose content key is unchanged (all of them or none)."""
-        if not (key and self.keys.get(stage) == key and rels and all(self.has(r) for r in rels)):
-            return False
-        for rel in rels:
-            os.link(self.out / rel, o.path(rel))
-            o.record(rel, self.artifacts[rel]["kind"], sha256=self.artifacts[rel]["sha256"])
-        return True
 
 
 @dataclass
@@ -196,7 +166,8 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         p = stages.plan(pm, target, f)
         # partitions: the same model and plan give the same files
         part_key = json_digest([src.sha256, p.key, __version__]) if src.sha256 else None
-        reused = bool(prev.partition_map.get("tensors")) and prev.reuse(o, "partitions", part_key, p.files)
+        old_tensor_sha = prev.tensor_digests({t.name for t in p.memory.tensors})
+        reused = old_tensor_sha is not None and prev.reuse(o, "partitions", part_key, p.files)
         if not reused:
             progress("copying tensors into partitions")
         futures = {} if reused else _start_payload(pool, src, p, o)
@@ -204,7 +175,7 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
             src.sha256 = futures["outputs"].result().file
             remember_digest(src.path, src.sha256)
         tok_key = _tokenizer_stage(o, prev, f, src.sha256, info, p, progress)
-        payload = _finish_payload(o, prev, p, futures)
+        payload = _finish_payload(o, prev, p, futures, old_tensor_sha)
         progress("writing the memory plan")
         o.write_json(layout.PARTITION_MAP, stages.partition_map(target, p, src.sha256, info, payload.tensor_sha,
                                                                 payload.part_sha), "partition-map")
@@ -242,10 +213,9 @@ def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, p
     return key
 
 
-def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future]) -> Payload:
+def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future], old_tensor_sha) -> Payload:
     if not futures:  # reused from the last build
-        return Payload({t["name"]: t["sha256"] for t in prev.partition_map["tensors"]},
-                       [prev.artifacts[rel]["sha256"] for rel in p.files])
+        return Payload(old_tensor_sha, [prev.artifacts[rel]["sha256"] for rel in p.files])
     for fut in futures.values():
         fut.result()  # re-raises a worker's error here
     payload = Payload(futures["tensors"].result().pieces, futures["outputs"].result().outputs)

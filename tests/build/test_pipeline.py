@@ -219,3 +219,29 @@ def test_a_flipped_byte_in_the_tokenizer_cache_is_never_handed_out(tmp_path, qwe
     assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (a / "tokenizer" / "tokenizer.q25tokrt").read_bytes()
     index = json.loads((entry / "assets.json").read_text())  # rebuilt and stored again, with digests
     assert all(len(x["sha256"]) == 64 for x in index) and image.read_bytes() != bytes(data)
+
+
+def test_a_tampered_previous_build_is_never_followed_out_of_its_directory(tmp_path, qwen25_tiny):
+    """The last build in DIR is input: a manifest naming paths outside DIR, or a partition
+    swapped for a symlink to another file, must not be linked, followed or trusted."""
+    out = tmp_path / "b"
+    assert main(["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(out)]) == 0
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours")
+    manifest = json.loads((out / "manifest.json").read_text())
+    part = next(a for a in manifest["artifacts"] if a["path"].startswith("partitions/"))
+    (out / part["path"]).unlink()
+    (out / part["path"]).symlink_to(secret)  # looks like the partition, is something else
+    manifest["artifacts"].append({"path": "tokenizer/../../secret.txt", "kind": "x", "size": 9,
+                                  "sha256": "0" * 64})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    board = tmp_path / "kv260-port.toml"  # a changed input: a rebuild that reuses what it may
+    board.write_text((data_dir("targets") / "kv260.toml").read_text().replace("port = 22", "port = 2222"))
+    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
+                 "--out", str(out)]) == 0
+    assert secret.read_text() == "not yours" and secret.stat().st_nlink == 1
+    assert not (out / part["path"]).is_symlink()
+    new = json.loads((out / "manifest.json").read_text())
+    assert all(".." not in a["path"] for a in new["artifacts"])
+    for a in new["artifacts"]:
+        assert hashlib.sha256((out / a["path"]).read_bytes()).hexdigest() == a["sha256"], a["path"]

@@ -1,0 +1,79 @@
+"""The last build in an output directory, read as untrusted input: what of it may be reused.
+
+A stage is reused (hard-linked) only when its content key is unchanged and every file it
+needs is a regular file inside DIR (no symlink on the way), listed in the last manifest with
+a plain relative path, a kind, a size and a sha256; a partition map is trusted for tensor
+digests only when it is well formed and names exactly the model's tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from . import layout
+from .outputs import OutputDir, is_plain_relative
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object from a file, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _artifact_ok(a) -> bool:
+    """A manifest entry of the last build that may be reused: a plain path, a kind, a digest, a size."""
+    return isinstance(a, dict) and isinstance(a.get("path"), str) and is_plain_relative(a["path"]) \
+        and isinstance(a.get("kind"), str) and isinstance(a.get("sha256"), str) and bool(_HEX64.fullmatch(a["sha256"])) \
+        and isinstance(a.get("size"), int) and a["size"] >= 0
+
+
+class Previous:
+    """The last build in DIR: its stage keys and artifacts, for hard-linking unchanged stages."""
+
+    def __init__(self, out: Path, stamp: dict | None) -> None:
+        self.out = out
+        self.keys = (stamp or {}).get("keys", {})
+        self.partition_map = read_json(out / layout.PARTITION_MAP) or {}
+        listed = (read_json(out / layout.MANIFEST) or {}).get("artifacts")
+        self.artifacts = {a["path"]: a for a in (listed if isinstance(listed, list) else []) if _artifact_ok(a)}
+
+    def tensor_digests(self, names: set[str]) -> dict[str, str] | None:
+        """Each tensor's sha256 from the last partition map, when it is well formed and names exactly ``names``."""
+        tensors = self.partition_map.get("tensors")
+        if not isinstance(tensors, list):
+            return None
+        found = {t.get("name"): t.get("sha256") for t in tensors if isinstance(t, dict)}
+        ok = set(found) == names and len(found) == len(tensors) and all(
+            isinstance(s, str) and _HEX64.fullmatch(s) for s in found.values())
+        return found if ok else None
+
+    def has(self, rel: str) -> bool:
+        """A regular file of the last build (never a symlink, never outside DIR) listed in its manifest."""
+        if rel not in self.artifacts or not is_plain_relative(rel):
+            return False
+        try:
+            return stat.S_ISREG(os.lstat(self.out / rel).st_mode) and not any(
+                os.path.islink(self.out / parent) for parent in Path(rel).parents if str(parent) != ".")
+        except OSError:
+            return False
+
+    def reuse(self, o: OutputDir, stage: str, key: str | None, rels: list[str]) -> bool:
+        """Link every file of a stage whose content key is unchanged (all of them or none)."""
+        if not (key and self.keys.get(stage) == key and rels and all(self.has(r) for r in rels)):
+            return False
+        for rel in rels:
+            os.link(self.out / rel, o.path(rel))
+            o.record(rel, self.artifacts[rel]["kind"], sha256=self.artifacts[rel]["sha256"])
+        return True
+
+
