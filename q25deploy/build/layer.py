@@ -21,6 +21,7 @@ from ..board.boardfile import Board
 from ..common import json_bytes
 from ..errors import LicenseError, Q25Error
 from ..resources import data_dir, is_build_product
+from .recipe_text import bitbake_text, replaced_note
 
 LAYER = "meta-q25"
 ASSETS_RECIPE = "recipes-q25/q25-model-assets"
@@ -152,9 +153,10 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
     install = [f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}" for name, dest in files]
     install.append(f"    install -m 0644 ${{S}}/{ASSETS_MANIFEST} ${{D}}${{Q25_INSTALL_DIR}}/{ASSETS_MANIFEST}")
     tpl = (template_root() / ASSETS_RECIPE / f"q25-model-assets.bb{TEMPLATE_SUFFIX}").read_text()
-    recipe = render(tpl, {
+    model_name, renamed = bitbake_text(summary["model"].get("name") or summary["model"]["reference"])
+    recipe = replaced_note("model name", renamed) + render(tpl, {
         "BOARD": summary["target"],
-        "MODEL_NAME": (summary["model"].get("name") or summary["model"]["reference"]).replace('"', "'"),
+        "MODEL_NAME": model_name,
         "MODEL_SHA256": summary["model"]["sha256"],
         "LICENSE": lic,
         "LICENSE_FILE": LICENSE_FILE,
@@ -192,7 +194,7 @@ def layer_readme(summary: dict, board: Board, has_device_tree: bool) -> LayerFil
         "BOARD": board.name,
         "DESCRIPTION": board.description,
         "MACHINE": board.yocto_machine or board.name,
-        "MODEL": summary["model"].get("name") or summary["model"]["reference"],
+        "MODEL": bitbake_text(summary["model"].get("name") or summary["model"]["reference"])[0],
         "MODEL_SHA256": summary["model"]["sha256"],
         "INSTALL_DIR": summary["image"]["install_dir"],
         "DEVICE_TREE": ("The device-tree bbappend adds `q25-reserved-memory.dtsi` for MACHINE "

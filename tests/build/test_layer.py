@@ -19,6 +19,7 @@ from ollama_store import add_model
 from requirements import need_program
 
 from q25deploy.cli import main
+from q25deploy.model.synthetic import write_model
 from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
 
 LAYER = "meta-q25"
@@ -111,7 +112,6 @@ def test_model_assets_recipe(layers):
 
 
 def test_pv_follows_the_content(tmp_path, layers, qwen25_tiny):
-    from q25deploy.model.synthetic import write_model
 
     other = tmp_path / "other.gguf"
     write_model(other, "tiny", str(Path(__file__).parent.parent / "data" / "ggml-vocab-qwen2.gguf"), seed=7)
@@ -130,7 +130,6 @@ def test_license_comes_from_ollama_or_is_refused(tmp_path, capsys, qwen25_tiny, 
     lic = next((tmp_path / "a" / LAYER).rglob("MODEL-LICENSE")).read_text()
     assert lic == "Qwen LICENSE AGREEMENT (test text)\n"
     # a model that names no licence: a clear error, nothing written
-    from q25deploy.model.synthetic import write_model
 
     nolic = tmp_path / "nolic.gguf"
     write_model(nolic, "tiny", str(Path(__file__).parent.parent / "data" / "ggml-vocab-qwen2.gguf"), license=None)
@@ -208,3 +207,16 @@ def test_oeqa_smoke_case_holds_the_host_ids(layers, qwen25_codec):
         assert base64.b64decode(b64) == text and special == sp
         assert ids == qwen25_codec.encode(text, sp)
     assert any(151644 in ids for _, _, ids in ns["PROMPTS"])  # the chat template's control tokens
+
+
+def test_a_hostile_model_name_reaches_the_recipe_as_plain_text(tmp_path, vocab_gguf):
+    """GGUF general.name is model data: never BitBake code in the user's build host."""
+    hostile = tmp_path / "hostile.gguf"
+    write_model(hostile, "tiny", str(vocab_gguf), name='q\n${@bb.utils.mkdirhier("/tmp/x")}"\\')
+    out = tmp_path / "b"
+    assert main(["build", "--target", "kv260", "--model", str(hostile), "--out", str(out)]) == 0
+    recipe = next((out / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb")).read_text()
+    assert "${@" not in recipe and "mkdirhier(_/tmp/x_)" in recipe
+    assert "# q25deploy: the model name has characters a recipe cannot hold safely" in recipe
+    summary = next(line for line in recipe.splitlines() if line.startswith("SUMMARY"))
+    assert summary.endswith('q__{@bb.utils.mkdirhier(_/tmp/x_)}__"')
