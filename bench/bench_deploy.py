@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""Deploy throughput against scp, side by side in one run, to the same OpenSSH sshd on
-loopback (started here): the 392 MB partition of the 0.5B-shaped model sent by
-q25deploy's transfer path (fabric/paramiko connection, raw channel, AES-GCM), by `scp`,
-and by paramiko's SFTP put; and the whole `q25deploy deploy` (upload, board-side sha256
-verify, sync, switch, smoke test). Best of N, alternating.
+"""Over-the-network updates against their baselines, side by side in one run, to one OpenSSH
+sshd on loopback (started here), with a qemu build of the 0.5B-shaped model (398 MB):
+
+- the raw transfer path vs `scp` vs paramiko's SFTP put (one 392 MB partition);
+- `deploy --tokenizer-only` of a new image (the board file asks another image alignment)
+  vs `scp` of that image alone, smoke test included (goal: at most 2x);
+- `deploy --tokenizer-only` when the image is already there;
+- a full `deploy` (verify and smoke included) vs `scp` of the same files (goal: at least 0.8x);
+- an unchanged redeploy and `status` vs two SSH round trips (`ssh host true` twice; goal: at most);
+- `smoke` alone.
+Best of N.
 
     python3 bench/bench_deploy.py [--repeat 3]      (as root: sshd logs in root)
 """
@@ -11,6 +17,8 @@ verify, sync, switch, smoke test). Best of N, alternating.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -32,6 +40,89 @@ from q25deploy.model.demo import vocab_path  # noqa: E402
 from q25deploy.model.synthetic import write_model  # noqa: E402
 
 
+class Bench:
+    def __init__(self, tmp: Path, repeat: int) -> None:
+        self.tmp, self.repeat = tmp, repeat
+        self.key = keygen(tmp / "client")
+        self.srv = SSHServer(tmp / "sshd", self.key)
+        self.kh = self.srv.known_hosts(tmp / "known_hosts")
+        self.root = tmp / "root"
+
+    def best(self, fn, *, before=None) -> float:
+        times = []
+        for _ in range(self.repeat):
+            if before:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def q25(self, action: str, build: Path, *extra: str) -> dict:
+        argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{self.srv.port}", "--build", str(build),
+                "--identity", str(self.key), "--known-hosts", str(self.kh), "--remote-root", str(self.root),
+                "--json", *extra]
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = cli(argv)
+        assert code == 0, out.getvalue()
+        return json.loads(out.getvalue())
+
+    def scp(self, *files: Path) -> None:
+        dest = self.tmp / "scp"
+        dest.mkdir(exist_ok=True)
+        subprocess.run(["scp", "-q", "-P", str(self.srv.port), "-i", str(self.key), "-o", f"UserKnownHostsFile={self.kh}",
+                        *map(str, files), f"root@127.0.0.1:{dest}/"], check=True)
+
+    def round_trip(self) -> None:
+        subprocess.run(["ssh", "-p", str(self.srv.port), "-i", str(self.key), "-o", f"UserKnownHostsFile={self.kh}",
+                        "root@127.0.0.1", "true"], check=True)
+
+
+def transfer_rows(b: Bench, part: Path) -> list[tuple[str, float, str, float]]:
+    size, spec, dest = part.stat().st_size, HostSpec("127.0.0.1", "root", b.srv.port), b.tmp / "raw"
+    dest.mkdir()
+
+    def ours():
+        with Board(spec, identity=str(b.key), known_hosts=str(b.kh), trust_new_host=False) as board, \
+                open(part, "rb") as f:
+            board.upload(f, size, str(dest / "ours.bin"))
+
+    def sftp():
+        with Board(spec, identity=str(b.key), known_hosts=str(b.kh), trust_new_host=False) as board:
+            board.conn.client.open_sftp().put(str(part), str(dest / "sftp.bin"))
+
+    scp = b.best(lambda: b.scp(part))
+    return [(f"raw transfer ({size / 1e6:.0f} MB)", b.best(ours), "scp", scp),
+            (f"paramiko SFTP put ({size / 1e6:.0f} MB)", b.best(sftp), "scp", scp)]
+
+
+def deploy_rows(b: Bench, build: Path, other: Path, runtime: Path) -> list[tuple[str, float, str, float]]:
+    release = [build / "tokenizer" / "tokenizer.q25tokrt", build / "tokenizer" / "tokenizer_runtime_image_manifest.json",
+               build / "partition_map.json", *sorted((build / "partitions").iterdir()), runtime]
+    rt = ("--runtime-bin", str(runtime))
+    fresh = lambda: shutil.rmtree(b.root, ignore_errors=True)  # noqa: E731
+    full = b.best(lambda: b.q25("deploy", build, *rt), before=fresh)
+    trips = b.best(lambda: (b.round_trip(), b.round_trip()))
+    rows = [("deploy (full release, verify + smoke)", full, "scp of the same files", b.best(lambda: b.scp(*release))),
+            ("unchanged redeploy", b.best(lambda: b.q25("deploy", build, *rt)), "2 SSH round trips", trips),
+            ("status", b.best(lambda: b.q25("status", build)), "2 SSH round trips", trips),
+            ("smoke", b.best(lambda: b.q25("smoke", build)), "-", 0.0)]
+    # tokenizer-only: a new image each time (alternate between the two alignments)
+    state = {"next": other}
+
+    def tok_only():
+        b.q25("deploy", state["next"], "--tokenizer-only", *rt)
+        state["next"] = build if state["next"] == other else other
+
+    image = other / "tokenizer" / "tokenizer.q25tokrt"
+    rows.insert(0, ("deploy --tokenizer-only, new image", b.best(tok_only), "scp of the image alone",
+                    b.best(lambda: b.scp(image))))
+    b.q25("deploy", build, "--tokenizer-only", *rt)
+    rows.insert(1, ("deploy --tokenizer-only, image already there",
+                    b.best(lambda: b.q25("deploy", build, "--tokenizer-only", *rt)), "-", 0.0))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -39,65 +130,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
-        key = keygen(tmp / "client")
-        srv = SSHServer(tmp / "sshd", key)
-        kh = srv.known_hosts(tmp / "known_hosts")
+        b = Bench(tmp, a.repeat)
         try:
             model = tmp / "qwen25-0.5b.gguf"
             write_model(model, "0.5b", str(vocab_path()))
-            import contextlib
-            import io
-
+            board = tmp / "qemu-align.toml"  # the same board asking another image alignment
+            board.write_text((ROOT / "targets" / "qemu.toml").read_text().replace("image_alignment = 4096",
+                                                                                   "image_alignment = 16384"))
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli(["build", "--target", "qemu", "--model", str(model), "--out", str(tmp / "build")]) == 0
-            part = tmp / "build" / "partitions" / "region_00.bin"
-            size = part.stat().st_size
-            dest = tmp / "board"
-            dest.mkdir()
-            spec = HostSpec("127.0.0.1", "root", srv.port)
-
-            def ours():
-                with Board(spec, identity=str(key), known_hosts=str(kh), trust_new_host=False) as b, open(part, "rb") as f:
-                    b.upload(f, size, str(dest / "ours.bin"))
-
-            def scp():
-                subprocess.run(["scp", "-q", "-P", str(srv.port), "-i", str(key), "-o", f"UserKnownHostsFile={kh}",
-                                str(part), f"root@127.0.0.1:{dest / 'scp.bin'}"], check=True)
-
-            def sftp():
-                with Board(spec, identity=str(key), known_hosts=str(kh), trust_new_host=False) as b:
-                    b.conn.client.open_sftp().put(str(part), str(dest / "sftp.bin"))
-
-            times: dict[str, list[float]] = {"q25deploy transfer": [], "scp": [], "paramiko SFTP put": []}
-            for _ in range(a.repeat):
-                for name, fn in (("q25deploy transfer", ours), ("scp", scp), ("paramiko SFTP put", sftp)):
-                    t0 = time.perf_counter()
-                    fn()
-                    times[name].append(time.perf_counter() - t0)
-            runtime = tmp / "rt"
-            build_runtime(runtime)
-            deploys = []
-            for i in range(a.repeat):
-                shutil.rmtree(tmp / "root", ignore_errors=True)
-                t0 = time.perf_counter()
-                with contextlib.redirect_stdout(io.StringIO()) as out:
-                    code = cli(["deploy", "--target", "qemu", "--host", f"root@127.0.0.1:{srv.port}", "--build",
-                                str(tmp / "build"), "--identity", str(key), "--known-hosts", str(kh), "--remote-root",
-                                str(tmp / "root"), "--runtime-bin", str(runtime / "q25tok"), "--json"])
-                deploys.append(time.perf_counter() - t0)
-                assert code == 0, out.getvalue()
-            sent = json.loads(out.getvalue())[0]["bytes_sent"]
+                assert cli(["build", "--target", "qemu", "--target-file", str(board), "--model", str(model),
+                            "--out", str(tmp / "other")]) == 0
+            build_runtime(tmp / "rt")
+            rows = transfer_rows(b, tmp / "build" / "partitions" / "region_00.bin")
+            rows += deploy_rows(b, tmp / "build", tmp / "other", tmp / "rt" / "q25tok")
         finally:
-            srv.stop()
-    scp_best = min(times["scp"])
-    print(f"partition {size / 1e6:.0f} MB to sshd on loopback, best of {a.repeat}:")
-    for name, ts in times.items():
-        best = min(ts)
-        print(f"  {name:<20} {size / best / 1e6:7.0f} MB/s  {best:6.2f} s   {scp_best / best:5.2f}x scp")
-    best = min(deploys)
-    print(f"  {'deploy (whole)':<20} {sent / best / 1e6:7.0f} MB/s  {best:6.2f} s   {sent / 1e6:.0f} MB sent; upload, "
-          "board-side verify, sync, switch, smoke test")
-    print("goal: q25deploy transfer >= 0.9x scp")
+            b.srv.stop()
+    print(f"to one OpenSSH sshd on loopback, 0.5B-shaped model, best of {a.repeat}:")
+    print(f"  {'operation':<46} {'q25deploy':>9}  {'baseline':<24} {'time':>7}  {'ratio':>6}")
+    for name, ours, base_name, base in rows:
+        ratio = f"{ours / base:5.2f}x" if base else "     -"
+        print(f"  {name:<46} {ours:8.2f}s  {base_name:<24} {base:6.2f}s  {ratio}")
+    print("goals: tokenizer-only <= 2x scp of the image; full deploy time <= 1.25x scp of the same files "
+          "(>= 0.8x its speed); unchanged redeploy and status <= 2 SSH round trips")
 
 
 if __name__ == "__main__":

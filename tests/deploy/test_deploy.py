@@ -12,12 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from release_builds import qemu_builds
 from requirements import need_program
 from sshd import CuttingProxy, SSHServer, free_port, keygen
 
 from q25deploy.build.runtime import build_runtime
 from q25deploy.cli import main
-from q25deploy.model.synthetic import qwen25_tokenizer, write_model
 from q25deploy.resources import data_dir
 
 HERE = Path(__file__).parent
@@ -50,17 +50,7 @@ def q25tok(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """Three builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
-    d = tmp_path_factory.mktemp("models")
-    tok = qwen25_tokenizer(str(VOCAB))
-    foreign = (list(tok[0]), tok[1], tok[2])
-    foreign[0][151664] = b"<|not_qwen|>"
-    out = {}
-    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
-        gguf = d / f"{name}.gguf"
-        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
-        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
-        out[name] = d / name
-    return out
+    return qemu_builds(tmp_path_factory.mktemp("models"))
 
 
 def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):

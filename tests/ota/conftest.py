@@ -7,11 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from release_builds import qemu_builds
+from requirements import need_program
 
 from q25deploy.cli import main
-from q25deploy.model.synthetic import qwen25_tokenizer, write_model
-
-from requirements import need_program
 
 VOCAB = Path(__file__).resolve().parent.parent / "data" / "ggml-vocab-qwen2.gguf"
 
@@ -21,15 +20,7 @@ def ota_builds(tmp_path_factory) -> dict[str, Path]:
     """Builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary), A2 (A's
     model with another image alignment: a new tokenizer image for the same model)."""
     d = tmp_path_factory.mktemp("ota-models")
-    tok = qwen25_tokenizer(str(VOCAB))
-    foreign = (list(tok[0]), tok[1], tok[2])
-    foreign[0][151664] = b"<|not_qwen|>"
-    out = {}
-    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
-        gguf = d / f"{name}.gguf"
-        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
-        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
-        out[name] = d / name
+    out = qemu_builds(d)
     board = d / "qemu-align.toml"
     board.write_text((Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
                      .replace("image_alignment = 4096", "image_alignment = 65536"))
@@ -42,11 +33,12 @@ def ota_builds(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory) -> dict[str, Path]:
     """RSA and ECDSA P-256 keys (PEM), their public keys, self-signed certificates."""
+    import datetime
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import NameOID
-    import datetime
 
     d = tmp_path_factory.mktemp("keys")
     out = {}

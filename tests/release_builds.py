@@ -1,0 +1,25 @@
+"""Builds for the qemu target that deploy and OTA tests share: A, B (other weights, the same
+vocabulary) and C (another vocabulary), from tiny Qwen2.5-shaped models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from q25deploy.cli import main
+from q25deploy.model.synthetic import qwen25_tokenizer, write_model
+
+VOCAB = Path(__file__).resolve().parent / "data" / "ggml-vocab-qwen2.gguf"
+
+
+def qemu_builds(d: Path) -> dict[str, Path]:
+    """Writes A.gguf, B.gguf, C.gguf into ``d`` and builds each into ``d/A`` ... for qemu."""
+    tok = qwen25_tokenizer(str(VOCAB))
+    foreign = (list(tok[0]), tok[1], tok[2])
+    foreign[0][151664] = b"<|not_qwen|>"
+    out = {}
+    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
+        gguf = d / f"{name}.gguf"
+        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
+        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
+        out[name] = d / name
+    return out
