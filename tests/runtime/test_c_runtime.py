@@ -181,3 +181,31 @@ def test_fuzz_harness_finds_nothing(tmp_path):
                        capture_output=True, text=True, timeout=seconds + 120, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
+
+
+def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_image, tmp_path):
+    """One list of checks in two languages: on seeded hostile images whose CRCs are all fixed
+    (so mutations reach the structure and semantic checks), `q25tok info` accepts exactly the
+    images the Python reader accepts, and no image makes either crash."""
+    from hostile_images import mutations
+
+    from q25deploy.errors import ImageError
+    from q25deploy.tokenizer.image.reader import open_image
+
+    disagree, rejected = [], 0
+    for i, data in enumerate(mutations((HERE / "fuzz" / "mini.q25tokrt").read_bytes(), seed=11, n=150)
+                             + mutations(qwen2_image.data, seed=12, n=40)):
+        path = tmp_path / f"m{i:03d}.q25tokrt"
+        path.write_bytes(data)
+        try:
+            open_image(data)
+            py_ok = True
+        except ImageError:
+            py_ok = False
+        r = run([san_q25tok, "info", path])
+        assert r.returncode in (0, 3, 4), (i, r.returncode, r.stderr[-300:])  # no sanitizer report, no crash
+        rejected += not py_ok
+        if py_ok != (r.returncode == 0):
+            disagree.append((i, py_ok, r.stderr.decode(errors="replace").strip()[-120:]))
+    assert not disagree, disagree[:5]
+    assert rejected > 50  # the mutations do reach the checks
