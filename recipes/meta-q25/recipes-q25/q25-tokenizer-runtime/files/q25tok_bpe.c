@@ -104,14 +104,14 @@ static int64_t find_merge(enc *c, uint32_t left, uint32_t right)
     uint32_t mask = c->v->pair_capacity - 1;
     h &= mask;
     for (uint32_t probe = 0; probe <= mask; probe++) {
-        uint32_t slot = rd32(c->v->pair_index + 4u * h);
+        uint32_t slot = rd32(c->v->pair_index + (size_t)4 * h);
         if (slot == 0)
             return -1;
         if (slot > c->b->merge_count) {
             c->err = Q25_ERR_CORRUPT;
             return -1;
         }
-        const uint8_t *mr = c->b->merges + 16u * (slot - 1);
+        const uint8_t *mr = c->b->merges + (size_t)16 * (slot - 1);
         if (rd32(mr) == left && rd32(mr + 4) == right)
             return (int64_t)(slot - 1);
         h = (h + 1) & mask;
@@ -325,7 +325,7 @@ static void bpe_piece(enc *c, const uint8_t *s, size_t a, size_t b)
         if (ids[i] == DEAD || next[i] < 0)
             continue;
         uint32_t j = (uint32_t)next[i];
-        const uint8_t *mr = c->b->merges + 16u * r;
+        const uint8_t *mr = c->b->merges + (size_t)16 * r;
         if (rd32(mr) != ids[i] || rd32(mr + 4) != ids[j])
             continue; /* stale entry */
         uint32_t out = rd32(mr + 8);

@@ -10,7 +10,7 @@
 static uint32_t special_at(const q25_bundle_view *b, uint32_t k, const uint8_t *s, size_t p, size_t len,
                            unsigned flags)
 {
-    const uint8_t *r = b->specials + 8u * k;
+    const uint8_t *r = b->specials + (size_t)8 * k;
     uint32_t id = rd32(r), type = rd16(r + 4), slen = rd16(r + 6);
     if (slen == 0 || slen > len - p)
         return 0;
@@ -20,7 +20,7 @@ static uint32_t special_at(const q25_bundle_view *b, uint32_t k, const uint8_t *
     } else if (type != Q25_TOKEN_USER_DEFINED) {
         return 0;
     }
-    const uint8_t *text = b->token_bytes + rd32(b->token_index + 8u * id);
+    const uint8_t *text = b->token_bytes + rd32(b->token_index + (size_t)8 * id);
     return memcmp(text, s + p, slen) == 0 ? slen : 0;
 }
 
@@ -97,7 +97,7 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
         size_t kept = 0;
         for (size_t i = 0; i < nm; i++) {
             uint32_t k = (uint32_t)(mt[i] >> 32), p = (uint32_t)mt[i];
-            uint32_t slen = rd16(b->specials + 8u * k + 6);
+            uint32_t slen = rd16(b->specials + (size_t)8 * k + 6);
             int free = 1;
             for (uint32_t j = 0; j < slen && free; j++)
                 free = !get_bit(claimed, p + j);
@@ -135,7 +135,7 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
     size_t cursor = 0;
     for (size_t i = 0; i < nm && !c.err; i++) {
         uint32_t p = (uint32_t)(mt[i] >> 32), k = (uint32_t)mt[i];
-        const uint8_t *r = b->specials + 8u * k;
+        const uint8_t *r = b->specials + (size_t)8 * k;
         q25_pretokenize(&c, s, cursor, p);
         if (!c.measuring)
             emit(&c, rd32(r));
