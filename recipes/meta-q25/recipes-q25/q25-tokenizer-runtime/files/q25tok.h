@@ -128,8 +128,11 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
  * Never writes past out_cap ids or scratch_size bytes. On Q25_ERR_OUT_CAPACITY,
  * stats->ids_needed is the number of ids the input gives; on Q25_ERR_SCRATCH_CAPACITY,
  * stats->scratch_needed is a scratch size with which the same call succeeds (typical text
- * needs a few KiB plus 36 bytes per byte of its longest pre-token; special tokens in the
- * input add 8 bytes per match and len/8 bytes). scratch may be NULL if scratch_size is 0. */
+ * needs a few KiB plus 36 bytes per symbol of its longest pre-token, a symbol being a byte,
+ * or 3 for an invalid byte; special tokens in the input add 8 bytes per match and len/8
+ * bytes). stats->scratch_needed == SIZE_MAX means no scratch can do: a pre-token has more
+ * than INT32_MAX symbols or its work area would overflow size_t (on 32-bit targets, above
+ * ~119M symbols); split such input. scratch may be NULL if scratch_size is 0. */
 int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *view, const uint8_t *utf8, size_t len,
                                                unsigned flags, void *scratch, size_t scratch_size,
                                                uint32_t *out_ids, size_t out_cap, q25_encode_stats *stats);

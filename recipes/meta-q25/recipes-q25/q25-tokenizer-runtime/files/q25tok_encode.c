@@ -82,10 +82,13 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
         }
     }
     size_t bitmap_bytes = nm > 1 ? (len + 8) / 8 : 0;
-    size_t head = nm * 8 + ((bitmap_bytes + 7) & ~(size_t)7);
+    /* nm * 8 may overflow a 32-bit size_t (nm counts every match of every special): saturate */
+    size_t head = q25_add_sat(nm > SIZE_MAX / 8 ? SIZE_MAX : nm * 8, (bitmap_bytes + 7) & ~(size_t)7);
     if (head > avail) {
-        /* cannot even hold the matches: report a size that is enough for any piece */
-        stats->scratch_needed = overhead + head + (3 * len + 4) * (3 * sizeof(uint32_t) + 3 * sizeof(uint64_t)) + 16;
+        /* cannot even hold the matches: report a size that is enough for any piece (SIZE_MAX
+         * when none is) */
+        size_t any_piece = q25_bpe_piece_need(3 * (uint64_t)len + 4);
+        stats->scratch_needed = q25_add_sat(q25_add_sat(overhead, head), any_piece);
         return Q25_ERR_SCRATCH_CAPACITY;
     }
     /* 2. llama.cpp's partition: specials in index order (longest first), each taking its
@@ -146,7 +149,7 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
 
     stats->special_matches = nm;
     stats->pieces = c.pieces;
-    stats->scratch_needed = overhead + head + c.bpe_need;
+    stats->scratch_needed = q25_add_sat(overhead + head, c.bpe_need);
     if (c.err)
         return c.err;
     if (c.measuring)
