@@ -221,7 +221,10 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
     const uint8_t *mt = sec[SEC_MERGES];
     for (uint32_t i = 0; i < nm; i++) {
         const uint8_t *r = mt + (size_t)16 * i;
-        bad |= (rd32(r) >= nv) | (rd32(r + 4) >= nv) | (rd32(r + 8) >= nv) | (rd32(r + 12) != i);
+        bad |= rd32(r) >= nv;
+        bad |= rd32(r + 4) >= nv;
+        bad |= rd32(r + 8) >= nv;
+        bad |= rd32(r + 12) != i;
     }
     if (bad)
         return Q25_ERR_CORRUPT;
