@@ -229,3 +229,23 @@ def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_i
             disagree.append((i, py_ok, r.stderr.decode(errors="replace").strip()[-120:]))
     assert not disagree, disagree[:5]
     assert rejected > 50  # the mutations do reach the checks
+
+
+def test_every_content_check_rejects_in_both_readers(san_q25tok, qwen25_image, tmp_path):
+    """One hostile image (CRCs fixed) per way of failing checks 7 and 12-21: both readers
+    refuse each, q25tok with the documented error and without a sanitizer report."""
+    from hostile_images import targeted
+
+    from q25deploy.errors import ImageError
+    from q25deploy.tokenizer.image.reader import open_image
+
+    open_image(qwen25_image.data)
+    for image in ((HERE / "fuzz" / "mini.q25tokrt").read_bytes(), qwen25_image.data):
+        for label, data in targeted(image):
+            with pytest.raises(ImageError):
+                open_image(data)
+            path = tmp_path / "hostile.q25tokrt"
+            path.write_bytes(data)
+            r = run([san_q25tok, "info", path])
+            want = {"7": b"bad section", "13": b"unsupported image format version"}.get(label.split()[0], b"corrupt image")
+            assert r.returncode == 3 and want in r.stderr, (label, r.returncode, r.stderr[-300:])

@@ -143,7 +143,8 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         METADATA_STRUCT.unpack_from(data, mo)
     )
     if pre != PRE_QWEN2:  # 13
-        raise _fail(name, f"pre-tokenizer field {pre!r}, this reader supports qwen2")
+        shown = pre.rstrip(b"\0")
+        raise _fail(name, f"pre-tokenizer field {shown!r} (NUL-padded), this reader supports qwen2")
     index = view(TOKEN_INDEX, TOKEN_INDEX_DTYPE)
     tb_off, tb_size, _ = found[TOKEN_BYTES]
     merges = view(MERGE_TABLE, "<u4").reshape(-1, 4)
