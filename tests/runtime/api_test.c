@@ -1,8 +1,8 @@
 /*
  * C API checks of the q25tok runtime, compiled with ASan+UBSan by tests/test_runtime.py:
  *   api_test IMAGE
- * Prints "N passed, N failed" and exits non-zero on any failure. Also built with -m32
- * (size_t of 32 bits, as on armv7) where gcc-multilib is installed.
+ * Prints "N passed, N failed" and exits non-zero on any failure. Also built for armhf and
+ * run under qemu-arm (size_t of 32 bits, as on an armv7 board).
  */
 #include <stdio.h>
 #include <stdlib.h>
