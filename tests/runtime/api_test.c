@@ -1,13 +1,15 @@
 /*
  * C API checks of the q25tok runtime, compiled with ASan+UBSan by tests/test_runtime.py:
  *   api_test IMAGE
- * Prints "N passed, N failed" and exits non-zero on any failure.
+ * Prints "N passed, N failed" and exits non-zero on any failure. Also built for armhf and
+ * run under qemu-arm (size_t of 32 bits, as on an armv7 board).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "q25tok.h"
+#include "q25tok_internal.h" /* q25_bpe_piece_need, q25_add_sat: the piece-length bound */
 
 static int passed, failed;
 #define CHECK(cond)                                                                                                   \
@@ -139,6 +141,42 @@ int main(int argc, char **argv)
     uint32_t big = 256;
     CHECK(q25_detokenize_utf8_bytes(&big, 1, back, 256, &written) == Q25_ERR_TOKEN_ID);
     CHECK(q25_tokenize_utf8_bytes(all, 10, ids, 5) == Q25_ERR_OUT_CAPACITY);
+
+    /* a piece so long that the BPE work area (36 bytes per symbol) or the int32 links would
+     * overflow is refused with SCRATCH_CAPACITY and scratch_needed = SIZE_MAX, on 64-bit and
+     * 32-bit builds alike */
+    CHECK(q25_bpe_piece_need(48) == 0);
+    CHECK(q25_bpe_piece_need(49) == 49 * 36 + 16);
+    CHECK(q25_bpe_piece_need(0x80000000u) == SIZE_MAX);              /* int32 links */
+    CHECK(q25_bpe_piece_need((uint64_t)1 << 40) == SIZE_MAX);
+    CHECK(q25_bpe_piece_need(120000000u) ==                           /* 4.32e9: > 32-bit size_t */
+          (sizeof(size_t) == 4 ? SIZE_MAX : (size_t)120000000u * 36 + 16));
+    CHECK(q25_bpe_piece_need(119304646u) == (size_t)119304646u * 36 + 16); /* the largest on 32-bit */
+    CHECK(q25_bpe_piece_need(119304647u) == (sizeof(size_t) == 4 ? SIZE_MAX : (size_t)119304647u * 36 + 16));
+    CHECK(q25_add_sat(SIZE_MAX - 1, 2) == SIZE_MAX && q25_add_sat(1, 2) == 3);
+    {
+        /* one pre-token of invalid bytes: each becomes U+FFFD, 3 symbols. 32-bit: 40M bytes =
+         * 120M symbols, whose work area (4.32e9 bytes) wrapped to ~25 MB before the bound, and
+         * the scratch below was then written far past its end. 64-bit: 2M bytes, an exact need. */
+        size_t n = sizeof(size_t) == 4 ? 40000000u : 2000000u;
+        size_t given = 32u << 20;
+        uint8_t *in = malloc(n), *sc = malloc(given + 64);
+        CHECK(in && sc);
+        if (in && sc) {
+            memset(in, 0x80, n);
+            memset(sc + given, 0xA5, 64);
+            uint32_t out[4];
+            int rc = q25_nl_tokenizer_bundle_encode_bpe_bounded(v, in, n, 0, sc, given, out, 4, &st);
+            CHECK(rc == Q25_ERR_SCRATCH_CAPACITY);
+            CHECK(st.scratch_needed == (sizeof(size_t) == 4 ? SIZE_MAX : 3 * n * 36 + 16 + 8));
+            int untouched = 1;
+            for (size_t i = given; i < given + 64; i++)
+                untouched &= sc[i] == 0xA5;
+            CHECK(untouched);
+        }
+        free(in);
+        free(sc);
+    }
 
     /* arguments and error strings */
     CHECK(q25_nl_tokenizer_runtime_image_open(NULL, size, &b2, v2, &info, 0) == Q25_ERR_ARG);

@@ -164,6 +164,23 @@ def test_c_api_checks_under_sanitizers(tmp_path, images):
         assert r.stdout.decode().endswith(" passed, 0 failed\n")
 
 
+def test_c_api_checks_on_a_32_bit_build(tmp_path):
+    """size_t of 32 bits, as on an armv7 board: the armhf build under qemu-arm. A piece whose
+    BPE work area would overflow it is refused (before the bound, 40M invalid bytes made the
+    encoder write far past scratch)."""
+    cc = need_program("arm-linux-gnueabihf-gcc", "Debian: gcc-arm-linux-gnueabihf libc6-dev-armhf-cross")
+    need_program("qemu-arm", "Debian: qemu-user")
+    src = runtime_sources()
+    exe = tmp_path / "api_test32"
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I", str(src),
+                    str(HERE / "api_test.c"), *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+    # the mini image only: the 40 MB case is slow under emulation, and the full image's
+    # API checks run natively in test_c_api_checks_under_sanitizers
+    r = run(["qemu-arm", "-L", "/usr/arm-linux-gnueabihf", exe, HERE / "fuzz" / "mini.q25tokrt"], env=os.environ)
+    assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+    assert r.stdout.decode().endswith(" passed, 0 failed\n")
+
+
 def test_fuzz_harness_finds_nothing(tmp_path):
     clang = need_program("clang", "Debian: clang (libFuzzer)")
     src = runtime_sources()
@@ -181,3 +198,51 @@ def test_fuzz_harness_finds_nothing(tmp_path):
                        capture_output=True, text=True, timeout=seconds + 120, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
+
+
+def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_image, tmp_path):
+    """One list of checks in two languages: on seeded hostile images whose CRCs are all fixed
+    (so mutations reach the structure and semantic checks), `q25tok info` accepts exactly the
+    images the Python reader accepts, and no image makes either crash."""
+    from hostile_images import mutations
+
+    from q25deploy.errors import ImageError
+    from q25deploy.tokenizer.image.reader import open_image
+
+    disagree, rejected = [], 0
+    for i, data in enumerate(mutations((HERE / "fuzz" / "mini.q25tokrt").read_bytes(), seed=11, n=150)
+                             + mutations(qwen2_image.data, seed=12, n=40)):
+        path = tmp_path / f"m{i:03d}.q25tokrt"
+        path.write_bytes(data)
+        try:
+            open_image(data)
+            py_ok = True
+        except ImageError:
+            py_ok = False
+        r = run([san_q25tok, "info", path])
+        assert r.returncode in (0, 3, 4), (i, r.returncode, r.stderr[-300:])  # no sanitizer report, no crash
+        rejected += not py_ok
+        if py_ok != (r.returncode == 0):
+            disagree.append((i, py_ok, r.stderr.decode(errors="replace").strip()[-120:]))
+    assert not disagree, disagree[:5]
+    assert rejected > 50  # the mutations do reach the checks
+
+
+def test_every_content_check_rejects_in_both_readers(san_q25tok, qwen25_image, tmp_path):
+    """One hostile image (CRCs fixed) per way of failing checks 7 and 12-21: both readers
+    refuse each, q25tok with the documented error and without a sanitizer report."""
+    from hostile_images import targeted
+
+    from q25deploy.errors import ImageError
+    from q25deploy.tokenizer.image.reader import open_image
+
+    open_image(qwen25_image.data)
+    for image in ((HERE / "fuzz" / "mini.q25tokrt").read_bytes(), qwen25_image.data):
+        for label, data in targeted(image):
+            with pytest.raises(ImageError):
+                open_image(data)
+            path = tmp_path / "hostile.q25tokrt"
+            path.write_bytes(data)
+            r = run([san_q25tok, "info", path])
+            want = {"7": b"bad section", "13": b"unsupported image format version"}.get(label.split()[0], b"corrupt image")
+            assert r.returncode == 3 and want in r.stderr, (label, r.returncode, r.stderr[-300:])

@@ -1,9 +1,10 @@
 """Read and validate a Q25TOKRT runtime image (docs/runtime-image.md).
 
-:func:`open_image` checks magic, major version, header checksum, every section's bounds,
-alignment, record size and count, and that every id and offset a reader will follow is in
-range; ``verify_crc=True`` also checks each section's CRC32. Sections of unknown type are
-skipped. The result exposes zero-copy numpy views of the sections.
+:func:`open_image` performs the numbered checks of docs/runtime-image.md ("Validation a
+reader performs"), the same list the C runtime's ``q25_nl_tokenizer_runtime_image_open``
+implements (``tests/runtime/test_c_runtime.py`` holds both to it on the same hostile images);
+``verify_crc=True`` adds check 9, each section's CRC32. Sections of unknown type are skipped.
+The result exposes zero-copy numpy views of the sections.
 """
 
 from __future__ import annotations
@@ -38,9 +39,13 @@ from .format import (
     TOKEN_INDEX_DTYPE,
     UNICODE_CLASSES,
     VERSION_MAJOR,
+    pair_index_capacity,
 )
 
 MAX_SECTIONS = 64
+MAX_VOCAB = 0x7FFFFFFE  # check 14: ids stay below 2^31 - 1
+SPECIAL_TYPES = (2, 3, 4)  # UNKNOWN, CONTROL, USER_DEFINED: the special index lists exactly these
+PRE_QWEN2 = b"qwen2".ljust(32, b"\0")  # check 13
 
 
 @dataclass
@@ -82,48 +87,48 @@ def read_image_file(path: str | os.PathLike[str], verify_crc: bool = True) -> Ru
 
 
 def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> RuntimeImage:
+    # the numbers are the checks of docs/runtime-image.md, as in q25tok_image.c
     size = len(data)
-    if size < HEADER.size or data[:8] != MAGIC:
+    if size < HEADER.size or data[:8] != MAGIC:  # 1
         raise _fail(name, "no Q25TOKRT magic")
     magic, major, minor, header_size, count, alignment, file_size, _flags, crc = HEADER.unpack_from(data)
-    if major != VERSION_MAJOR:
+    if major != VERSION_MAJOR:  # 2
         raise _fail(name, f"format version {major}.{minor}, this reader supports {VERSION_MAJOR}.x")
-    if file_size != size:
+    if file_size != size:  # 3
         raise _fail(name, f"header says {file_size} bytes, file has {size}")
     if not 1 <= count <= MAX_SECTIONS or header_size != HEADER.size + count * SECTION.size or header_size > size:
         raise _fail(name, f"bad header size {header_size} for {count} sections")
-    head = bytearray(data[:header_size])
+    head = bytearray(data[:header_size])  # 4 above, 5 here
     struct.pack_into("<I", head, HEADER_CRC_OFFSET, 0)
-    if zlib.crc32(head) != crc:
+    if zlib.crc32(head) != crc:  # 5
         raise _fail(name, "header checksum mismatch")
-    if alignment < 8 or alignment & (alignment - 1):
+    if alignment < 8 or alignment & (alignment - 1):  # 6
         raise _fail(name, f"alignment {alignment} is not a power of two >= 8")
 
     found: dict[int, tuple[int, int, int]] = {}
     sections = []
+    prev_end = header_size
     for k in range(count):
         stype, _sf, off, ssize, rsize, _r, rcount, scrc, _r2 = SECTION.unpack_from(data, HEADER.size + k * SECTION.size)
         label = SECTION_NAMES.get(stype, f"type {stype}")
-        if off % alignment or off < header_size or off + ssize > size:
-            raise _fail(name, f"section {label} at [{off}, {off + ssize}) is misaligned or outside the file")
-        if rsize == 0 or rsize * rcount != ssize:
+        if off % alignment or off < prev_end or off + ssize > size:  # 7
+            raise _fail(name, f"section {label} at [{off}, {off + ssize}) is misaligned, outside the file, "
+                              "or not after the previous section")
+        prev_end = off + ssize
+        if rsize == 0 or rsize * rcount != ssize:  # 8
             raise _fail(name, f"section {label}: {rcount} records of {rsize} bytes != size {ssize}")
-        if verify_crc and zlib.crc32(memoryview(data)[off : off + ssize]) != scrc:
+        if verify_crc and zlib.crc32(memoryview(data)[off : off + ssize]) != scrc:  # 9
             raise _fail(name, f"section {label}: CRC32 mismatch")
         sections.append({"type": stype, "name": label, "offset": off, "size": ssize,
                          "record_size": rsize, "record_count": rcount, "crc32": f"{scrc:08x}"})
-        if stype not in RECORD_SIZES:
+        if stype not in RECORD_SIZES:  # 10
             continue  # unknown section types are skipped
         if stype in found:
             raise _fail(name, f"duplicate section {label}")
         if rsize != RECORD_SIZES[stype]:
             raise _fail(name, f"section {label}: record size {rsize}, expected {RECORD_SIZES[stype]}")
         found[stype] = (off, ssize, rcount)
-    spans = sorted((o, o + s) for o, s, _ in found.values())
-    for (a0, a1), (b0, _b1) in zip(spans, spans[1:]):
-        if a1 > b0:
-            raise _fail(name, "sections overlap")
-    for stype, label in SECTION_NAMES.items():
+    for stype, label in SECTION_NAMES.items():  # 11
         if stype not in found:
             raise _fail(name, f"required section {label} is missing")
 
@@ -132,11 +137,14 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         return np.frombuffer(data, dtype=dtype, count=ssize // np.dtype(dtype).itemsize, offset=off)
 
     mo, _ms, mcount = found[METADATA]
-    if mcount != 1:
+    if mcount != 1:  # 12
         raise _fail(name, "metadata section must hold one record")
     (vocab_size, n_merges, bos, eos, pad, mflags, uver, max_len, fp, src, pre, model, n_special) = (
         METADATA_STRUCT.unpack_from(data, mo)
     )
+    if pre != PRE_QWEN2:  # 13
+        shown = pre.rstrip(b"\0")
+        raise _fail(name, f"pre-tokenizer field {shown!r} (NUL-padded), this reader supports qwen2")
     index = view(TOKEN_INDEX, TOKEN_INDEX_DTYPE)
     tb_off, tb_size, _ = found[TOKEN_BYTES]
     merges = view(MERGE_TABLE, "<u4").reshape(-1, 4)
@@ -146,32 +154,39 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
     classes = view(UNICODE_CLASSES, CLASS_DTYPE)
 
     n = len(index)
-    if vocab_size != n or n == 0:
+    if vocab_size != n or not 1 <= n <= MAX_VOCAB:  # 14
         raise _fail(name, f"metadata vocab size {vocab_size} != token index records {n}")
-    if n_merges != len(merges) or n_special != len(specials):
+    if n_merges != len(merges) or n_special != len(specials):  # 14
         raise _fail(name, "metadata counts disagree with the sections")
-    ends = index["offset"].astype(np.int64) + index["length"]
+    ends = index["offset"].astype(np.int64) + index["length"]  # 19
     if n and ends.max() > tb_size:
         raise _fail(name, "a token's bytes lie outside the token bytes section")
-    if len(merges) and (merges[:, :3].max() >= n):
+    if len(merges) and (merges[:, :3].max() >= n):  # 20
         raise _fail(name, "a merge names a token id out of range")
     if len(merges) and not np.array_equal(merges[:, 3], np.arange(len(merges), dtype=np.uint32)):
         raise _fail(name, "merge ranks are not 0..n-1 in order")
-    if len(b2t) != 256 or b2t.max() >= n:
+    if len(b2t) != 256 or b2t.max() >= n:  # 16
         raise _fail(name, "byte-to-token map must hold 256 ids in range")
-    cap = len(pairs)
-    if cap < 16 or cap & (cap - 1) or cap < len(merges) or (len(pairs) and pairs.max() > len(merges)):
+    cap = len(pairs)  # 18: the capacity the spec fixes (load <= 1/2), slots <= merges, merges slots used
+    if cap != pair_index_capacity(len(merges)) or cap > 0x80000000 or pairs.max() > len(merges):
         raise _fail(name, "merge-pair index has a bad capacity or slot")
     if np.count_nonzero(pairs) != len(merges):
-        raise _fail(name, "merge-pair index does not hold every merge exactly once")
-    if len(specials) and (specials["id"].max() >= n or np.any(specials["length"] != index["length"][specials["id"]])):
+        raise _fail(name, "merge-pair index does not use exactly merge_count slots")
+    # 21: the special index lists exactly the tokens of types 2, 3 and 4, with their type
+    # and length, longest first then by id
+    if np.count_nonzero(np.isin(index["type"], SPECIAL_TYPES)) != len(specials):
+        raise _fail(name, "special-token index does not list every special token")
+    if len(specials) and (specials["id"].max() >= n or np.any(specials["length"] != index["length"][specials["id"]])
+                          or np.any(specials["type"] != index["type"][specials["id"]])
+                          or not np.all(np.isin(specials["type"], SPECIAL_TYPES))):
         raise _fail(name, "special-token index disagrees with the token index")
-    if len(specials) > 1 and np.any(np.diff(specials["length"].astype(np.int64)) > 0):
-        raise _fail(name, "special tokens are not longest first")
+    order = specials["length"].astype(np.int64) * -(1 << 32) + specials["id"]
+    if len(specials) > 1 and np.any(np.diff(order) <= 0):
+        raise _fail(name, "special tokens are not longest first, then by id")
     if len(classes) == 0 or classes["first"][0] != 0 or np.any(np.diff(classes["first"].astype(np.int64)) <= 0) \
-            or classes["first"][-1] > 0x10FFFF:
+            or classes["first"][-1] > 0x10FFFF:  # 17
         raise _fail(name, "unicode class table must ascend from code point 0")
-    for v in (bos, eos, pad):
+    for v in (bos, eos, pad):  # 15
         if v != NO_TOKEN and v >= n:
             raise _fail(name, "bos/eos/pad id out of range")
 

@@ -3,9 +3,13 @@
  * mutated images and arbitrary bytes (invalid UTF-8 included).
  *
  * Input: byte 0 selects the mode, the rest is the payload.
- *   mode bit 0 = 0: the payload is an image. Open it (bit 1: with the CRC pass); if it
- *                   opens, encode sample texts (bit 2: parse_special) with small and large
- *                   buffers, and detokenize ids, including out-of-range ones.
+ *   mode bit 0 = 0: the payload is an image. Bit 4: recompute every section CRC the table
+ *                   can locate; bit 3: then recompute the header CRC — so mutations get past
+ *                   the checksums to the section-table and content checks (3-21 of
+ *                   docs/runtime-image.md); with both bits clear most stop at check 5.
+ *                   Open it (bit 1: with the CRC pass); if it opens, encode sample texts
+ *                   (bit 2: parse_special) with small and large buffers, and detokenize
+ *                   ids, including out-of-range ones.
  *   mode bit 0 = 1: the payload is text, encoded with the reference image named by
  *                   $Q25_FUZZ_IMAGE (bit 2: parse_special) with buffers sized from bits 3-7;
  *                   the ids are decoded again and checked to be in range.
@@ -45,6 +49,37 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (q25_nl_tokenizer_runtime_image_open(ref_image, ref_size, &ref_bundle, &ref_view, &info, Q25_OPEN_VERIFY_CRC))
         abort();
     return 0;
+}
+
+static uint32_t get32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* recompute section CRCs (sections) and then the header CRC (header) of a mutated image,
+ * as far as its header and table can be read: tests/hostile_images.py does the same */
+static void fix_crcs(uint8_t *img, size_t n, int sections, int header)
+{
+    if (n < 64)
+        return;
+    uint32_t header_size = get32(img + 12), count = get32(img + 16);
+    if (header_size < 64 || header_size > n)
+        return;
+    if (sections) {
+        for (uint32_t k = 0; k < count && k < (header_size - 64) / 48; k++) {
+            uint8_t *ent = img + 64 + (size_t)48 * k;
+            uint64_t off = get64(ent + 8), size = get64(ent + 16);
+            if (off <= n && size <= n - off)
+                put32(ent + 40, q25_crc32(0, img + off, (size_t)size));
+        }
+    }
+    if (header) {
+        put32(img + 36, 0);
+        put32(img + 36, q25_crc32(0, img, header_size));
+    }
 }
 
 static uint8_t scratch[1 << 16];
@@ -100,6 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!img)
         return 0;
     memcpy(img, payload, n);
+    fix_crcs(img, n, (mode & 16) != 0, (mode & 8) != 0);
     q25_bundle_view b;
     q25_encode_view *v = malloc(sizeof *v);
     q25_image_info info;

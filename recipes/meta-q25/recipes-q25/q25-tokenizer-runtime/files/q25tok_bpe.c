@@ -104,14 +104,14 @@ static int64_t find_merge(enc *c, uint32_t left, uint32_t right)
     uint32_t mask = c->v->pair_capacity - 1;
     h &= mask;
     for (uint32_t probe = 0; probe <= mask; probe++) {
-        uint32_t slot = rd32(c->v->pair_index + 4u * h);
+        uint32_t slot = rd32(c->v->pair_index + (size_t)4 * h);
         if (slot == 0)
             return -1;
         if (slot > c->b->merge_count) {
             c->err = Q25_ERR_CORRUPT;
             return -1;
         }
-        const uint8_t *mr = c->b->merges + 16u * (slot - 1);
+        const uint8_t *mr = c->b->merges + (size_t)16 * (slot - 1);
         if (rd32(mr) == left && rd32(mr + 4) == right)
             return (int64_t)(slot - 1);
         h = (h + 1) & mask;
@@ -161,6 +161,15 @@ static uint64_t heap_pop(uint64_t *hp, size_t *n)
 
 /* pieces up to this many symbols merge with a rank array (fewer cache misses than a heap) */
 #define SMALL_PIECE 48
+
+size_t q25_bpe_piece_need(uint64_t n)
+{
+    if (n <= SMALL_PIECE)
+        return 0;
+    if (n > BPE_MAX_SYMBOLS || n > (SIZE_MAX - 16) / BPE_BYTES_PER_SYMBOL)
+        return SIZE_MAX;
+    return (size_t)n * BPE_BYTES_PER_SYMBOL + 16;
+}
 
 /* BPE of a short piece in place: repeatedly merge the lowest-rank (leftmost) adjacent
  * pair; returns the number of ids left */
@@ -247,25 +256,33 @@ static void bpe_piece(enc *c, const uint8_t *s, size_t a, size_t b)
         return;
     }
     /* symbols = re-encoded UTF-8 bytes of the piece's code points (the same bytes unless
-     * the piece holds invalid or overlong sequences) */
-    size_t n = len;
+     * the piece holds invalid or overlong sequences: up to 3 per input byte, so counted in
+     * 64 bits) */
+    uint64_t n64 = len;
     int all_clean = 1;
     if (!ascii) {
-        n = 0;
+        n64 = 0;
         for (size_t i = a; i < b;) {
             uint32_t cp;
             int clean;
             uint8_t tmp[4];
             size_t l = decode_cp(s, i, b, &cp, &clean);
-            n += clean ? l : utf8_put(cp, tmp);
+            n64 += clean ? l : utf8_put(cp, tmp);
             all_clean &= clean;
             i += l;
         }
     }
     uint32_t small_ids[SMALL_PIECE];
-    size_t need = n <= SMALL_PIECE ? 0 : n * (3 * sizeof(uint32_t) + 3 * sizeof(uint64_t)) + 16;
+    size_t need = q25_bpe_piece_need(n64);
     if (need > c->bpe_need)
         c->bpe_need = need;
+    if (need == SIZE_MAX) {
+        /* too long for the work area's arithmetic (or the int32 links): no scratch size
+         * makes this piece encodable; reported as scratch_needed = SIZE_MAX */
+        c->err = Q25_ERR_SCRATCH_CAPACITY;
+        return;
+    }
+    size_t n = (size_t)n64; /* <= BPE_MAX_SYMBOLS, and n * BPE_BYTES_PER_SYMBOL fits size_t */
     if (c->measuring || need > c->bpe_size) {
         c->measuring = 1;
         return;
@@ -325,7 +342,7 @@ static void bpe_piece(enc *c, const uint8_t *s, size_t a, size_t b)
         if (ids[i] == DEAD || next[i] < 0)
             continue;
         uint32_t j = (uint32_t)next[i];
-        const uint8_t *mr = c->b->merges + 16u * r;
+        const uint8_t *mr = c->b->merges + (size_t)16 * r;
         if (rd32(mr) != ids[i] || rd32(mr + 4) != ids[j])
             continue; /* stale entry */
         uint32_t out = rd32(mr + 8);

@@ -18,7 +18,7 @@ int q25_nl_tokenizer_bundle_detokenize(const q25_bundle_view *b, const uint32_t 
             *written = w;
             return Q25_ERR_TOKEN_ID;
         }
-        const uint8_t *ti = b->token_index + 8u * ids[i];
+        const uint8_t *ti = b->token_index + (size_t)8 * ids[i];
         uint64_t off = rd32(ti);
         uint32_t len = rd16(ti + 4), type = rd16(ti + 6);
         int show = type == Q25_TOKEN_NORMAL || type == Q25_TOKEN_BYTE || type == Q25_TOKEN_USER_DEFINED ||

@@ -10,7 +10,7 @@
 static uint32_t special_at(const q25_bundle_view *b, uint32_t k, const uint8_t *s, size_t p, size_t len,
                            unsigned flags)
 {
-    const uint8_t *r = b->specials + 8u * k;
+    const uint8_t *r = b->specials + (size_t)8 * k;
     uint32_t id = rd32(r), type = rd16(r + 4), slen = rd16(r + 6);
     if (slen == 0 || slen > len - p)
         return 0;
@@ -20,7 +20,7 @@ static uint32_t special_at(const q25_bundle_view *b, uint32_t k, const uint8_t *
     } else if (type != Q25_TOKEN_USER_DEFINED) {
         return 0;
     }
-    const uint8_t *text = b->token_bytes + rd32(b->token_index + 8u * id);
+    const uint8_t *text = b->token_bytes + rd32(b->token_index + (size_t)8 * id);
     return memcmp(text, s + p, slen) == 0 ? slen : 0;
 }
 
@@ -82,10 +82,13 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
         }
     }
     size_t bitmap_bytes = nm > 1 ? (len + 8) / 8 : 0;
-    size_t head = nm * 8 + ((bitmap_bytes + 7) & ~(size_t)7);
+    /* nm * 8 may overflow a 32-bit size_t (nm counts every match of every special): saturate */
+    size_t head = q25_add_sat(nm > SIZE_MAX / 8 ? SIZE_MAX : nm * 8, (bitmap_bytes + 7) & ~(size_t)7);
     if (head > avail) {
-        /* cannot even hold the matches: report a size that is enough for any piece */
-        stats->scratch_needed = overhead + head + (3 * len + 4) * (3 * sizeof(uint32_t) + 3 * sizeof(uint64_t)) + 16;
+        /* cannot even hold the matches: report a size that is enough for any piece (SIZE_MAX
+         * when none is) */
+        size_t any_piece = q25_bpe_piece_need(3 * (uint64_t)len + 4);
+        stats->scratch_needed = q25_add_sat(q25_add_sat(overhead, head), any_piece);
         return Q25_ERR_SCRATCH_CAPACITY;
     }
     /* 2. llama.cpp's partition: specials in index order (longest first), each taking its
@@ -97,7 +100,7 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
         size_t kept = 0;
         for (size_t i = 0; i < nm; i++) {
             uint32_t k = (uint32_t)(mt[i] >> 32), p = (uint32_t)mt[i];
-            uint32_t slen = rd16(b->specials + 8u * k + 6);
+            uint32_t slen = rd16(b->specials + (size_t)8 * k + 6);
             int free = 1;
             for (uint32_t j = 0; j < slen && free; j++)
                 free = !get_bit(claimed, p + j);
@@ -135,7 +138,7 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
     size_t cursor = 0;
     for (size_t i = 0; i < nm && !c.err; i++) {
         uint32_t p = (uint32_t)(mt[i] >> 32), k = (uint32_t)mt[i];
-        const uint8_t *r = b->specials + 8u * k;
+        const uint8_t *r = b->specials + (size_t)8 * k;
         q25_pretokenize(&c, s, cursor, p);
         if (!c.measuring)
             emit(&c, rd32(r));
@@ -146,7 +149,7 @@ int q25_nl_tokenizer_bundle_encode_bpe_bounded(const q25_encode_view *v, const u
 
     stats->special_matches = nm;
     stats->pieces = c.pieces;
-    stats->scratch_needed = overhead + head + c.bpe_need;
+    stats->scratch_needed = q25_add_sat(overhead + head, c.bpe_need);
     if (c.err)
         return c.err;
     if (c.measuring)

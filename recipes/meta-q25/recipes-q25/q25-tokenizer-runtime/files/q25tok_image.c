@@ -30,7 +30,7 @@ const char *q25_strerror(int status)
     case Q25_ERR_SECTION: return "bad section (out of bounds, misaligned, overlapping or wrong record size)";
     case Q25_ERR_MISSING: return "a required section is missing or duplicated";
     case Q25_ERR_CRC: return "section CRC32 mismatch";
-    case Q25_ERR_CORRUPT: return "corrupt image: an id or offset is out of range";
+    case Q25_ERR_CORRUPT: return "corrupt image: an id, offset, count or table order is out of range";
     case Q25_ERR_TOKEN_ID: return "token id out of range";
     case Q25_ERR_OUT_CAPACITY: return "output buffer too small";
     case Q25_ERR_SCRATCH_CAPACITY: return "scratch buffer too small";
@@ -46,15 +46,23 @@ uint32_t q25_class_lookup(const uint8_t *classes, uint32_t n, uint32_t cp)
     uint32_t lo = 0, hi = n;
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (rd32(classes + 8u * mid) <= cp)
+        if (rd32(classes + (size_t)8 * mid) <= cp)
             lo = mid;
         else
             hi = mid;
     }
-    return rd32(classes + 8u * lo + 4);
+    return rd32(classes + (size_t)8 * lo + 4);
 }
 
 
+/* check 13: the pre-tokenizer field is exactly "qwen2", NUL-padded to 32 bytes */
+static const uint8_t PRE_QWEN2[32] = {'q', 'w', 'e', 'n', '2'};
+
+/* The checks of docs/runtime-image.md "Validation a reader performs", numbered as there
+ * (q25deploy/tokenizer/image/reader.py implements the same list). All of them run at every
+ * open: checks 16-21 are one pass over the vocabulary sections (~150k tokens and merges:
+ * about a millisecond), and after them nothing the encoder or decoder follows can point
+ * outside the image. */
 int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bundle_view *b, q25_encode_view *e,
                                         q25_image_info *info, unsigned flags)
 {
@@ -64,23 +72,28 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
     memset(b, 0, sizeof *b);
     memset(e, 0, sizeof *e);
     const uint8_t *p = (const uint8_t *)image;
+    /* 1. magic */
     if (size < HEADER_SIZE || memcmp(p, "Q25TOKRT", 8) != 0)
         return Q25_ERR_MAGIC;
+    /* 2. major version */
     info->version_major = rd16(p + 8);
     info->version_minor = rd16(p + 10);
     if (info->version_major != Q25TOK_FORMAT_MAJOR)
         return Q25_ERR_VERSION;
     uint32_t header_size = rd32(p + 12), count = rd32(p + 16), alignment = rd32(p + 20);
     uint64_t file_size = rd64(p + 24);
+    /* 3. file size; 4. section count and header size */
     if (file_size != (uint64_t)size || count < 1 || count > Q25_MAX_SECTIONS ||
         header_size != HEADER_SIZE + ENTRY_SIZE * count || header_size > size)
         return Q25_ERR_HEADER;
+    /* 5. header checksum */
     static const uint8_t zero4[4] = {0, 0, 0, 0};
     uint32_t crc = q25_crc32(0, p, 36);
     crc = q25_crc32(crc, zero4, 4);
     crc = q25_crc32(crc, p + 40, header_size - 40);
     if (crc != rd32(p + 36))
         return Q25_ERR_HEADER;
+    /* 6. alignment */
     if (alignment < 8 || (alignment & (alignment - 1)))
         return Q25_ERR_HEADER;
     info->alignment = alignment;
@@ -99,16 +112,21 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
         s->record_size = rd32(ent + 24);
         s->record_count = rd64(ent + 32);
         s->crc32 = rd32(ent + 40);
+        /* 7. aligned, in table order after the previous section (the first after the
+         *    header), inside the file */
         if (s->offset % alignment || s->offset < prev_end || s->offset > size || s->size > size - s->offset)
             return Q25_ERR_SECTION;
+        /* 8. records fill the section exactly */
         if (s->record_size == 0 || s->record_count > s->size / s->record_size ||
             s->record_count * s->record_size != s->size)
             return Q25_ERR_SECTION;
         prev_end = s->offset + s->size;
+        /* 9. (Q25_OPEN_VERIFY_CRC) the section's CRC32 */
         if ((flags & Q25_OPEN_VERIFY_CRC) && q25_crc32(0, p + s->offset, (size_t)s->size) != s->crc32)
             return Q25_ERR_CRC;
+        /* 10. known types once each, with their record size; unknown types are skipped */
         if (s->type < 1 || s->type > N_KNOWN)
-            continue; /* unknown section types are skipped */
+            continue;
         if (sec[s->type])
             return Q25_ERR_MISSING;
         if (s->record_size != record_sizes[s->type])
@@ -117,11 +135,13 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
         sec_size[s->type] = s->size;
         sec_count[s->type] = s->record_count;
     }
+    /* 11. all known types present */
     for (int t = 1; t <= N_KNOWN; t++)
         if (!sec[t])
             return Q25_ERR_MISSING;
     info->crc_checked = (flags & Q25_OPEN_VERIFY_CRC) ? 1 : 0;
 
+    /* 12. one metadata record */
     const uint8_t *m = sec[SEC_METADATA];
     if (sec_count[SEC_METADATA] != 1)
         return Q25_ERR_SECTION;
@@ -138,58 +158,113 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
     memcpy(info->pre_tokenizer, m + 96, 32);
     memcpy(info->model_name, m + 128, 64);
     info->special_count = rd32(m + 192);
-    if (strcmp(info->pre_tokenizer, "qwen2") != 0)
+    /* 13. pre-tokenizer */
+    if (memcmp(m + 96, PRE_QWEN2, 32) != 0)
         return Q25_ERR_VERSION;
 
-    uint32_t nv = info->vocab_size;
-    if (nv == 0 || nv >= 0x7FFFFFFFu || sec_count[SEC_TOKEN_INDEX] != nv ||
-        sec_count[SEC_MERGES] != info->merge_count || sec_count[SEC_SPECIALS] != info->special_count ||
-        sec_count[SEC_BYTE_TO_TOKEN] != 256 || sec_count[SEC_CLASSES] == 0 ||
-        sec_count[SEC_CLASSES] > 0x110000u)
+    /* 14. counts agree with the sections */
+    uint32_t nv = info->vocab_size, nm = info->merge_count, ns = info->special_count;
+    if (nv == 0 || nv >= 0x7FFFFFFFu || sec_count[SEC_TOKEN_INDEX] != nv || sec_count[SEC_MERGES] != nm ||
+        sec_count[SEC_SPECIALS] != ns)
         return Q25_ERR_CORRUPT;
+    /* 15. bos, eos, pad */
     for (int k = 0; k < 3; k++) {
         uint32_t id = rd32(m + 8 + 4 * k);
         if (id != NO_TOKEN && id >= nv)
             return Q25_ERR_CORRUPT;
     }
+    /* 16. byte_to_token: 256 ids in range */
     const uint8_t *b2t = sec[SEC_BYTE_TO_TOKEN];
+    if (sec_count[SEC_BYTE_TO_TOKEN] != 256)
+        return Q25_ERR_CORRUPT;
     for (int i = 0; i < 256; i++)
         if (rd32(b2t + 4 * i) >= nv)
             return Q25_ERR_CORRUPT;
-    uint64_t cap = sec_count[SEC_PAIR_INDEX];
-    if (cap < 16 || (cap & (cap - 1)) || cap > 0x80000000u || cap < info->merge_count)
-        return Q25_ERR_CORRUPT;
-    /* the class table is independent of the vocabulary (a few thousand ranges) */
+    /* 17. class table: from code point 0, strictly ascending, within U+10FFFF */
     const uint8_t *cls = sec[SEC_CLASSES];
-    uint32_t ncls = (uint32_t)sec_count[SEC_CLASSES];
-    if (rd32(cls) != 0)
+    if (sec_count[SEC_CLASSES] == 0 || sec_count[SEC_CLASSES] > 0x110000u || rd32(cls) != 0)
         return Q25_ERR_CORRUPT;
+    uint32_t ncls = (uint32_t)sec_count[SEC_CLASSES];
     for (uint32_t i = 1; i < ncls; i++)
-        if (rd32(cls + 8u * i) <= rd32(cls + 8u * (i - 1)) || rd32(cls + 8u * i) > 0x10FFFFu)
+        if (rd32(cls + (size_t)8 * i) <= rd32(cls + (size_t)8 * (i - 1)) || rd32(cls + (size_t)8 * i) > 0x10FFFFu)
             return Q25_ERR_CORRUPT;
-
-    b->token_index = sec[SEC_TOKEN_INDEX];
-    b->token_bytes = sec[SEC_TOKEN_BYTES];
-    b->token_bytes_size = sec_size[SEC_TOKEN_BYTES];
-    b->merges = sec[SEC_MERGES];
-    b->specials = sec[SEC_SPECIALS];
-    b->vocab_size = nv;
-    b->merge_count = info->merge_count;
-    b->special_count = info->special_count;
-
-    /* special tokens: checked once here (they are followed without per-access checks) */
-    for (uint32_t k = 0; k < b->special_count; k++) {
-        const uint8_t *r = b->specials + 8u * k;
-        uint32_t id = rd32(r), len = rd16(r + 6);
+    /* 18. merge-pair index: the capacity the spec fixes (load <= 1/2, so probes end at an
+     *     empty slot), every slot 0..merge_count, exactly merge_count of them used */
+    uint64_t cap = 16;
+    while (cap < 2 * (uint64_t)nm)
+        cap <<= 1;
+    if (cap > 0x80000000u || sec_count[SEC_PAIR_INDEX] != cap)
+        return Q25_ERR_CORRUPT;
+    /* (the loops of 18-20 accumulate instead of branching, so that they vectorize) */
+    const uint8_t *pairs = sec[SEC_PAIR_INDEX];
+    uint32_t used = 0, bad = 0;
+    for (uint32_t i = 0; i < (uint32_t)cap; i++) {
+        uint32_t slot = rd32(pairs + (size_t)4 * i);
+        bad |= slot > nm;
+        used += slot != 0;
+    }
+    if (bad || used != nm)
+        return Q25_ERR_CORRUPT;
+    /* 19. every token's bytes inside token_bytes; count the special-typed tokens for 21 */
+    const uint8_t *ti = sec[SEC_TOKEN_INDEX];
+    uint64_t tb_size = sec_size[SEC_TOKEN_BYTES];
+    uint32_t n_special_typed = 0;
+    for (uint32_t i = 0; i < nv; i++) {
+        const uint8_t *r = ti + (size_t)8 * i;
+        uint32_t type = rd16(r + 6);
+        bad |= (uint64_t)rd32(r) + rd16(r + 4) > tb_size;
+        n_special_typed += type - 2u <= 2u; /* UNKNOWN, CONTROL, USER_DEFINED */
+    }
+    if (bad)
+        return Q25_ERR_CORRUPT;
+    /* 20. merges: ids in range, record i has rank i */
+    const uint8_t *mt = sec[SEC_MERGES];
+    for (uint32_t i = 0; i < nm; i++) {
+        const uint8_t *r = mt + (size_t)16 * i;
+        bad |= rd32(r) >= nv;
+        bad |= rd32(r + 4) >= nv;
+        bad |= rd32(r + 8) >= nv;
+        bad |= rd32(r + 12) != i;
+    }
+    if (bad)
+        return Q25_ERR_CORRUPT;
+    /* 21. special index: ids in range with the token index's type (2, 3 or 4) and length,
+     *     longest first then by id (no id twice), and every such token listed */
+    const uint8_t *sp = sec[SEC_SPECIALS];
+    if (n_special_typed != ns)
+        return Q25_ERR_CORRUPT;
+    for (uint32_t k = 0; k < ns; k++) {
+        const uint8_t *r = sp + (size_t)8 * k;
+        uint32_t id = rd32(r), type = rd16(r + 4), len = rd16(r + 6);
         if (id >= nv)
             return Q25_ERR_CORRUPT;
-        const uint8_t *ti = b->token_index + 8u * id;
-        uint64_t off = rd32(ti);
-        if (rd16(ti + 4) != len || off + len > b->token_bytes_size)
+        const uint8_t *t = ti + (size_t)8 * id;
+        if (rd16(t + 6) != type || rd16(t + 4) != len ||
+            !(type == Q25_TOKEN_CONTROL || type == Q25_TOKEN_USER_DEFINED || type == Q25_TOKEN_UNKNOWN))
             return Q25_ERR_CORRUPT;
+        if (k > 0) {
+            uint32_t pid = rd32(r - 8), plen = rd16(r - 2);
+            if (plen < len || (plen == len && pid >= id))
+                return Q25_ERR_CORRUPT;
+        }
+    }
+
+    b->token_index = ti;
+    b->token_bytes = sec[SEC_TOKEN_BYTES];
+    b->token_bytes_size = tb_size;
+    b->merges = mt;
+    b->specials = sp;
+    b->vocab_size = nv;
+    b->merge_count = nm;
+    b->special_count = ns;
+
+    /* the encoder's small tables (every offset below was bounded by checks 19 and 21) */
+    for (uint32_t k = 0; k < ns; k++) {
+        const uint8_t *r = sp + (size_t)8 * k;
+        uint32_t id = rd32(r), len = rd16(r + 6);
         if (len == 0)
             continue;
-        const uint8_t *text = b->token_bytes + off;
+        const uint8_t *text = b->token_bytes + rd32(ti + (size_t)8 * id);
         if (len == 1)
             set_bit(e->special_single, text[0]);
         else
@@ -200,7 +275,7 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
 
     e->bundle = b;
     e->byte_to_token = b2t;
-    e->pair_index = sec[SEC_PAIR_INDEX];
+    e->pair_index = pairs;
     e->pair_capacity = (uint32_t)cap;
     e->classes = cls;
     e->class_count = ncls;
@@ -208,4 +283,3 @@ int q25_nl_tokenizer_runtime_image_open(const void *image, size_t size, q25_bund
         e->ascii_flags[c] = (uint16_t)q25_class_lookup(cls, ncls, c);
     return Q25_OK;
 }
-

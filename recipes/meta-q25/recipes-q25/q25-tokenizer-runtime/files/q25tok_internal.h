@@ -9,6 +9,7 @@
 
 #include "q25tok.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* ---- little-endian reads, safe for any alignment ------------------------------------ */
@@ -73,6 +74,18 @@ static inline void emit(enc *c, uint32_t id)
 #define CACHE_IDS 8
 #define CACHE_SLOT (8 + CACHE_BYTES + 4 * CACHE_IDS)
 #define CACHE_MAX_SLOTS 4096
+
+/* BPE work area of a long piece: per symbol a u32 id, two int32 links and three u64 heap
+ * slots, plus 16 bytes */
+#define BPE_BYTES_PER_SYMBOL (3 * sizeof(uint32_t) + 3 * sizeof(uint64_t))
+/* the links are int32 and positions u32: a piece may have at most INT32_MAX symbols */
+#define BPE_MAX_SYMBOLS 0x7FFFFFFFu
+/* scratch bytes the BPE of a piece of n symbols needs: 0 up to SMALL_PIECE symbols (done on
+ * the stack), n * BPE_BYTES_PER_SYMBOL + 16 otherwise, and SIZE_MAX when that would overflow
+ * size_t (32-bit targets: above ~119M symbols) or n exceeds BPE_MAX_SYMBOLS */
+size_t q25_bpe_piece_need(uint64_t n);
+/* a + b, or SIZE_MAX when that overflows */
+static inline size_t q25_add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
 /* llama.cpp's Qwen2 pre-tokenizer over s[a, end), each piece through byte-level BPE */
 void q25_pretokenize(enc *c, const uint8_t *s, size_t a, size_t end);
