@@ -140,14 +140,15 @@ def _labels(items: list[_Item], leaders: list[float], y: float) -> tuple[list[st
     the SVG and the height used."""
     widths = [text_width(it.label, FONT) for it in items]
     placed = place_labels(list(zip(leaders, widths)), BAR_X, BAR_X + BAR_W)
-    out = []
+    lines, texts = [], []
     for it, p in zip(items, placed):
         base = y + 8 + p.lane * LANE_H + FONT * ASCENT
         stroke = it.colours[0]
-        out += [f'<line class="leader" x1="{p.leader_x:.1f}" y1="{y - 4 * it.depth:.1f}" x2="{p.leader_x:.1f}" '
-                f'y2="{base - FONT * 0.35:.1f}" stroke="{stroke}" stroke-width="1" stroke-opacity="0.8"/>',
-                f'<circle cx="{p.leader_x:.1f}" cy="{base - FONT * 0.35:.1f}" r="1.5" fill="{stroke}"/>',
-                _text(p.box_x, base, fit(it.label, FONT, p.width), FONT, stroke, HALO)]
+        lines += [f'<line class="leader" x1="{p.leader_x:.1f}" y1="{y - 4 * it.depth:.1f}" x2="{p.leader_x:.1f}" '
+                  f'y2="{base - FONT * 0.35:.1f}" stroke="{stroke}" stroke-width="1" stroke-opacity="0.8"/>',
+                  f'<circle cx="{p.leader_x:.1f}" cy="{base - FONT * 0.35:.1f}" r="1.5" fill="{stroke}"/>']
+        texts.append(_text(p.box_x, base, fit(it.label, FONT, p.width), FONT, stroke, HALO))
+    out = lines + texts  # text last: its halo covers any leader passing under it
     lanes = 1 + max((p.lane for p in placed), default=-1)
     return out, 8 + lanes * LANE_H + 4
 
