@@ -131,6 +131,9 @@ def _strip(bank: Span, items: list[_Item], y: float) -> tuple[list[str], list[fl
             used = (xb - xa) * min(it.used / (it.span.size or 1), 1)
             out += [_rect("region", xa, y, xb - xa, 40, fill, f' stroke="{stroke}"', title),
                     _rect("partition", xa, y + 12, max(used, 1), 16, stroke)]
+            num = it.span.name.removeprefix("q25_region")  # the region's number, where it fits
+            if text_width(num, 9) + 4 <= xb - xa:
+                out.append(_text((xa + xb - text_width(num, 9)) / 2, y + 10, num, 9, stroke))
         leaders.append(min(xa + (xb - xa) / 2 + 6 * it.depth, xb - 2))
     return out, leaders
 
@@ -155,8 +158,13 @@ def _labels(items: list[_Item], leaders: list[float], y: float) -> tuple[list[st
 
 def _bank(board: Board, plan: MemoryPlan, bank: Span, y: float, residency: dict[int, str] | None) -> tuple[list[str], float]:
     items = _items(board, plan, bank, residency)
+    ours = [it.span.size for it in items if it.kind == "region"]
     head = fit(f"{bank.name}: 0x{bank.base:x}-0x{bank.end - 1:x} ({format_size(bank.size)})", 13, BAR_W)
+    sub = f"q25: {len(ours)} region(s), {format_size(sum(ours))}" if ours else "q25: no regions"
     out = [f'<g id="bank-{_attr(bank.name)}">', _text(BAR_X, y + 13, head, 13, "#111111", ' font-weight="bold"')]
+    x = BAR_X + text_width(head, 13) + 12
+    if x + text_width(sub, FONT) <= BAR_X + BAR_W:
+        out.append(_text(x, y + 13, sub, FONT, "#333333"))
     scale, ranges = _overview(bank, items, y + 20)
     strip, leaders = _strip(bank, items, y + 86)
     bounds = sorted({bank.base, bank.end} | {a for it in items for a in (it.span.base, it.span.end)})
@@ -177,6 +185,7 @@ def _legend(y: float, plan: MemoryPlan, residency: dict[int, str] | None) -> tup
         keys = keys[:1] + [(f"region {k}", c[1]) for k, c in RESIDENCY.items()]
         if any(residency.get(r.index) not in RESIDENCY for r in plan.regions):
             keys.append(("region not read back / unknown", UNKNOWN[1]))
+        keys.append(("partition data: darker bar", RESIDENCY["resident"][0]))
     out, x, row = [], float(BAR_X), 0
     for name, colour in keys:
         w = 16 + text_width(name, FONT)
