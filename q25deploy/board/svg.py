@@ -108,10 +108,15 @@ def _overview(bank: Span, items: list[_Item], y: float) -> tuple[list[str], list
     return out, ranges
 
 
+def _axis(bank: Span, items: list[_Item]) -> tuple[list[int], list[float]]:
+    """The broken axis of a bank: every span's ends, and their pixels."""
+    bounds = sorted({bank.base, bank.end} | {a for it in items for a in (it.span.base, it.span.end)})
+    return bounds, broken_axis(bounds, BAR_X, BAR_W, MIN_SPAN)
+
+
 def _strip(bank: Span, items: list[_Item], y: float) -> tuple[list[str], list[float]]:
     """The broken-axis strip (40 px high at ``y``); returns its SVG and the items' leader x."""
-    bounds = sorted({bank.base, bank.end} | {a for it in items for a in (it.span.base, it.span.end)})
-    pos = broken_axis(bounds, BAR_X, BAR_W, MIN_SPAN)
+    bounds, pos = _axis(bank, items)
     out = [f'<rect class="bank" x="{BAR_X}" y="{y}" width="{BAR_W}" height="40" fill="#f4f6f8" stroke="#445"/>']
     for a, b, xa, xb in zip(bounds, bounds[1:], pos, pos[1:]):
         if any(it.span.base <= a and b <= it.span.end for it in items):
@@ -167,8 +172,7 @@ def _bank(board: Board, plan: MemoryPlan, bank: Span, y: float, residency: dict[
         out.append(_text(x, y + 13, sub, FONT, "#333333"))
     scale, ranges = _overview(bank, items, y + 20)
     strip, leaders = _strip(bank, items, y + 86)
-    bounds = sorted({bank.base, bank.end} | {a for it in items for a in (it.span.base, it.span.end)})
-    pos = broken_axis(bounds, BAR_X, BAR_W, MIN_SPAN)
+    bounds, pos = _axis(bank, items)
     fan = []
     for it, (a, b) in zip(items, ranges):  # the fan joins each span to scale with its widened self
         c, d = axis_x(bounds, pos, it.span.base), axis_x(bounds, pos, it.span.end)

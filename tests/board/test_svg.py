@@ -166,6 +166,13 @@ def test_board_text_is_escaped():
     assert f"zcu104: {odd}" in text and f"{odd} @0x7fe00000 1 MiB" in text
 
 
+def test_a_plan_without_regions_still_draws_the_board():
+    b = board("kv260")
+    root = check_layout(memory_svg(b, MemoryPlan((), (), b.model_budget)))
+    assert [r.get("class") for r in root.iter(f"{SVG}rect")].count("region") == 0
+    assert "q25: no regions" in [t for t, *_ in text_boxes(root)]
+
+
 def test_output_is_deterministic():
     b, plan, svg = picture("kv260", "1.5b", {0: "resident"})
     assert memory_svg(b, plan, {0: "resident"}) == svg
