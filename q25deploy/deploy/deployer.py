@@ -112,11 +112,16 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
     if expect_arch and arch != expect_arch:
         raise DeployError(f"{board.spec.name}: the board is {arch}, the build is for {expect_arch}")
     board.run(["mkdir", "-p", files.path("releases")])
-    _, out, _ = board.run(["df", "-Pk", files.base])
+    # BusyBox df skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's
+    # INITRAMFS packaging) `df -P` fails with "can't find mount point"; statfs through
+    # `stat -f` works there (and with coreutils)
+    _, out, _ = board.run(["sh", "-c", 'df -Pk "$1" 2>/dev/null || stat -f -c "statfs %a %S" "$1"', "sh", files.base],
+                          check=False)
     try:
-        avail = int(out.decode().splitlines()[-1].split()[3]) * 1024
+        last = out.decode().strip().splitlines()[-1].split()
+        avail = int(last[1]) * int(last[2]) if last[0] == "statfs" else int(last[3]) * 1024
     except (IndexError, ValueError):
-        raise DeployError(f"{board.spec.name}: cannot read free space (df -Pk)") from None
+        raise DeployError(f"{board.spec.name}: cannot read free space under {files.base} (df -Pk, stat -f)") from None
     if avail < need_bytes:
         raise DeployError(f"{board.spec.name}: needs {need_bytes:,} bytes free under {files.base}, has {avail:,}")
 

@@ -1,0 +1,146 @@
+"""On the emulated Cortex-A53 board (QEMU virt, Debian's arm64 kernel 6.1, BusyBox 1.35,
+dropbear 2022.83 or OpenSSH 9.2; see emulated_board.py): the kernel honours the regions of
+our reserved-memory.dtsi, and deploy / smoke --strict / rollback work with the aarch64
+q25tok, as a user would run them. The board is booted once per session and flavour; tests
+start from an empty install path."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from q25deploy.cli import main
+from q25deploy.testmodel import write_model
+
+pytestmark = pytest.mark.board
+
+VOCAB = Path(__file__).parent / "data" / "ggml-vocab-qwen2.gguf"
+INSTALL = "/lib/firmware/q25"
+
+
+def q25(capsys, argv: list[str]) -> tuple[int, object]:
+    capsys.readouterr()
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if out.strip().startswith(("[", "{")) else out)
+
+
+def fresh(board) -> None:
+    board.sh(f"rm -rf {INSTALL}")
+
+
+@pytest.fixture(scope="module")
+def build_b(tmp_path_factory) -> Path:
+    """Another model with the same vocabulary and shapes (same regions), other weights."""
+    d = tmp_path_factory.mktemp("build-b")
+    write_model(d / "b.gguf", "tiny", str(VOCAB), seed=1)
+    assert main(["build", "--target", "qemu", "--model", str(d / "b.gguf"), "--out", str(d / "qemu")]) == 0
+    return d / "qemu"
+
+
+def iomem(board) -> list[tuple[int, int, str, int]]:
+    """/proc/iomem as (start, end, name, depth)."""
+    rows = []
+    for line in board.sh("cat /proc/iomem")[1].splitlines():
+        span, _, name = line.partition(" : ")
+        start, end = span.strip().split("-")
+        rows.append((int(start, 16), int(end, 16), name.strip(), len(span) - len(span.lstrip())))
+    return rows
+
+
+def system_ram(board) -> int:
+    return sum(end - start + 1 for start, end, name, depth in iomem(board) if name == "System RAM" and depth == 0)
+
+
+def test_the_kernel_honours_every_planned_region(board, builds):
+    pmap = json.loads((builds["qemu"] / "partition_map.json").read_text())
+    regions = pmap["regions"]
+    assert regions
+    dmesg = board.sh("dmesg")[1]
+    layout = iomem(board)
+    for r in regions:
+        base, size, node = r["base"], r["size"], r["node"]
+        assert f"OF: reserved mem: initialized node {node}" in dmesg, node
+        reg = board.sh(f"od -An -v -tx1 /sys/firmware/devicetree/base/reserved-memory/{node}/reg")[1]
+        assert bytes.fromhex("".join(reg.split())) == base.to_bytes(8, "big") + size.to_bytes(8, "big")
+        # no-map: not System RAM, listed as reserved at exactly the planned range
+        assert (base, base + size - 1, "reserved", 0) in layout
+        assert not [x for x in layout if x[2] == "System RAM" and x[0] <= base + size - 1 and base <= x[1]]
+    # System RAM shrank by exactly the regions (QEMU's -m 4G bank)
+    assert system_ram(board) == (4 << 30) - sum(r["size"] for r in regions)
+
+
+def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64, capsys):
+    fresh(board)
+    a = builds["qemu"]
+    t = time.monotonic()
+    code, res = q25(capsys, board.q25("deploy", a, "--strict", "--runtime-bin", str(q25tok_aarch64)))
+    elapsed = time.monotonic() - t
+    assert code == 0, res
+    (r,) = res
+    assert r["ok"] and r["smoke"]["ok"] and not r["smoke"]["warnings"], r
+    checks = {c["name"]: c for c in r["smoke"]["checks"]}
+    assert all(c["ok"] for c in checks.values())
+    pmap = json.loads((a / "partition_map.json").read_text())
+    assert {"q25tok info", "partition sha256", *(f"device tree {x['node']}" for x in pmap["regions"])} <= set(checks)
+    print(f"\n{board.flavour}: deploy of {r['bytes_sent']:,} bytes in {elapsed:.1f} s "
+          f"({r['bytes_sent'] / elapsed / 1e6:.1f} MB/s including verify and smoke test)")
+    release_a = r["release"]
+    # read back independently: the board's files are the build's
+    out = board.sh(f"cd {INSTALL}/current && sha256sum " + " ".join(x["file"] for x in pmap["regions"]))[1]
+    assert {ln.split()[1]: ln.split()[0] for ln in out.splitlines()} == {x["file"]: x["sha256"] for x in pmap["regions"]}
+    assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
+
+    code, res = q25(capsys, board.q25("deploy", build_b, "--strict", "--runtime-bin", str(q25tok_aarch64)))
+    assert code == 0 and res[0]["ok"] and res[0]["previous"] == release_a, res
+    release_b = res[0]["release"]
+    assert res[0]["files_linked"] >= 1  # q25tok was on the board already
+
+    code, res = q25(capsys, board.q25("rollback", build_b))
+    assert code == 0 and res[0]["release"] == release_a
+    assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
+    assert board.sh(f"test -e {INSTALL}/releases/{release_b}", check=False)[0] != 0
+    code, res = q25(capsys, board.q25("status", a))
+    assert code == 0 and res[0]["current"] == release_a and res[0]["consistent"]
+    code, res = q25(capsys, board.q25("smoke", a, "--strict"))
+    assert code == 0 and res[0]["smoke"]["ok"], res
+
+
+def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, builds, q25tok_aarch64, capsys):
+    plain = boot_board("dropbear", None)
+    regions = json.loads((builds["qemu"] / "partition_map.json").read_text())["regions"]
+    assert system_ram(plain) == 4 << 30  # nothing reserved
+    assert "q25-region" not in plain.sh("dmesg")[1]
+    code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
+    assert code == 0 and res[0]["ok"]
+    assert any("predates" in w for w in res[0]["smoke"]["warnings"])
+    code, res = q25(capsys, plain.q25("smoke", builds["qemu"], "--strict"))
+    assert code == 13 and not res[0]["smoke"]["ok"]
+    bad = [c for c in res[0]["smoke"]["checks"] if not c["ok"]]
+    assert [c["name"] for c in bad] == [f"device tree {r['node']}" for r in regions]
+    # and a strict deploy onto it fails its smoke test
+    plain.sh(f"rm -rf {INSTALL}")
+    code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--strict", "--runtime-bin", str(q25tok_aarch64)))
+    assert code == 13 and not res[0]["ok"] and "smoke test failed" in res[0]["error"]
+
+
+def test_deploy_to_a_board_whose_root_is_the_initramfs(board, builds, q25tok_aarch64, capsys):
+    """Defect 4: BusyBox df skips rootfs, so `df -Pk <install path>` fails there; the free
+    space comes from statfs (`stat -f`), and the check still refuses what does not fit."""
+    fresh(board)
+    board.sh(f"mkdir -p {INSTALL}")
+    status, _, err = board.sh(f"df -Pk {INSTALL}", check=False)
+    assert status != 0 and "mount point" in err  # the situation of defect 4
+    code, res = q25(capsys, board.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
+    assert code == 0 and res[0]["ok"], res
+    # a small filesystem at the install path: the free-space check still refuses
+    fresh(board)
+    board.sh(f"mkdir -p {INSTALL} && mount -t tmpfs -o size=2m q25small {INSTALL}")
+    try:
+        code, res = q25(capsys, board.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
+        assert code == 13 and "bytes free" in res[0]["error"], res
+    finally:
+        board.sh(f"umount {INSTALL}")
