@@ -23,8 +23,11 @@ INSTALL = "/lib/firmware/q25"
 
 def q25(capsys, argv: list[str]) -> tuple[int, object]:
     capsys.readouterr()
+    t = time.monotonic()
     code = main(argv)
     out = capsys.readouterr().out
+    with capsys.disabled():
+        print(f"  [{argv[0]} {time.monotonic() - t:.1f} s]", end="")
     return code, (json.loads(out) if out.strip().startswith(("[", "{")) else out)
 
 
@@ -86,8 +89,9 @@ def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64
     assert all(c["ok"] for c in checks.values())
     pmap = json.loads((a / "partition_map.json").read_text())
     assert {"q25tok info", "partition sha256", *(f"device tree {x['node']}" for x in pmap["regions"])} <= set(checks)
-    print(f"\n{board.flavour}: deploy of {r['bytes_sent']:,} bytes in {elapsed:.1f} s "
-          f"({r['bytes_sent'] / elapsed / 1e6:.1f} MB/s including verify and smoke test)")
+    with capsys.disabled():
+        print(f"\n{board.flavour}: deploy of {r['bytes_sent']:,} bytes in {elapsed:.1f} s "
+              f"({r['bytes_sent'] / elapsed / 1e6:.1f} MB/s including verify and smoke test)")
     release_a = r["release"]
     # read back independently: the board's files are the build's
     out = board.sh(f"cd {INSTALL}/current && sha256sum " + " ".join(x["file"] for x in pmap["regions"]))[1]
@@ -144,3 +148,28 @@ def test_deploy_to_a_board_whose_root_is_the_initramfs(board, builds, q25tok_aar
         assert code == 13 and "bytes free" in res[0]["error"], res
     finally:
         board.sh(f"umount {INSTALL}")
+
+
+def _cells(board, path: str) -> int:
+    raw = bytes.fromhex("".join(board.sh(f"od -An -v -tx1 {path}")[1].split()))
+    return int.from_bytes(raw, "big")
+
+
+def test_the_qemu_board_file_reserves_what_qemu_loads(board):
+    """Defect 8: with -kernel/-initrd QEMU puts the initrd at RAM + 128 MiB and the DTB after
+    it (hw/arm/boot.c), not at the start of RAM; the board file must reserve where they
+    really are, so that no region is planned over them."""
+    from q25deploy.boards import load_board
+    from q25deploy.resources import data_dir
+
+    reserved = load_board(data_dir("targets") / "qemu.toml").reserved
+    chosen = "/sys/firmware/devicetree/base/chosen"
+    initrd = (_cells(board, f"{chosen}/linux,initrd-start"), _cells(board, f"{chosen}/linux,initrd-end") - 1)
+    assert initrd[0] == 0x48000000
+    layout = iomem(board)
+    kernel = [(s, e) for s, e, name, _ in layout if name in ("Kernel code", "Kernel data")]
+    dtb_start = (initrd[1] + 1 + (2 << 20) - 1) & ~((2 << 20) - 1)  # the next 2 MiB boundary
+    (dtb,) = [(s, e) for s, e, name, depth in layout if name == "reserved" and s == dtb_start]  # the kernel keeps it
+    for start, end in [initrd, dtb, *kernel]:
+        assert any(r.base <= start and end < r.base + r.size for r in reserved), \
+            f"{start:#x}-{end:#x} is outside the board file's reservations"
