@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--out", required=True, metavar="DIR", type=Path)
     rb.add_argument("--cross", choices=["aarch64"], help="cross-compile for the Cortex-A53 (Zynq UltraScale+)")
     rb.add_argument("--sanitize", action="store_true", help="host build with ASan and UBSan")
+    rb.add_argument("--static", action="store_true",
+                    help="link q25tok statically: for boards with an older glibc than the toolchain's, or musl")
     rb.add_argument("--json", action="store_true", help="print the output manifest as JSON")
     rb.set_defaults(func=cmd_runtime_build)
 

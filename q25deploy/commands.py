@@ -186,13 +186,14 @@ def cmd_runtime_build(a: argparse.Namespace) -> int:
 
     prog = Progress()
     prog.step("compiling the C runtime")
-    manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize)
+    manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize, static=a.static)
     prog.done()
     if a.json:
         print(json.dumps(manifest, indent=2))
     else:
         rt = manifest["runtime"]
-        print(f"built q25tok, libq25tok.a and q25tok.h for {rt['target']} with {rt['toolchain']['cc']} in {a.out}")
+        print(f"built q25tok, libq25tok.a and q25tok.h for {rt['target']}{' (static)' if rt['static'] else ''} "
+              f"with {rt['toolchain']['cc']} in {a.out}")
     return 0
 
 

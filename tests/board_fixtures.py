@@ -65,6 +65,14 @@ class TestBoard:
             raise AssertionError(f"on the board: {script!r} failed ({status}): {e or o}")
         return status, o, e
 
+    def put(self, path: str, data: bytes, mode: str = "0644") -> None:
+        """Write a file on the board (through ``cat``: dropbear has no SFTP server)."""
+        with self.client() as c:
+            stdin, out, _ = c.exec_command(f"cat > '{path}' && chmod {mode} '{path}'", timeout=120)
+            stdin.write(data)
+            stdin.channel.shutdown_write()
+            assert out.channel.recv_exit_status() == 0, f"writing {path} on the board failed"
+
     def q25(self, action: str, build: Path, *extra: str) -> list[str]:
         """argv for ``q25deploy ACTION`` against this board."""
         return [action, "--target", "qemu", "--host", self.host, "--build", str(build), "--identity", str(self.key),
@@ -167,11 +175,23 @@ def boot_board(_boards):
 
 @pytest.fixture(scope="session")
 def q25tok_aarch64(tmp_path_factory) -> Path:
+    """``q25deploy runtime build --cross aarch64``: glibc-dynamic, as a Yocto image would have it."""
     from q25deploy.runtime_build import build_runtime
 
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
     out = tmp_path_factory.mktemp("rt-aarch64") / "rt"
     build_runtime(out, cross="aarch64")
+    return out / "q25tok"
+
+
+@pytest.fixture(scope="session")
+def q25tok_aarch64_static(tmp_path_factory) -> Path:
+    """``q25deploy runtime build --cross aarch64 --static``."""
+    from q25deploy.runtime_build import build_runtime
+
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
+    out = tmp_path_factory.mktemp("rt-aarch64-static") / "rt"
+    build_runtime(out, cross="aarch64", static=True)
     return out / "q25tok"
 
 

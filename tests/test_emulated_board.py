@@ -173,3 +173,37 @@ def test_the_qemu_board_file_reserves_what_qemu_loads(board):
     for start, end in [initrd, dtb, *kernel]:
         assert any(r.base <= start and end < r.base + r.size for r in reserved), \
             f"{start:#x}-{end:#x} is outside the board file's reservations"
+
+
+def has_interpreter(elf: Path) -> bool:
+    """The ELF file asks for a dynamic loader (a PT_INTERP program header)."""
+    import struct
+
+    data = elf.read_bytes()
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+
+
+def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aarch64, q25tok_aarch64_static,
+                                                         capsys):
+    """Defect 9: `runtime build --cross aarch64` gives a glibc-dynamic q25tok (GLIBC_2.34);
+    `--static` runs on boards with an older glibc or musl. The board without glibc is a
+    chroot holding BusyBox only."""
+    from q25deploy.codec import Codec
+    from q25deploy.image_reader import read_image_file
+
+    assert not has_interpreter(q25tok_aarch64_static) and has_interpreter(q25tok_aarch64)
+    fresh(board)
+    code, res = q25(capsys, board.q25("deploy", builds["qemu"], "--strict", "--runtime-bin", str(q25tok_aarch64_static)))
+    assert code == 0 and res[0]["ok"] and res[0]["smoke"]["ok"], res
+    bare = "/tmp/bare"
+    board.sh(f"rm -rf {bare} && mkdir -p {bare}/bin && cp /bin/busybox {bare}/bin/ && "
+             f"cp {INSTALL}/current/q25tok {INSTALL}/current/tokenizer.q25tokrt {bare}/")
+    board.put(f"{bare}/q25tok-dynamic", q25tok_aarch64.read_bytes(), "0755")
+    text = "Hello, board! 你好 🙂"
+    want = Codec(read_image_file(builds["qemu"] / "tokenizer" / "tokenizer.q25tokrt")).encode(text.encode(), False)
+    status, out, err = board.sh(f"printf '%s' '{text}' | chroot {bare} /q25tok encode /tokenizer.q25tokrt", check=False)
+    assert status == 0 and [int(x) for x in out.split()] == want, err
+    status, _, err = board.sh(f"chroot {bare} /q25tok-dynamic info /tokenizer.q25tokrt", check=False)
+    assert status != 0  # no dynamic loader in there: the glibc build cannot even start
