@@ -207,3 +207,20 @@ def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aa
     assert status == 0 and [int(x) for x in out.split()] == want, err
     status, _, err = board.sh(f"chroot {bare} /q25tok-dynamic info /tokenizer.q25tokrt", check=False)
     assert status != 0  # no dynamic loader in there: the glibc build cannot even start
+
+
+def test_the_table_says_why_a_smoke_test_failed(board, builds, build_b, q25tok_aarch64, capsys):
+    """Defect 5: the table said only `smoke test failed: rolled back to …`; the reason was in
+    --json alone. Here the new release comes without --runtime-bin onto an image that has
+    no q25tok package."""
+    fresh(board)
+    code, res = q25(capsys, board.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
+    assert code == 0, res
+    release_a = res[0]["release"]
+    argv = [a for a in board.q25("deploy", build_b) if a != "--json"]
+    code, table = q25(capsys, argv)
+    assert code == 13
+    (row,) = [ln for ln in table.splitlines() if ln.startswith(board.host)]
+    assert f"rolled back to {release_a}" in row, table
+    assert "q25tok info" in row and "can't execute '/usr/bin/q25tok'" in row, table
+    assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"

@@ -138,7 +138,7 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         res.ok = res.smoke["ok"]
         res.previous = state.get("previous")
         if not res.ok:
-            res.error = "smoke test failed on the deployed release"
+            res.error = f"smoke test failed on the deployed release: {failure_reason(res.smoke)}"
         return res
     transfer = plan_transfer(release, state)
     preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
@@ -196,10 +196,22 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     if new_state["previous"]:
         res.warnings += rollback(board, files, new_state).warnings
         res.rolled_back = True
-        res.error = f"smoke test failed: rolled back to {new_state['previous']}"
+        res.error = f"smoke test failed, rolled back to {new_state['previous']}: {failure_reason(res.smoke)}"
     else:
-        res.error = "smoke test failed (no previous release to roll back to)"
+        res.error = f"smoke test failed (no previous release to roll back to): {failure_reason(res.smoke)}"
     return res
+
+
+def failure_reason(smoke: dict, limit: int = 200) -> str:
+    """Why a smoke test failed, in one line for the table: the failed checks with their
+    details (``q25tok info: timeout: can't execute '/usr/bin/q25tok': …``)."""
+    parts = []
+    for c in smoke.get("checks", []):
+        if not c["ok"]:
+            detail = " ".join(str(c.get("detail") or "").split())
+            parts.append(f"{c['name']}: {detail}" if detail else c["name"])
+    text = "; ".join(parts) or "no check ran"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> HostResult:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..errors import Q25Error
 from .connection import Board, HostSpec, parse_host
-from .deployer import BoardFiles, HostResult, deploy, rollback, status
+from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .errors import DeployError
 from .release import Release, release_from_build, tokenizer_only
 from .smoke import smoke_test
@@ -135,7 +135,7 @@ class Fleet:
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
             res.smoke = self._smoke(board, files, cur["files"], cur.get("image", "tokenizer.q25tokrt"))
             res.ok = res.smoke["ok"]
-            res.error = None if res.ok else "smoke test failed"
+            res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
 
     def rollback_one(self, spec: HostSpec) -> HostResult:
