@@ -224,3 +224,32 @@ def test_the_table_says_why_a_smoke_test_failed(board, builds, build_b, q25tok_a
     assert f"rolled back to {release_a}" in row, table
     assert "q25tok info" in row and "can't execute '/usr/bin/q25tok'" in row, table
     assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
+
+
+def test_a_failed_smoke_test_keeps_the_older_rollback_point(board, builds, build_b, q25tok_aarch64, capsys):
+    """Defect 2: pruning ran before the smoke test, so a deploy that failed its smoke test and
+    rolled back left `previous` none and `releases/<older>` deleted. The board must be back
+    exactly where it was."""
+    fresh(board)
+    a, b = builds["qemu"], build_b
+    code, res = q25(capsys, board.q25("deploy", a, "--runtime-bin", str(q25tok_aarch64)))
+    release_a = res[0]["release"]
+    code, res = q25(capsys, board.q25("deploy", b, "--runtime-bin", str(q25tok_aarch64)))
+    assert code == 0 and res[0]["previous"] == release_a
+    release_b = res[0]["release"]
+    state_before = board.sh(f"cat {INSTALL}/.q25deploy-state.json")[1]
+    # a third release whose smoke test fails: no --runtime-bin, and the image has no q25tok
+    code, res = q25(capsys, board.q25("deploy", a))
+    assert code == 13 and res[0]["rolled_back"] and f"rolled back to {release_b}" in res[0]["error"]
+    failed = res[0]["release"]
+    assert board.sh(f"cat {INSTALL}/.q25deploy-state.json")[1] == state_before
+    assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_b}"
+    assert sorted(board.sh(f"ls {INSTALL}/releases")[1].split()) == sorted([release_a, release_b])
+    assert failed not in (release_a, release_b)
+    code, res = q25(capsys, board.q25("status", a))
+    assert res[0]["current"] == release_b and res[0]["previous"] == release_a and res[0]["consistent"]
+    # the older rollback point still works, and a later good deploy prunes as before
+    code, res = q25(capsys, board.q25("rollback", b))
+    assert code == 0 and res[0]["release"] == release_a
+    code, res = q25(capsys, board.q25("smoke", a))
+    assert code == 0 and res[0]["smoke"]["ok"]

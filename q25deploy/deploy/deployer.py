@@ -183,20 +183,31 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     keep = {release.id, old_current} - {None}
     new_state = {"format": STATE_FORMAT, "current": release.id,
                  "previous": old_current if old_current != release.id else state.get("previous"),
-                 "releases": {rid: info for rid, info in state.get("releases", {}).items() if rid in keep}}
+                 "releases": dict(state.get("releases", {}))}
+    # older releases stay recorded (and on the board) until the smoke test passed: a failed
+    # one goes back to exactly the state before this deploy, older rollback point included
     new_state["releases"][release.id] = _record(release, when)
     files.write_state(new_state)
-    for rid in set(state.get("releases", {})) - keep:  # older releases go (only under releases/)
-        board.run(["rm", "-rf", files.path(f"releases/{rid}")], check=False)
     progress("smoke test")
     res.smoke = smoke()
     if res.smoke["ok"]:
         res.ok = True
+        prune = set(new_state["releases"]) - keep
+        if prune:
+            new_state["releases"] = {rid: info for rid, info in new_state["releases"].items() if rid in keep}
+            files.write_state(new_state)
+            for rid in prune:  # older releases go (only under releases/)
+                board.run(["rm", "-rf", files.path(f"releases/{rid}")], check=False)
         return res
-    if new_state["previous"]:
-        res.warnings += rollback(board, files, new_state).warnings
+    if old_current and old_current != release.id and old_current in state.get("releases", {}):
+        warning = files.switch(old_current)
+        if warning:
+            res.warnings.append(warning)
+        files.write_state(state)
+        if release.id not in state.get("releases", {}):
+            board.run(["rm", "-rf", rdir], check=False)
         res.rolled_back = True
-        res.error = f"smoke test failed, rolled back to {new_state['previous']}: {failure_reason(res.smoke)}"
+        res.error = f"smoke test failed, rolled back to {old_current}: {failure_reason(res.smoke)}"
     else:
         res.error = f"smoke test failed (no previous release to roll back to): {failure_reason(res.smoke)}"
     return res
