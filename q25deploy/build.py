@@ -28,6 +28,7 @@ from . import __version__, tokenizer_cache
 from .model_source import ModelSource, cached_digest, resolve
 from .outputs import MANIFEST, json_bytes
 from .plugin_manager import PluginFailure, Target, make_plugin_manager, resolve_target
+from .region_table import KIND as REGION_TABLE_KIND, TABLE as REGION_TABLE, region_table
 
 STAMP = ".q25deploy-stamp.json"
 BUILD_INFO = "build.json"
@@ -295,6 +296,7 @@ def _write_build_from(pm, target: Target, src: ModelSource, out: Path, old: dict
             ],
         }
         o.write_json("partition_map.json", pmap, "partition-map")
+        o.write(REGION_TABLE, region_table(pmap).encode(), REGION_TABLE_KIND)  # for q25tok load on the board
         o.write("q25_memory_map.h", memory_header(board, plan).encode(), "memory-map-header")
         o.write("reserved-memory.dtsi", dtsi.encode(), "reserved-memory-dtsi")
         o.write("memory-map.svg", memory_svg(board, plan).encode(), "memory-map-svg")

@@ -521,13 +521,14 @@ def boot(workdir: Path, *, kernel: Path, initrd: Path, dtb: Path | None, machine
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     pidfile, serial = workdir / "qemu.pid", workdir / "serial.log"
-    for p in (pidfile, serial):
+    for p in (pidfile, serial, workdir / "monitor.sock"):
         p.unlink(missing_ok=True)
     argv = [machine.qemu, "-machine", machine.machine, *machine.args(),
             "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
             "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:22", "-device", "virtio-net-device,netdev=n0",
             "-device", "virtio-rng-device",
-            "-serial", f"file:{serial}", "-daemonize", "-pidfile", str(pidfile)]
+            "-serial", f"file:{serial}", "-daemonize", "-pidfile", str(pidfile),
+            "-monitor", f"unix:{workdir / 'monitor.sock'},server=on,wait=off"]
     if dtb is not None:
         argv += ["-dtb", str(dtb)]
     if disk is not None:
@@ -536,6 +537,38 @@ def boot(workdir: Path, *, kernel: Path, initrd: Path, dtb: Path | None, machine
     _run(argv, "start QEMU")
     pid = int(pidfile.read_text().split()[0])
     return QemuBoard(workdir, port, pid, serial, argv, started)
+
+
+def monitor(board: QemuBoard, command: str, timeout: float = 60.0) -> str:
+    """Run a QEMU monitor (HMP) command; returns its output. ``pmemsave ADDR SIZE "FILE"``
+    reads guest physical memory from outside the guest."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(str(board.workdir / "monitor.sock"))
+
+        def until_prompt() -> bytes:
+            buf = b""
+            while not buf.endswith(b"(qemu) "):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            return buf
+
+        until_prompt()
+        s.sendall(command.encode() + b"\n")
+        out = until_prompt().decode(errors="replace")
+    # HMP echoes the command line (with terminal escapes); keep what follows it
+    return out.split("\n", 1)[1].rsplit("(qemu)", 1)[0] if "\n" in out else ""
+
+
+def read_physical(board: QemuBoard, base: int, size: int, out: Path) -> bytes:
+    """Guest physical memory [base, base+size), read by QEMU (not by anything in the guest)."""
+    out.unlink(missing_ok=True)
+    reply = monitor(board, f'pmemsave {base:#x} {size:#x} "{out}"')
+    if not out.is_file() or out.stat().st_size != size:
+        raise BoardError(f"pmemsave {base:#x} {size:#x} gave no file: {reply.strip()}")
+    return out.read_bytes()
 
 
 def wait_for_ssh(board: QemuBoard, timeout: float = 120.0) -> float:
