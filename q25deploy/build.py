@@ -149,7 +149,7 @@ def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: li
 
     board = target.board
     rels = [summary["image"]["path"], f"{TOKENIZER_DIR}/tokenizer_runtime_image_manifest.json",
-            "partition_map.json", "q25_memory_map.h", *part_files]
+            "partition_map.json", "q25_memory_map.h", REGION_TABLE, *part_files]
     artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
     files = _static_files()
     files += model_assets_files(board, summary, artifacts, license_id=licensing.get("id"),

@@ -324,7 +324,13 @@ echo "init: up"
 exec /sbin/init
 """
 
-INITTAB = """::sysinit:/bin/true
+RCS = """#!/bin/sh
+# the boot services (S* scripts, as the layer's sysvinit scripts are installed)
+for s in /etc/init.d/S*; do [ -x "$s" ] && "$s" start; done
+exit 0
+"""
+
+INITTAB = """::sysinit:/etc/init.d/rcS
 ::respawn:@SSH_SERVER@
 ::ctrlaltdel:/sbin/reboot
 ::shutdown:/bin/sync
@@ -352,7 +358,7 @@ class InitramfsSpec:
     authorized_keys: str  # OpenSSH public key lines for root
     disk_mount: str = "/lib/firmware/q25"  # where a virtio disk, if any, is mounted
     dropbear_args: tuple[str, ...] = ()  # e.g. ("-W", "1048576"): a bigger receive window
-    extra_files: dict[str, bytes] = field(default_factory=dict)  # path -> content (mode 0755 if under bin/)
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # path -> content (0755 under bin/ and init.d/)
 
 
 def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
@@ -410,8 +416,9 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     if spec.flavour == "openssh":
         server = f"/bin/sh -c 'mkdir -p /run/sshd && exec {server}'"
     c.file("etc/inittab", INITTAB.replace("@SSH_SERVER@", server).encode())
+    c.file("etc/init.d/rcS", RCS.encode(), 0o755)
     for path, data in spec.extra_files.items():
-        c.file(path, data, 0o755 if "/bin/" in f"/{path}" else 0o644)
+        c.file(path, data, 0o755 if "/bin/" in f"/{path}" or "/init.d/" in f"/{path}" else 0o644)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(c.bytes())
