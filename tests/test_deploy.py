@@ -245,8 +245,17 @@ def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
         node = root / "proc" / "device-tree" / "reserved-memory" / r["node"]
         node.mkdir(parents=True)
         (node / "reg").write_bytes(r["base"].to_bytes(8, "big") + r["size"].to_bytes(8, "big"))
+        (node / "no-map").write_bytes(b"")
+    (root / "dev").mkdir()
+    with open(root / "dev" / "mem", "wb") as mem:  # its physical memory (sparse), for q25tok load
+        mem.truncate(max(r["base"] + r["size"] for r in pmap["regions"]))
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--strict", runtime=q25tok)
     assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"]
+    assert res[0]["residency"]["state"] == "resident"  # loaded into the regions after the switch
+    r = pmap["regions"][0]
+    with open(root / "dev" / "mem", "rb") as mem:
+        mem.seek(r["base"])
+        assert mem.read(r["used"]) == (models["A"] / r["file"]).read_bytes()
     shutil.rmtree(root / "proc")  # an image that predates them: a warning, a failure with --strict
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")
     assert code == 0 and res[0]["smoke"]["warnings"]

@@ -41,6 +41,7 @@ class HostResult:
     previous: str | None = None
     smoke: dict | None = None
     rolled_back: bool = False
+    residency: dict | None = None  # q25tok load after the switch (see residency.py)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -82,7 +83,10 @@ class BoardFiles:
         data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
         tmp = self.path(STATE_NAME + ".tmp")
         self.board.upload(io.BytesIO(data), len(data), tmp)
-        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2"', "sh", tmp, self.path(STATE_NAME)])
+        # the rename itself must reach the disk too: a power cut after a deploy returned
+        # must not bring the old state back (found on the emulated board's ext4 disk)
+        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2" && sync', "sh", tmp,
+                        self.path(STATE_NAME)])
 
     def switch(self, release_id: str) -> str | None:
         """current -> releases/<id>, by one rename (``mv -T``). BusyBox's mv has no -T and
@@ -90,8 +94,8 @@ class BoardFiles:
         (not atomic: a reader may briefly find no ``current``); returns that warning."""
         tmp, cur = self.path(".current.tmp"), self.path("current")
         script = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
-                  'if mv -T -f "$1" "$3" 2>/dev/null; then exit 0; fi; '
-                  'rm -f "$1"; ln -sfn "$2" "$3" && echo non-atomic')
+                  'if mv -T -f "$1" "$3" 2>/dev/null; then sync; exit 0; fi; '
+                  'rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic')
         _, out, _ = self.board.run(["sh", "-c", script, "sh", tmp, f"releases/{release_id}", cur])
         if b"non-atomic" in out:
             return ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
@@ -127,13 +131,18 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 
 
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
-           smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None) -> HostResult:
+           smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None,
+           load: Callable[[], dict] | None = None) -> HostResult:
+    """``load`` puts the current release's partitions into their reserved regions (after
+    the switch, and again after switching back)."""
     res = HostResult(board.spec.name, release=release.id)
     state = files.read_state()
     res.previous = state.get("current")
     rdir = files.path(f"releases/{release.id}")
     if state.get("current") == release.id and board.run(["test", "-d", rdir], check=False)[0] == 0:
         progress("already deployed: nothing to send")
+        if load:  # (after a reboot the regions are empty again)
+            res.residency = load()
         res.smoke = smoke()
         res.ok = res.smoke["ok"]
         res.previous = state.get("previous")
@@ -188,6 +197,9 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     # one goes back to exactly the state before this deploy, older rollback point included
     new_state["releases"][release.id] = _record(release, when)
     files.write_state(new_state)
+    if load:
+        progress("loading the partitions into reserved memory")
+        res.residency = load()
     progress("smoke test")
     res.smoke = smoke()
     if res.smoke["ok"]:
@@ -204,6 +216,8 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         if warning:
             res.warnings.append(warning)
         files.write_state(state)
+        if load:
+            load()
         if release.id not in state.get("releases", {}):
             board.run(["rm", "-rf", rdir], check=False)
         res.rolled_back = True
@@ -225,7 +239,8 @@ def failure_reason(smoke: dict, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> HostResult:
+def rollback(board: Board, files: BoardFiles, state: dict | None = None,
+             load: Callable[[], dict] | None = None) -> HostResult:
     state = state or files.read_state()
     res = HostResult(board.spec.name)
     prev, cur = state.get("previous"), state.get("current")
@@ -237,6 +252,8 @@ def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> Host
     new_state = {"format": STATE_FORMAT, "current": prev, "previous": None,
                  "releases": {prev: state["releases"][prev]}}
     files.write_state(new_state)
+    if load:
+        res.residency = load()
     if cur and cur != prev:
         board.run(["rm", "-rf", files.path(f"releases/{cur}")], check=False)
     res.ok, res.release, res.previous = True, prev, cur

@@ -17,6 +17,7 @@ from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .errors import DeployError
 from .release import Release, release_from_build, tokenizer_only
+from .residency import load as load_regions
 from .smoke import smoke_test
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
@@ -120,7 +121,7 @@ class Fleet:
             arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
             names = {f.rel for f in rel.files}
             return deploy(board, files, rel, expect_arch=arch,
-                          smoke=lambda: self._smoke(board, files, names, rel.image))
+                          smoke=lambda: self._smoke(board, files, names, rel.image), load=self._load(board, files))
 
     def smoke_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
@@ -138,9 +139,14 @@ class Fleet:
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
 
+    def _load(self, board: Board, files: BoardFiles):
+        # the release's own q25tok when it has one, else the image's
+        return lambda: load_regions(board, files, files.on_board(self.paths["q25tok"]))
+
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
-            return rollback(board, self._files(board))
+            files = self._files(board)
+            return rollback(board, files, load=self._load(board, files))
 
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board:
