@@ -376,7 +376,6 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     c.symlink("bin/sh", "busybox")
     c.symlink("sbin/init", "../bin/busybox")
     mods = modules_in_order(root)
-    kbase = root / "lib" / "modules" / kernel_release(root)
     for ko in mods:
         c.file(f"lib/modules/{ko.name}", ko.read_bytes())
     c.file("etc/modules.order", "".join(f"{ko.name}\n" for ko in mods).encode())

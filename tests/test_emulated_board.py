@@ -28,11 +28,8 @@ dropbear_only = pytest.mark.parametrize("board", ["dropbear"], indirect=True)
 
 def q25(capsys, argv: list[str]) -> tuple[int, object]:
     capsys.readouterr()
-    t = time.monotonic()
     code = main(argv)
     out = capsys.readouterr().out
-    with capsys.disabled():
-        print(f"  [{argv[0]} {time.monotonic() - t:.1f} s]", end="")
     return code, (json.loads(out) if out.strip().startswith(("[", "{")) else out)
 
 
@@ -131,6 +128,7 @@ def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64
     assert resident(board, a, tmp_path)  # rollback loaded A's partitions again
     code, res = q25(capsys, board.q25("status", a))
     assert code == 0 and res[0]["current"] == release_a and res[0]["consistent"]
+    assert res[0]["residency"] == "resident"
     code, res = q25(capsys, board.q25("smoke", a, "--strict"))
     assert code == 0 and res[0]["smoke"]["ok"], res
 

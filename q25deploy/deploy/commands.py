@@ -42,6 +42,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2) if a.json else "\n".join(
             f"{r['host']:<28} " + (f"error: {r['error']}" if "error" in r else
                                    f"current {r['current'] or '-'} previous {r['previous'] or '-'}"
+                                   f"{' regions ' + r['residency'] if r.get('residency') else ''}"
                                    f"{'' if r['consistent'] else ' (state and current link disagree)'}")
             for r in results))
         return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0

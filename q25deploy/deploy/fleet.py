@@ -17,7 +17,7 @@ from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .errors import DeployError
 from .release import Release, release_from_build, tokenizer_only
-from .residency import load as load_regions
+from .residency import load as load_regions, verify as verify_regions
 from .smoke import smoke_test
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
@@ -150,7 +150,11 @@ class Fleet:
 
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board:
-            return status(board, self._files(board))
+            files = self._files(board)
+            result = status(board, files)
+            if result["current"]:  # are the current release's partitions in their regions?
+                result["residency"] = verify_regions(board, files, files.on_board(self.paths["q25tok"]))["state"]
+            return result
 
     # -- all hosts ------------------------------------------------------------------------
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
