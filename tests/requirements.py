@@ -17,6 +17,11 @@ def _missing(what: str, how: str) -> None:
     pytest.skip(message)
 
 
+def unavailable(what: str, how: str) -> None:
+    """Something a test needs is missing: skip with the reason, or fail on CI."""
+    _missing(what, how)
+
+
 def need_module(name: str, how: str):
     try:
         return importlib.import_module(name)

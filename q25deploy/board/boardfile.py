@@ -59,6 +59,8 @@ class Board:
     layout: Layout
     install_path: str
     runtime_path: str = "/usr/bin/q25tok"  # where the board's image has q25tok (the layer: ${bindir})
+    device_tree_path: str = "/proc/device-tree"  # the running kernel's device tree
+    memory_device: str = "/dev/mem"  # physical memory, for loading the reserved regions
     ssh_user: str = "root"
     ssh_port: int = 22
     yocto_machine: str = ""
@@ -79,7 +81,8 @@ class Board:
 # -- schema ------------------------------------------------------------------------------
 _INT, _STR, _BOOL, _FLOAT = "integer", "string", "boolean", "number"
 SCHEMA: dict[str, Any] = {
-    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STR},
+    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STR,
+              "device_tree": _STR, "memory_device": _STR},
     "memory": {
         "banks": [{"name": _STR, "base": _INT, "size": _INT}],
         "reserved": [{"name": _STR, "base": _INT, "size": _INT, "in_device_tree": _BOOL}],
@@ -208,11 +211,12 @@ def _check_text(raw: dict, fail) -> None:
         fail("board.name", f"{b['name']!r}: use lower-case letters, digits, '-' and '_' (at most 63)")
     if "description" in b and not (b["description"].isprintable() and len(b["description"]) <= 200):
         fail("board.description", "must be one line of printable text (at most 200 characters)")
-    for key in ("path", "runtime"):
-        value = install.get(key, "/usr/bin/q25tok")
+    paths = {"install.path": install["path"], "install.runtime": install.get("runtime", "/usr/bin/q25tok"),
+             "board.device_tree": b.get("device_tree", "/proc/device-tree"),
+             "board.memory_device": b.get("memory_device", "/dev/mem")}
+    for key, value in paths.items():
         if not _BOARD_PATH.fullmatch(value) or ".." in value.split("/"):
-            fail(f"install.{key}", f"must be an absolute path of letters, digits and . _ + - / without '..', "
-                 f"got {value!r}")
+            fail(key, f"must be an absolute path of letters, digits and . _ + - / without '..', got {value!r}")
     if not 0 < ssh.get("port", 22) < 65536:
         fail("ssh.port", "must be 1..65535")
     if not _USER.fullmatch(ssh.get("user", "root")):
@@ -242,6 +246,8 @@ def board_from_dict(raw: dict, source: str) -> Board:
         layout=lay,
         install_path=install["path"].rstrip("/") or "/",
         runtime_path=install.get("runtime", "/usr/bin/q25tok"),
+        device_tree_path=b.get("device_tree", "/proc/device-tree"),
+        memory_device=b.get("memory_device", "/dev/mem"),
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
         yocto_machine=b.get("yocto_machine", ""),

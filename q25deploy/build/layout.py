@@ -9,6 +9,7 @@ MANIFEST = "manifest.json"
 STAMP = ".q25deploy-stamp.json"  # incremental-build record, outside the manifest (paths, mtimes)
 BUILD_INFO = "build.json"
 PARTITION_MAP = "partition_map.json"
+REGION_TABLE = "partitions/regions.tab"  # the partition map for C: q25tok load/verify on the board
 MEMORY_HEADER = "q25_memory_map.h"
 DTSI = "reserved-memory.dtsi"
 SVG = "memory-map.svg"
@@ -16,7 +17,6 @@ TOKENIZER_DIR = "tokenizer"
 IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"
 IMAGE_MANIFEST = f"{TOKENIZER_DIR}/{IMAGE_MANIFEST_NAME}"
 RUNTIME_BIN = "q25tok"  # the board runtime, when a release carries its own (--runtime-bin)
-LIVE_DEVICE_TREE = "/proc/device-tree"  # on the board: the running kernel's device tree (never under --remote-root)
 
 
 def partition_file(index: int) -> str:
@@ -29,8 +29,8 @@ def tokenizer_file(name: str) -> str:
 
 def release_files(image: str, partitions: Sequence[str]) -> list[str]:
     """The build files a release carries to the board (paths in the build directory): the
-    runtime image and its manifest, the partition map and every partition."""
-    return [image, IMAGE_MANIFEST, PARTITION_MAP, *partitions]
+    runtime image and its manifest, the partition map, the region table and every partition."""
+    return [image, IMAGE_MANIFEST, PARTITION_MAP, REGION_TABLE, *partitions]
 
 
 def release_name(build_path: str) -> str:

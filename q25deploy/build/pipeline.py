@@ -177,9 +177,9 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         tok_key = _tokenizer_stage(o, prev, f, src.sha256, info, p, progress)
         payload = _finish_payload(o, prev, p, futures, old_tensor_sha)
         progress("writing the memory plan")
-        o.write_json(layout.PARTITION_MAP, stages.partition_map(target, p, src.sha256, info, payload.tensor_sha,
-                                                                payload.part_sha), "partition-map")
-        for rel, data, kind in stages.board_files(target, p):
+        pmap = stages.partition_map(target, p, src.sha256, info, payload.tensor_sha, payload.part_sha)
+        o.write_json(layout.PARTITION_MAP, pmap, "partition-map")
+        for rel, data, kind in stages.board_files(target, p, pmap):
             o.write(rel, data, kind)
         image_manifest = json.loads(o.path(layout.IMAGE_MANIFEST).read_text())
         summary = stages.summary(target, src, info, p, image_manifest)

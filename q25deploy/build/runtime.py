@@ -32,7 +32,13 @@ class Toolchain:
     extra_env: dict = field(default_factory=dict)
 
 
-def toolchain(cross: str | None, sanitize: bool) -> Toolchain:
+def toolchain(cross: str | None, sanitize: bool, static: bool = False) -> Toolchain:
+    if static:
+        # a static q25tok runs on boards with an older glibc than the cross toolchain's, or musl
+        if sanitize:
+            raise UsageError("--static and --sanitize do not go together (the sanitizer runtimes are shared)")
+        tc = toolchain(cross, sanitize)
+        return Toolchain(tc.cc, tc.ar, tc.cflags, f"{tc.ldflags} -static".strip(), tc.debian_package, tc.extra_env)
     if cross is None:
         cflags = SANITIZE_FLAGS if sanitize else "-O2 -g"
         return Toolchain(os.environ.get("CC", "cc"), os.environ.get("AR", "ar"), cflags,
@@ -62,9 +68,10 @@ def _run(cmd: list[str], what: str) -> None:
         raise ToolError(f"{what} failed: {detail}")
 
 
-def build_runtime(out: Path, *, cross: str | None = None, sanitize: bool = False) -> dict:
-    """Build q25tok, libq25tok.a and q25tok.h into ``out`` (atomically); returns the manifest."""
-    tc = toolchain(cross, sanitize)
+def build_runtime(out: Path, *, cross: str | None = None, sanitize: bool = False, static: bool = False) -> dict:
+    """Build q25tok, libq25tok.a and q25tok.h into ``out`` (atomically); returns the manifest.
+    ``static`` links q25tok statically (no dynamic loader or libc needed on the board)."""
+    tc = toolchain(cross, sanitize, static)
     if shutil.which(tc.cc) is None:
         hint = f" (Debian: apt-get install {tc.debian_package})" if tc.debian_package else ""
         raise ToolError(f"compiler {tc.cc} not found{hint}")
@@ -78,7 +85,7 @@ def build_runtime(out: Path, *, cross: str | None = None, sanitize: bool = False
         stage = Path(tmp) / "stage"
         _run(make_command(tc, build, "install") + [f"DESTDIR={stage}", "prefix=/usr"], "installing the runtime")
         info = {"toolchain": {"cc": tc.cc, "cflags": tc.cflags, "ldflags": tc.ldflags},
-                "target": cross or "host", "sanitize": sanitize}
+                "target": cross or "host", "sanitize": sanitize, "static": static}
         with OutputDir(out, "runtime", extra_manifest={"runtime": info}) as o:
             for rel, dest, kind in (("usr/bin/q25tok", "q25tok", "runtime-binary"),
                                     ("usr/lib/libq25tok.a", "libq25tok.a", "runtime-library"),

@@ -26,6 +26,7 @@ from . import layout
 from .layer import LayerFile, Licence, layer_readme, merge_hook_results, model_assets_files, model_license, \
     smoke_test_case, static_files
 from .payload import Piece, check_plain_names
+from .region_table import KIND as REGION_TABLE_KIND, region_table
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,11 @@ def partition_map(target: Target, p: Plan, model_sha256: str, info: ModelInfo, t
     }
 
 
-def board_files(target: Target, p: Plan) -> list[tuple[str, bytes, str]]:
-    """The plan for other tools: (path, bytes, kind) of the C header, the dtsi and the picture."""
+def board_files(target: Target, p: Plan, pmap: dict) -> list[tuple[str, bytes, str]]:
+    """The plan for other tools: (path, bytes, kind) of the region table (``q25tok load`` on the
+    board), the C header, the dtsi and the picture."""
     return [
+        (layout.REGION_TABLE, region_table(pmap).encode(), REGION_TABLE_KIND),
         (layout.MEMORY_HEADER, memory_header(target.board, p.memory).encode(), "memory-map-header"),
         (layout.DTSI, p.dtsi.encode(), "reserved-memory-dtsi"),
         (layout.SVG, memory_svg(target.board, p.memory).encode(), "memory-map-svg"),

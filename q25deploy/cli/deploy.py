@@ -96,4 +96,5 @@ def _status_line(r: dict) -> str:
     if "error" in r:
         return f"{r['host']:<28} error: {r['error']}"
     return (f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
+            f"{' regions ' + r['residency'] if r.get('residency') else ''}"
             f"{'' if r['consistent'] else ' (state and current link disagree)'}")

@@ -22,6 +22,8 @@ def add_commands(sub) -> None:
                     help="output directory for q25tok, libq25tok.a, q25tok.h and the manifest")
     rb.add_argument("--cross", choices=["aarch64"], help="cross-compile for the Cortex-A53 (Zynq UltraScale+)")
     rb.add_argument("--sanitize", action="store_true", help="host build with ASan and UBSan")
+    rb.add_argument("--static", action="store_true",
+                    help="link q25tok statically: for boards with an older glibc than the toolchain's, or musl")
     rb.add_argument("--json", action="store_true", help="print the output manifest as JSON")
     rb.set_defaults(func=cmd_runtime_build)
 
@@ -32,8 +34,9 @@ def cmd_runtime_build(a: argparse.Namespace) -> int:
 
     prog = Progress()
     prog.step("compiling the C runtime")
-    manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize)
+    manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize, static=a.static)
     prog.done()
     rt = manifest["runtime"]
-    return emit(a, manifest, f"built q25tok, libq25tok.a and q25tok.h for {rt['target']} with "
+    return emit(a, manifest, f"built q25tok, libq25tok.a and q25tok.h for {rt['target']}"
+                f"{' (static)' if rt['static'] else ''} with "
                 f"{rt['toolchain']['cc']} in {a.out}")

@@ -42,6 +42,7 @@ class HostResult:
     previous: str | None = None
     smoke: dict | None = None
     rolled_back: bool = False
+    residency: dict | None = None  # q25tok load after the switch (see residency.py)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -80,7 +81,10 @@ class BoardFiles:
         data = json_bytes(state)
         tmp = self.path(STATE_NAME + ".tmp")
         self.board.upload(io.BytesIO(data), len(data), tmp)
-        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2"', "sh", tmp, self.path(STATE_NAME)])
+        # the rename itself must reach the disk too: a power cut after a deploy returned
+        # must not bring the old state back (found on the emulated board's ext4 disk)
+        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2" && sync', "sh", tmp,
+                        self.path(STATE_NAME)])
 
     def switch(self, release_id: str) -> str | None:
         """current -> releases/<id>, by one rename (``mv -T``). BusyBox's mv has no -T and
@@ -88,8 +92,8 @@ class BoardFiles:
         (not atomic: a reader may briefly find no ``current``); returns that warning."""
         tmp, cur = self.path(".current.tmp"), self.path("current")
         script = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
-                  'if mv -T -f "$1" "$3" 2>/dev/null; then exit 0; fi; '
-                  'rm -f "$1"; ln -sfn "$2" "$3" && echo non-atomic')
+                  'if mv -T -f "$1" "$3" 2>/dev/null; then sync; exit 0; fi; '
+                  'rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic')
         _, out, _ = self.board.run(["sh", "-c", script, "sh", tmp, f"releases/{release_id}", cur])
         if b"non-atomic" in out:
             return ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
@@ -110,28 +114,38 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
     if expect_arch and arch != expect_arch:
         raise DeployError(f"{board.spec.name}: the board is {arch}, the build is for {expect_arch}")
     board.run(["mkdir", "-p", files.path("releases")])
-    _, out, _ = board.run(["df", "-Pk", files.base])
+    # BusyBox df skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's
+    # INITRAMFS packaging) `df -P` fails with "can't find mount point"; statfs through
+    # `stat -f` works there (and with coreutils)
+    _, out, _ = board.run(["sh", "-c", 'df -Pk "$1" 2>/dev/null || stat -f -c "statfs %a %S" "$1"', "sh", files.base],
+                          check=False)
     try:
-        avail = int(out.decode().splitlines()[-1].split()[3]) * 1024
+        last = out.decode().strip().splitlines()[-1].split()
+        avail = int(last[1]) * int(last[2]) if last[0] == "statfs" else int(last[3]) * 1024
     except (IndexError, ValueError):
-        raise DeployError(f"{board.spec.name}: cannot read free space (df -Pk)") from None
+        raise DeployError(f"{board.spec.name}: cannot read free space under {files.base} (df -Pk, stat -f)") from None
     if avail < need_bytes:
         raise DeployError(f"{board.spec.name}: needs {need_bytes:,} bytes free under {files.base}, has {avail:,}")
 
 
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
-           smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None) -> HostResult:
+           smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None,
+           load: Callable[[], dict] | None = None) -> HostResult:
+    """``load`` puts the current release's partitions into their reserved regions (after
+    the switch, and again after switching back)."""
     res = HostResult(board.spec.name, release=release.id)
     state = files.read_state()
     res.previous = state.get("current")
     rdir = files.path(f"releases/{release.id}")
     if state.get("current") == release.id and board.run(["test", "-d", rdir], check=False)[0] == 0:
         progress("already deployed: nothing to send")
+        if load:  # (after a reboot the regions are empty again)
+            res.residency = load()
         res.smoke = smoke()
         res.ok = res.smoke["ok"]
         res.previous = state.get("previous")
         if not res.ok:
-            res.error = "smoke test failed on the deployed release"
+            res.error = f"smoke test failed on the deployed release: {failure_reason(res.smoke)}"
         return res
     transfer = plan_transfer(release, state)
     preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
@@ -176,26 +190,55 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     keep = {release.id, old_current} - {None}
     new_state = {"format": STATE_FORMAT, "current": release.id,
                  "previous": old_current if old_current != release.id else state.get("previous"),
-                 "releases": {rid: info for rid, info in state.get("releases", {}).items() if rid in keep}}
+                 "releases": dict(state.get("releases", {}))}
+    # older releases stay recorded (and on the board) until the smoke test passed: a failed
+    # one goes back to exactly the state before this deploy, older rollback point included
     new_state["releases"][release.id] = _record(release, when)
     files.write_state(new_state)
-    for rid in set(state.get("releases", {})) - keep:  # older releases go (only under releases/)
-        board.run(["rm", "-rf", files.path(f"releases/{rid}")], check=False)
+    if load:
+        progress("loading the partitions into reserved memory")
+        res.residency = load()
     progress("smoke test")
     res.smoke = smoke()
     if res.smoke["ok"]:
         res.ok = True
+        prune = set(new_state["releases"]) - keep
+        if prune:
+            new_state["releases"] = {rid: info for rid, info in new_state["releases"].items() if rid in keep}
+            files.write_state(new_state)
+            for rid in prune:  # older releases go (only under releases/)
+                board.run(["rm", "-rf", files.path(f"releases/{rid}")], check=False)
         return res
-    if new_state["previous"]:
-        res.warnings += rollback(board, files, new_state).warnings
+    if old_current and old_current != release.id and old_current in state.get("releases", {}):
+        warning = files.switch(old_current)
+        if warning:
+            res.warnings.append(warning)
+        files.write_state(state)
+        if load:
+            load()
+        if release.id not in state.get("releases", {}):
+            board.run(["rm", "-rf", rdir], check=False)
         res.rolled_back = True
-        res.error = f"smoke test failed: rolled back to {new_state['previous']}"
+        res.error = f"smoke test failed, rolled back to {old_current}: {failure_reason(res.smoke)}"
     else:
-        res.error = "smoke test failed (no previous release to roll back to)"
+        res.error = f"smoke test failed (no previous release to roll back to): {failure_reason(res.smoke)}"
     return res
 
 
-def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> HostResult:
+def failure_reason(smoke: dict, limit: int = 200) -> str:
+    """Why a smoke test failed, in one line for the table: the failed checks with their
+    details (``q25tok info: timeout: can't execute '/usr/bin/q25tok': …``)."""
+    parts = []
+    for c in smoke.get("checks", []):
+        if not c["ok"]:
+            detail = " ".join(str(c.get("detail") or "").split())
+            parts.append(f"{c['name']}: {detail}" if detail else c["name"])
+    text = "; ".join(parts) or "no check ran"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def rollback(board: Board, files: BoardFiles, state: dict | None = None,
+             load: Callable[[], dict] | None = None) -> HostResult:
     state = state or files.read_state()
     res = HostResult(board.spec.name)
     prev, cur = state.get("previous"), state.get("current")
@@ -207,6 +250,8 @@ def rollback(board: Board, files: BoardFiles, state: dict | None = None) -> Host
     new_state = {"format": STATE_FORMAT, "current": prev, "previous": None,
                  "releases": {prev: state["releases"][prev]}}
     files.write_state(new_state)
+    if load:
+        res.residency = load()
     if cur and cur != prev:
         board.run(["rm", "-rf", files.path(f"releases/{cur}")], check=False)
     res.ok, res.release, res.previous = True, prev, cur

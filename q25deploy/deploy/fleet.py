@@ -15,8 +15,9 @@ from ..build.layout import RUNTIME_BIN
 from ..common import file_sha256
 from ..errors import DeployError, Q25Error
 from .connection import Board, HostSpec, parse_host
-from .deployer import BoardFiles, HostResult, deploy, rollback, status
+from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .release import Release, release_from_build, tokenizer_only
+from .residency import load as load_regions, verify as verify_regions
 from .smoke import smoke_test
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
@@ -65,6 +66,8 @@ class Fleet:
         # the one source of board paths: the layer installs there too
         image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
         self.install_dir, self.runtime = image_layout.install_dir, image_layout.runtime
+        # system paths on the board (never under --remote-root): the board file says where
+        self.board_paths = {"memory": target.board.memory_device, "device_tree": target.board.device_tree_path}
         self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
                              for c in (res or [])]
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
@@ -117,7 +120,8 @@ class Fleet:
     def _smoke(self, board, files, release_files: dict, image: str) -> dict:
         q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
         return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map, image_name=image,
-                          q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks)
+                          q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks,
+                          board_paths=self.board_paths)
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
@@ -126,7 +130,7 @@ class Fleet:
             arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
             names = {f.rel for f in rel.files}
             return deploy(board, files, rel, expect_arch=arch,
-                          smoke=lambda: self._smoke(board, files, names, rel.image))
+                          smoke=lambda: self._smoke(board, files, names, rel.image), load=self._load(board, files))
 
     def smoke_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
@@ -141,16 +145,25 @@ class Fleet:
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
             res.smoke = self._smoke(board, files, cur["files"], cur.get("image", "tokenizer.q25tokrt"))
             res.ok = res.smoke["ok"]
-            res.error = None if res.ok else "smoke test failed"
+            res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
+
+    def _load(self, board: Board, files: BoardFiles):
+        # the release's own q25tok when it has one, else the image's
+        return lambda: load_regions(board, files, self.runtime, **self.board_paths)
 
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
-            return rollback(board, self._files(board))
+            files = self._files(board)
+            return rollback(board, files, load=self._load(board, files))
 
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board:
-            return status(board, self._files(board))
+            files = self._files(board)
+            result = status(board, files)
+            if result["current"]:  # are the current release's partitions in their regions?
+                result["residency"] = verify_regions(board, files, self.runtime, **self.board_paths)["state"]
+            return result
 
     # -- all hosts ------------------------------------------------------------------------
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:

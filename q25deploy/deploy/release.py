@@ -52,7 +52,7 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
     except (OSError, ValueError, KeyError) as e:
         raise DeployError(f"{build_dir}: not a q25deploy build directory ({e})") from None
     image_rel = summary["image"]["path"]
-    partitions = sorted(p for p in manifest if p.startswith("partitions/"))
+    partitions = sorted(p for p in manifest if p.startswith("partitions/") and p != layout.REGION_TABLE)
     files = []
     for rel in layout.release_files(image_rel, partitions):
         a = manifest.get(rel)

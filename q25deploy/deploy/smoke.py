@@ -5,7 +5,8 @@ Checks, on the release ``current`` points at: ``q25tok info`` on the image; ever
 partition files' sha256 equal the partition map's; the live device tree
 (``/proc/device-tree/reserved-memory/<node>/reg``) holds the planned regions — a warning
 when the running image predates them, a failure with ``strict`` or when a node reserves
-other memory; plus any checks board plugins add.
+other memory; the reserved regions hold the partitions (``q25tok verify``, see
+:mod:`.residency`); plus any checks board plugins add.
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ import posixpath
 import struct
 from typing import Sequence
 
-from ..build.layout import LIVE_DEVICE_TREE
 from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from .connection import Board
 from .deployer import BoardFiles
+from .residency import verify
 
 
 def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: dict, image_name: str,
-               q25tok: str, strict: bool = False, extra_checks: Sequence[tuple[str, str]] = ()) -> dict:
+               q25tok: str, strict: bool = False, extra_checks: Sequence[tuple[str, str]] = (),
+               board_paths: dict[str, str] | None = None) -> dict:
+    """``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree, /dev/mem)."""
+    board_paths = board_paths or {"device_tree": "/proc/device-tree", "memory": "/dev/mem"}
+    device_tree = board_paths["device_tree"]
     checks: list[dict] = []
     warnings: list[str] = []
 
@@ -53,7 +58,7 @@ def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: 
         bad = [r["file"] for r in regions if got.get(r["file"]) != r["sha256"]]
         check("partition sha256", status == 0 and not bad, ", ".join(bad))
     for r in regions:
-        reg = f"{LIVE_DEVICE_TREE}/reserved-memory/{r['node']}/reg"
+        reg = f"{device_tree}/reserved-memory/{r['node']}/reg"
         status, out, _ = board.run(["cat", reg], check=False)
         want = struct.pack(">QQ", r["base"], r["size"])
         if status != 0:
@@ -65,7 +70,23 @@ def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: 
         else:
             check(f"device tree {r['node']}", out == want,
                   "" if out == want else f"reg is {out.hex()}, planned {want.hex()}")
+    # residency: the regions hold the partitions (q25tok verify reads them back)
+    resident = verify(board, files, q25tok, **board_paths)
+    n = len(resident["regions"])
+    if resident["state"] == "resident":
+        check("residency", True, f"{n} region(s) hold their partitions")
+    elif resident["state"] in ("not-reserved", "unsupported"):
+        msg = ("the partitions are not loaded into reserved memory: " +
+               ("the running device tree does not reserve the regions" if resident["state"] == "not-reserved"
+                else f"this q25tok has no load/verify ({resident['detail'][-80:]})"))
+        if strict:
+            check("residency", False, msg)
+        else:
+            warnings.append(msg)
+    elif resident["state"] == "failed":
+        check("residency", False, resident["detail"])
     for name, command in extra_checks:
         status, out, err = board.run(["sh", "-c", command], check=False)
         check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
-    return {"ok": all(c["ok"] for c in checks), "checks": checks, "warnings": warnings}
+    return {"ok": all(c["ok"] for c in checks), "checks": checks, "warnings": warnings,
+            "residency": resident}

@@ -43,6 +43,22 @@ def test_cross_build_is_aarch64(tmp_path):
     assert int.from_bytes(head[18:20], "little") == 183
 
 
+def test_static_cross_build_needs_no_loader(tmp_path, capsys):
+    """--static: a q25tok for boards with an older glibc or musl (it runs under qemu-aarch64
+    without -L, i.e. without any aarch64 libc around)."""
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
+    out = tmp_path / "arm"
+    assert main(["runtime", "build", "--out", str(out), "--cross", "aarch64", "--static", "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["runtime"]["static"] and "-static" in manifest["runtime"]["toolchain"]["ldflags"]
+    r = subprocess.run(["readelf", "-l", str(out / "q25tok")], capture_output=True, text=True, check=True)
+    assert "INTERP" not in r.stdout
+    qemu = need_program("qemu-aarch64", "Debian: qemu-user")
+    r = subprocess.run([qemu, "-cpu", "cortex-a53", str(out / "q25tok"), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "exit codes" in r.stdout
+    assert main(["runtime", "build", "--out", str(tmp_path / "s"), "--static", "--sanitize"]) == 2
+
+
 def test_missing_compiler_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolError, match="aarch64-linux-gnu-gcc not found .*gcc-aarch64-linux-gnu"):

@@ -229,35 +229,38 @@ def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
 
 
 def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
-    """The board's /proc/device-tree (not under --remote-root, which prefixes only the install
-    directory) is faked by a `cat` on the board that reads it from a folder of the test."""
-    live = tmp_path / "live-dt"
-    wrappers = tmp_path / "bin"
-    wrappers.mkdir()
-    (wrappers / "cat").write_text(
-        '#!/bin/sh\nfor a in "$@"; do case "$a" in /proc/device-tree/*) set -- "%s/${a#/proc/device-tree/}";; '
-        'esac; done\nexec /bin/cat "$@"\n' % live)
-    (wrappers / "cat").chmod(0o755)
-    srv, root = SSHServer(tmp_path / "dt-board", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin"), tmp_path / "board"
-    try:
-        pmap = json.loads((models["A"] / "partition_map.json").read_text())
-        for r in pmap["regions"]:  # a running image that has our reserved memory
-            node = live / "reserved-memory" / r["node"]
-            node.mkdir(parents=True)
-            (node / "reg").write_bytes(r["base"].to_bytes(8, "big") + r["size"].to_bytes(8, "big"))
-        code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--strict", runtime=q25tok)
-        assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"]
-        assert not (root / "proc").exists()  # the device tree was read at /proc, not under the remote root
-        shutil.rmtree(live)  # an image that predates them: a warning, a failure with --strict
-        code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")
-        assert code == 0 and res[0]["smoke"]["warnings"]
-        capsys.readouterr()
-        code = main(["smoke", "--target", "qemu", "--host", f"root@127.0.0.1:{srv.port}", "--build", str(models["A"]),
-                     "--identity", str(ssh["key"]), "--known-hosts", str(srv.known_hosts(tmp_path / "kh")),
-                     "--remote-root", str(root), "--strict", "--json"])
-        assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]
-    finally:
-        srv.stop()
+    """The board's device tree and /dev/mem are system paths, not under --remote-root (which
+    moves only the install directory): a board file says where this test's stand-ins are."""
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    live, mem_file = tmp_path / "live-dt", tmp_path / "physmem"
+    board = tmp_path / "qemu-here.toml"
+    board.write_text((data_dir("targets") / "qemu.toml").read_text().replace(
+        'arch = "aarch64"', f'arch = "aarch64"\ndevice_tree = "{live}"\nmemory_device = "{mem_file}"'))
+    pmap = json.loads((models["A"] / "partition_map.json").read_text())
+    for r in pmap["regions"]:  # a running image that has our reserved memory
+        node = live / "reserved-memory" / r["node"]
+        node.mkdir(parents=True)
+        (node / "reg").write_bytes(r["base"].to_bytes(8, "big") + r["size"].to_bytes(8, "big"))
+        (node / "no-map").write_bytes(b"")
+    with open(mem_file, "wb") as mem:  # its physical memory (sparse), for q25tok load
+        mem.truncate(max(r["base"] + r["size"] for r in pmap["regions"]))
+    here = ("--target-file", str(board))
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--strict", *here, runtime=q25tok)
+    assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"]
+    assert res[0]["residency"]["state"] == "resident"  # loaded into the regions after the switch
+    assert not (root / "proc").exists() and not (root / "dev").exists()  # system paths, not the remote root's
+    r = pmap["regions"][0]
+    with open(mem_file, "rb") as mem:
+        mem.seek(r["base"])
+        assert mem.read(r["used"]) == (models["A"] / r["file"]).read_bytes()
+    shutil.rmtree(live)  # an image that predates them: a warning, a failure with --strict
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], *here, action="smoke")
+    assert code == 0 and res[0]["smoke"]["warnings"]
+    capsys.readouterr()
+    code = main(["smoke", "--target", "qemu", *here, "--host", f"root@127.0.0.1:{srv.port}", "--build",
+                 str(models["A"]), "--identity", str(ssh["key"]), "--known-hosts",
+                 str(srv.known_hosts(tmp_path / "kh")), "--remote-root", str(root), "--strict", "--json"])
+    assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]
 
 
 def test_busybox_mv_without_T_still_switches_and_says_so(tmp_path, capsys, ssh, models, q25tok):

@@ -11,5 +11,6 @@ PACKAGE_ARCH = "${MACHINE_ARCH}"
 inherit packagegroup
 
 RDEPENDS:${PN} = "q25-model-assets \
+                  q25-regions \
                   q25-tokenizer-runtime \
                  "

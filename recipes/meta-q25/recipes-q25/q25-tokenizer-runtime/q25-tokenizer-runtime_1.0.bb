@@ -8,6 +8,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 
 SRC_URI = "file://LICENSE \
            file://Makefile \
+           file://cli_load.c \
            file://crc_table.inc \
            file://q25tok.h \
            file://q25tok_bpe.c \
@@ -16,6 +17,7 @@ SRC_URI = "file://LICENSE \
            file://q25tok_encode.c \
            file://q25tok_image.c \
            file://q25tok_internal.h \
+           file://q25tok_region.c \
           "
 
 # scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR

@@ -35,7 +35,8 @@ enum q25_status {
     Q25_ERR_CORRUPT = -8,      /* an id, offset, count or table order in the image is wrong (checks 14-21) */
     Q25_ERR_TOKEN_ID = -9,     /* an id passed to decode is out of range */
     Q25_ERR_OUT_CAPACITY = -10,   /* out_ids / out buffer too small: see stats / written */
-    Q25_ERR_SCRATCH_CAPACITY = -11 /* scratch too small: see stats->scratch_needed */
+    Q25_ERR_SCRATCH_CAPACITY = -11, /* scratch too small: see stats->scratch_needed */
+    Q25_ERR_TABLE = -12        /* a region table line is malformed */
 };
 
 /* flags */
@@ -151,6 +152,32 @@ const char *q25_strerror(int status);
 
 /* CRC-32 (IEEE 802.3, as zlib) — exported for tools and tests. */
 uint32_t q25_crc32(uint32_t crc, const uint8_t *data, size_t len);
+
+/* ---- residency: the model's partitions in the reserved (no-map) DDR regions ----------
+ * A region table (partitions/regions.tab of a build) has one region per line:
+ *   NODE BASE SIZE FILE FILE_SIZE SHA256      (hex BASE/SIZE, FILE relative to the table)
+ * `q25tok load TABLE` copies each partition into its region through /dev/mem, after
+ * checking the running device tree reserves exactly that range as no-map; `q25tok verify
+ * TABLE` reads the regions back and compares their sha256 with the table. */
+typedef struct q25_region {
+    char node[128];      /* device-tree node under /reserved-memory, e.g. q25-region0@13f800000 */
+    uint64_t base;       /* physical address */
+    uint64_t size;       /* bytes reserved */
+    char file[256];      /* the partition file, relative to the table */
+    uint64_t file_size;  /* bytes of the partition (the rest of the region is zero) */
+    char sha256[65];     /* the partition's sha256, lowercase hex */
+} q25_region;
+
+/* Parse a region table (not NUL-terminated: len bytes) into out[0..cap); no allocation. */
+int q25_region_table_parse(const char *text, size_t len, q25_region *out, size_t cap, size_t *count);
+
+/* Map a region through mem_path (NULL: /dev/mem) with O_SYNC, read-only unless writable;
+ * NULL with errno on failure. The A53 program maps its weights with writable = 0. */
+void *q25_region_map(const q25_region *region, const char *mem_path, int writable);
+int q25_region_unmap(const q25_region *region, void *mapped);
+
+/* SHA-256 of len bytes. */
+void q25_sha256(const void *data, size_t len, uint8_t out[32]);
 
 #ifdef __cplusplus
 }

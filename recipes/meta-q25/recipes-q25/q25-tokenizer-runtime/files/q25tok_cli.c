@@ -28,7 +28,10 @@ static const char *usage_text =
     "usage: q25tok info IMAGE\n"
     "       q25tok encode [--special] IMAGE [FILE...]\n"
     "       q25tok decode [--special] IMAGE ID...\n"
-    "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image, 4 bad token id, 5 capacity\n";
+    "       q25tok load [--mem PATH] [--dt DIR] REGION_TABLE\n"
+    "       q25tok verify [--mem PATH] [--dt DIR] REGION_TABLE\n"
+    "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image, 4 bad token id, 5 capacity,\n"
+    "            6 region not reserved in the running device tree, or its bytes differ\n";
 
 static int usage(void)
 {
@@ -340,6 +343,8 @@ static int cmd_decode(int argc, char **argv)
     return rc;
 }
 
+int q25tok_region_command(int argc, char **argv); /* cli_load.c */
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -350,6 +355,8 @@ int main(int argc, char **argv)
         return cmd_encode(argc - 2, argv + 2);
     if (strcmp(argv[1], "decode") == 0)
         return cmd_decode(argc - 2, argv + 2);
+    if (strcmp(argv[1], "load") == 0 || strcmp(argv[1], "verify") == 0)
+        return q25tok_region_command(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -34,6 +34,7 @@ const char *q25_strerror(int status)
     case Q25_ERR_TOKEN_ID: return "token id out of range";
     case Q25_ERR_OUT_CAPACITY: return "output buffer too small";
     case Q25_ERR_SCRATCH_CAPACITY: return "scratch buffer too small";
+    case Q25_ERR_TABLE: return "malformed region table line";
     default: return "unknown error";
     }
 }

@@ -1,0 +1,204 @@
+"""pytest fixtures for the emulated Cortex-A53 board (see emulated_board.py).
+
+- ``board_root``: Debian's arm64 packages, downloaded and extracted once into the board cache
+  (``$Q25_BOARD_CACHE`` or ``~/.cache/q25deploy/emulated-board``; kept across runs).
+- ``board``: one board per flavour (``dropbear``, ``openssh``) booted once per test session
+  with QEMU's device tree plus the ``qemu`` build's ``reserved-memory.dtsi``; tests using it
+  run for both flavours (pytest groups them, so one board runs at a time).
+- ``boot_board``: a factory for extra boards a test needs (without the fragment, with a disk),
+  stopped at the end of the test.
+- ``q25tok_aarch64``: the runtime cross-built for the board.
+
+A missing tool or package fails on CI and skips elsewhere (``requirements.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+import pytest
+
+import emulated_board as eb
+from requirements import need_program, unavailable
+
+# read before the session's private XDG_CACHE_HOME replaces it (conftest.private_cache)
+BOARD_CACHE = eb.default_cache_dir()
+
+
+@dataclass
+class TestBoard:
+    flavour: str
+    qemu: eb.QemuBoard
+    key: Path  # the client's private key (root's authorized key on the board)
+    known_hosts: Path
+    boot_seconds: float
+    dtsi: Path | None  # the fragment in its device tree
+
+    @property
+    def port(self) -> int:
+        return self.qemu.port
+
+    @property
+    def host(self) -> str:
+        return f"root@127.0.0.1:{self.port}"
+
+    def client(self) -> paramiko.SSHClient:
+        c = paramiko.SSHClient()
+        c.load_host_keys(str(self.known_hosts))
+        c.set_missing_host_key_policy(paramiko.RejectPolicy())
+        c.connect("127.0.0.1", self.port, "root", key_filename=str(self.key), look_for_keys=False,
+                  allow_agent=False, timeout=30, banner_timeout=60, auth_timeout=60)
+        return c
+
+    def sh(self, script: str, *, check: bool = True, timeout: float = 120) -> tuple[int, str, str]:
+        """Run a shell snippet on the board with our own SSH client (independent of the
+        code under test); returns (status, stdout, stderr)."""
+        with self.client() as c:
+            _, out, err = c.exec_command(script, timeout=timeout)
+            o, e = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+            status = out.channel.recv_exit_status()
+        if check and status != 0:
+            raise AssertionError(f"on the board: {script!r} failed ({status}): {e or o}")
+        return status, o, e
+
+    def put(self, path: str, data: bytes, mode: str = "0644") -> None:
+        """Write a file on the board (through ``cat``: dropbear has no SFTP server)."""
+        with self.client() as c:
+            stdin, out, _ = c.exec_command(f"cat > '{path}' && chmod {mode} '{path}'", timeout=120)
+            stdin.write(data)
+            stdin.channel.shutdown_write()
+            assert out.channel.recv_exit_status() == 0, f"writing {path} on the board failed"
+
+    def q25(self, action: str, build: Path, *extra: str) -> list[str]:
+        """argv for ``q25deploy ACTION`` against this board."""
+        return [action, "--target", "qemu", "--host", self.host, "--build", str(build), "--identity", str(self.key),
+                "--known-hosts", str(self.known_hosts), "--json", *extra]
+
+
+def _need_board_tools() -> None:
+    need_program("qemu-system-aarch64", "Debian: qemu-system-arm")
+    need_program("dtc", "Debian: device-tree-compiler")
+    need_program("apt-get", "a Debian host")
+    need_program("dpkg-deb", "a Debian host")
+    if not os.environ.get("CI") and os.environ.get("Q25_NO_BOARD"):
+        pytest.skip("Q25_NO_BOARD is set: emulated-board tests are off")
+
+
+@pytest.fixture(scope="session")
+def board_root() -> Path:
+    _need_board_tools()
+    try:
+        return eb.fetch_packages(BOARD_CACHE)
+    except eb.BoardError as e:
+        unavailable("the emulated board's arm64 packages", f"{e}; run: dpkg --add-architecture arm64 && apt-get update")
+
+
+@pytest.fixture(scope="session")
+def board_client_key(tmp_path_factory) -> Path:
+    from sshd import keygen
+
+    need_program("ssh-keygen", "Debian: openssh-client")
+    return keygen(tmp_path_factory.mktemp("board-key") / "client_ed25519")
+
+
+@pytest.fixture(scope="session")
+def board_machine():
+    from q25deploy.board.boardfile import load_board
+    from q25deploy.resources import data_dir
+
+    smp = os.environ.get("Q25_BOARD_SMP")  # TCG on a small host: fewer vCPUs than the board file
+    return eb.Machine.from_board(load_board(data_dir("targets") / "qemu.toml"), smp=int(smp) if smp else None)
+
+
+@pytest.fixture(scope="session")
+def _boards(tmp_path_factory, board_root, board_client_key, board_machine):
+    """Starts boards and stops them all at the end (of the test or of the session)."""
+    started: list[eb.QemuBoard] = []
+    base = tmp_path_factory.mktemp("boards")
+    initrds: dict[tuple, Path] = {}
+
+    def start(flavour: str, dtsi: Path | None, *, disk: Path | None = None, dropbear_args=(),
+              extra_files=None) -> TestBoard:
+        n = len(started)
+        work = base / f"{n}-{flavour}"
+        ikey = (flavour, tuple(dropbear_args), tuple(sorted((extra_files or {}).items())))
+        if ikey not in initrds:
+            spec = eb.InitramfsSpec(flavour, Path(str(board_client_key) + ".pub").read_text(),
+                                    dropbear_args=tuple(dropbear_args), extra_files=dict(extra_files or {}))
+            initrds[ikey] = eb.assemble_initramfs(board_root, work / "initramfs.cpio", spec)
+        dtb = eb.make_dtb(work / "board.dtb", board_machine, dtsi)
+        q = eb.boot(work, kernel=eb.kernel_image(board_root), initrd=initrds[ikey], dtb=dtb, machine=board_machine,
+                    disk=disk)
+        started.append(q)
+        try:
+            secs = eb.wait_for_ssh(q, timeout=float(os.environ.get("Q25_BOARD_BOOT_TIMEOUT", "180")))
+        except eb.BoardError as e:
+            q.stop()
+            pytest.fail(f"the emulated board ({flavour}) did not come up: {e}", pytrace=False)
+        kh = work / "known_hosts"
+        kh.write_text(eb.known_hosts_line(q.port) + "\n")
+        return TestBoard(flavour, q, board_client_key, kh, secs, dtsi)
+
+    start.started = started  # type: ignore[attr-defined]
+    yield start
+    for q in started:
+        q.stop()
+
+
+@pytest.fixture(scope="session", params=eb.FLAVOURS)
+def board(request, _boards, builds) -> TestBoard:
+    """The board of one flavour, booted once per session with the qemu build's regions."""
+    b = _boards(request.param, builds["qemu"] / "reserved-memory.dtsi")
+    print(f"\nemulated board ({b.flavour}): SSH up {b.boot_seconds:.1f} s after launch")
+    yield b
+    b.qemu.stop()  # the next flavour boots after this one is gone
+
+
+@pytest.fixture
+def boot_board(_boards):
+    """``boot_board(flavour, dtsi_or_None, disk=None)``: an extra board, stopped after the test."""
+    mine: list[TestBoard] = []
+
+    def boot(flavour: str, dtsi: Path | None, **kw) -> TestBoard:
+        b = _boards(flavour, dtsi, **kw)
+        mine.append(b)
+        return b
+
+    yield boot
+    for b in mine:
+        b.qemu.stop()
+
+
+@pytest.fixture(scope="session")
+def q25tok_aarch64(tmp_path_factory) -> Path:
+    """``q25deploy runtime build --cross aarch64``: glibc-dynamic, as a Yocto image would have it."""
+    from q25deploy.build.runtime import build_runtime
+
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
+    out = tmp_path_factory.mktemp("rt-aarch64") / "rt"
+    build_runtime(out, cross="aarch64")
+    return out / "q25tok"
+
+
+@pytest.fixture(scope="session")
+def q25tok_aarch64_static(tmp_path_factory) -> Path:
+    """``q25deploy runtime build --cross aarch64 --static``."""
+    from q25deploy.build.runtime import build_runtime
+
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
+    out = tmp_path_factory.mktemp("rt-aarch64-static") / "rt"
+    build_runtime(out, cross="aarch64", static=True)
+    return out / "q25tok"
+
+
+def wait_until(predicate, timeout: float = 30.0, step: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False

@@ -1,0 +1,109 @@
+"""Residency on the host: `q25tok load` / `verify` of a build's region table, with a sparse
+file standing in for /dev/mem (``--mem``) and a device-tree directory for the running tree
+(``--dt``). The same on the emulated board's real /dev/mem: test_emulated_board.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from q25deploy.build.region_table import TABLE, region_table
+from q25deploy.build.runtime import build_runtime
+
+from requirements import need_program
+
+
+@pytest.fixture(scope="module")
+def q25tok_host(tmp_path_factory) -> Path:
+    need_program("cc", "Debian: gcc")
+    out = tmp_path_factory.mktemp("rt-host") / "rt"
+    build_runtime(out)
+    return out / "q25tok"
+
+
+def fake_board(tmp_path: Path, pmap: dict, reserve: bool = True) -> tuple[Path, Path]:
+    """A sparse 'physical memory' file covering every region, and a device tree reserving them."""
+    mem = tmp_path / "mem"
+    with open(mem, "wb") as f:
+        f.truncate(max(r["base"] + r["size"] for r in pmap["regions"]))
+    dt = tmp_path / "dt"
+    for r in pmap["regions"]:
+        node = dt / "reserved-memory" / r["node"]
+        node.mkdir(parents=True)
+        if reserve:
+            (node / "reg").write_bytes(r["base"].to_bytes(8, "big") + r["size"].to_bytes(8, "big"))
+            (node / "no-map").write_bytes(b"")
+    return mem, dt
+
+
+def run(q25tok: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(q25tok), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_build_writes_the_region_table(builds):
+    b = builds["kv260"]
+    pmap = json.loads((b / "partition_map.json").read_text())
+    text = (b / TABLE).read_text()
+    assert text == region_table(pmap)
+    rows = [ln.split() for ln in text.splitlines() if not ln.startswith("#")]
+    assert [(r[0], int(r[1], 16), int(r[2], 16), "partitions/" + r[3], int(r[4]), r[5]) for r in rows] == \
+        [(r["node"], r["base"], r["size"], r["file"], r["used"], r["sha256"]) for r in pmap["regions"]]
+    kinds = {a["path"]: a["kind"] for a in json.loads((b / "manifest.json").read_text())["artifacts"]}
+    assert kinds[TABLE] == "region-table"
+
+
+def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok_host):
+    b = builds["qemu"]
+    pmap = json.loads((b / "partition_map.json").read_text())
+    mem, dt = fake_board(tmp_path, pmap)
+    r = run(q25tok_host, "load", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.count(" loaded\n") == len(pmap["regions"])
+    data = mem.read_bytes()
+    for reg in pmap["regions"]:
+        part = (b / reg["file"]).read_bytes()
+        assert data[reg["base"]:reg["base"] + len(part)] == part
+        assert data[reg["base"] + len(part):reg["base"] + reg["size"]] == bytes(reg["size"] - len(part))
+        assert f"sha256 {reg['sha256']} loaded" in r.stdout
+    r = run(q25tok_host, "verify", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 0 and r.stdout.count(" resident\n") == len(pmap["regions"])
+    reg = pmap["regions"][0]
+    with open(mem, "r+b") as f:  # one bit in DDR changes
+        f.seek(reg["base"] + reg["used"] // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 4]))
+    r = run(q25tok_host, "verify", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 6 and "MISMATCH" in r.stdout
+
+
+def test_load_refuses_a_range_the_running_tree_does_not_reserve(tmp_path, builds, q25tok_host):
+    b = builds["qemu"]
+    pmap = json.loads((b / "partition_map.json").read_text())
+    mem, dt = fake_board(tmp_path, pmap, reserve=False)
+    r = run(q25tok_host, "load", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 6 and "REFUSED the running device tree has no" in r.stdout
+    assert not mem.read_bytes().strip(b"\0")  # nothing written
+    node = dt / "reserved-memory" / pmap["regions"][0]["node"]
+    reg = pmap["regions"][0]
+    (node / "reg").write_bytes((reg["base"] + 0x200000).to_bytes(8, "big") + reg["size"].to_bytes(8, "big"))
+    (node / "no-map").write_bytes(b"")
+    r = run(q25tok_host, "load", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 6 and "reserves another range" in r.stdout
+    assert not mem.read_bytes().strip(b"\0")
+
+
+@pytest.mark.parametrize("line", [
+    "q25-region0@1 0x1000 0x1000 region_00.bin 8192 " + "0" * 64,  # partition larger than the region
+    "q25-region0@1 0x1000 0x1000 region_00.bin 10 abc",               # not a sha256
+    "q25-region0@1 0x1000",                                          # short
+    "q25-region0@1 0x1000 0x1000 region_00.bin 10 " + "0" * 64 + " extra",
+])
+def test_a_malformed_table_is_refused(tmp_path, q25tok_host, line):
+    table = tmp_path / "regions.tab"
+    table.write_text("# comment\n" + line + "\n")
+    r = run(q25tok_host, "verify", "--mem", tmp_path / "nomem", "--dt", tmp_path, table)
+    assert r.returncode == 6 and "not a region table" in r.stderr
