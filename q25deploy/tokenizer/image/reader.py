@@ -82,6 +82,39 @@ def read_image_file(path: str | os.PathLike[str], verify_crc: bool = True) -> Ru
 
 
 def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> RuntimeImage:
+    """Validate ``data`` as a Q25TOKRT image and return zero-copy views of its sections."""
+    major, minor, header_size, count, alignment = _check_header(data, name)
+    sections, found = _read_section_table(data, name, header_size, count, alignment, verify_crc)
+
+    def view(stype: int, dtype) -> np.ndarray:
+        off, ssize, _ = found[stype]
+        return np.frombuffer(data, dtype=dtype, count=ssize // np.dtype(dtype).itemsize, offset=off)
+
+    mo, _ms, mcount = found[METADATA]
+    if mcount != 1:
+        raise _fail(name, "metadata section must hold one record")
+    fields = METADATA_STRUCT.unpack_from(data, mo)
+    tb_off, tb_size, _ = found[TOKEN_BYTES]
+    image = RuntimeImage(
+        version=(major, minor),
+        alignment=alignment,
+        size=len(data),
+        sections=sections,
+        token_index=view(TOKEN_INDEX, TOKEN_INDEX_DTYPE),
+        token_bytes=memoryview(data)[tb_off : tb_off + tb_size],
+        merges=view(MERGE_TABLE, "<u4").reshape(-1, 4),
+        byte_to_token=view(BYTE_TO_TOKEN, "<u4"),
+        pair_index=view(MERGE_PAIR_INDEX, "<u4"),
+        specials=view(SPECIAL_INDEX, SPECIAL_DTYPE),
+        classes=view(UNICODE_CLASSES, CLASS_DTYPE),
+        meta=_metadata_dict(fields),
+    )
+    _check_tables(image, fields, tb_size, name)
+    return image
+
+
+def _check_header(data: bytes, name: str) -> tuple[int, int, int, int, int]:
+    """Magic, version, size, section count, header checksum and alignment of the header."""
     size = len(data)
     if size < HEADER.size or data[:8] != MAGIC:
         raise _fail(name, "no Q25TOKRT magic")
@@ -98,7 +131,14 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         raise _fail(name, "header checksum mismatch")
     if alignment < 8 or alignment & (alignment - 1):
         raise _fail(name, f"alignment {alignment} is not a power of two >= 8")
+    return major, minor, header_size, count, alignment
 
+
+def _read_section_table(
+    data: bytes, name: str, header_size: int, count: int, alignment: int, verify_crc: bool
+) -> tuple[list[dict], dict[int, tuple[int, int, int]]]:
+    """Every section's entry, checked; and the known ones by type: (offset, size, records)."""
+    size = len(data)
     found: dict[int, tuple[int, int, int]] = {}
     sections = []
     for k in range(count):
@@ -126,25 +166,15 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
     for stype, label in SECTION_NAMES.items():
         if stype not in found:
             raise _fail(name, f"required section {label} is missing")
+    return sections, found
 
-    def view(stype: int, dtype) -> np.ndarray:
-        off, ssize, _ = found[stype]
-        return np.frombuffer(data, dtype=dtype, count=ssize // np.dtype(dtype).itemsize, offset=off)
 
-    mo, _ms, mcount = found[METADATA]
-    if mcount != 1:
-        raise _fail(name, "metadata section must hold one record")
-    (vocab_size, n_merges, bos, eos, pad, mflags, uver, max_len, fp, src, pre, model, n_special) = (
-        METADATA_STRUCT.unpack_from(data, mo)
-    )
-    index = view(TOKEN_INDEX, TOKEN_INDEX_DTYPE)
-    tb_off, tb_size, _ = found[TOKEN_BYTES]
-    merges = view(MERGE_TABLE, "<u4").reshape(-1, 4)
-    b2t = view(BYTE_TO_TOKEN, "<u4")
-    pairs = view(MERGE_PAIR_INDEX, "<u4")
-    specials = view(SPECIAL_INDEX, SPECIAL_DTYPE)
-    classes = view(UNICODE_CLASSES, CLASS_DTYPE)
-
+def _check_tables(img: RuntimeImage, fields: tuple, tb_size: int, name: str) -> None:
+    """Check that every id and offset a reader will follow is in range, and the counts agree."""
+    vocab_size, n_merges, bos, eos, pad = fields[:5]
+    n_special = fields[12]
+    index, merges, b2t, pairs = img.token_index, img.merges, img.byte_to_token, img.pair_index
+    specials, classes = img.specials, img.classes
     n = len(index)
     if vocab_size != n or n == 0:
         raise _fail(name, f"metadata vocab size {vocab_size} != token index records {n}")
@@ -175,7 +205,11 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         if v != NO_TOKEN and v >= n:
             raise _fail(name, "bos/eos/pad id out of range")
 
-    meta = {
+
+def _metadata_dict(fields: tuple) -> dict:
+    """The metadata record as the ``meta`` dict of :class:`RuntimeImage`."""
+    (vocab_size, n_merges, bos, eos, pad, mflags, uver, max_len, fp, src, pre, model, n_special) = fields
+    return {
         "vocab_size": vocab_size,
         "merge_count": n_merges,
         "bos": None if bos == NO_TOKEN else bos,
@@ -190,17 +224,3 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         "model_name": model.rstrip(b"\0").decode("utf-8", "replace"),
         "special_count": n_special,
     }
-    return RuntimeImage(
-        version=(major, minor),
-        alignment=alignment,
-        size=size,
-        sections=sections,
-        token_index=index,
-        token_bytes=memoryview(data)[tb_off : tb_off + tb_size],
-        merges=merges,
-        byte_to_token=b2t,
-        pair_index=pairs,
-        specials=specials,
-        classes=classes,
-        meta=meta,
-    )
