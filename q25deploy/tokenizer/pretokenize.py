@@ -102,26 +102,14 @@ def split_qwen2(cpts: Sequence[int], flags: Sequence[int]) -> list[tuple[int, in
     def F(p: int) -> int:
         return flags[p] if p < n else 0
 
-    while pos < n:
+    while pos < n:  # the rules in the expression's order; the first that matches ends a span
         cpt = cpts[pos]
         fl = flags[pos]
-        # (?i:'s|'t|'re|'ve|'m|'ll|'d), ASCII case only
-        if cpt == APOS and pos + 1 < n:
-            c1 = cpts[pos + 1]
-            if c1 < 128 and c1 in _CONTRACT1:
-                pos += 2
-                spans.append((prev, pos))
-                prev = pos
-                continue
-            if pos + 2 < n:
-                c2 = cpts[pos + 2]
-                if c1 < 128 and c2 < 128 and bytes((c1 | 0x20, c2 | 0x20)) in _CONTRACT2:
-                    pos += 3
-                    spans.append((prev, pos))
-                    prev = pos
-                    continue
-        # [^\r\n\p{L}\p{N}]?\p{L}+
-        if not (cpt == CR or cpt == LF or fl & NUMBER):
+        if cpt == APOS and pos + 1 < n and (end := _contraction_end(cpts, pos, n)):  # (?i:'s|'t|'re|'ve|'m|'ll|'d)
+            spans.append((prev, end))
+            prev = pos = end
+            continue
+        if not (cpt == CR or cpt == LF or fl & NUMBER):  # [^\r\n\p{L}\p{N}]?\p{L}+
             if fl & LETTER or F(pos + 1) & LETTER:
                 pos += 1
                 while pos < n and flags[pos] & LETTER:
@@ -129,14 +117,12 @@ def split_qwen2(cpts: Sequence[int], flags: Sequence[int]) -> list[tuple[int, in
                 spans.append((prev, pos))
                 prev = pos
                 continue
-        # \p{N}
-        if fl & NUMBER:
+        if fl & NUMBER:  # \p{N}
             pos += 1
             spans.append((prev, pos))
             prev = pos
             continue
-        # <space>?[^\s\p{L}\p{N}]+[\r\n]*
-        fl2 = F(pos + 1) if cpt == SPACE else fl
+        fl2 = F(pos + 1) if cpt == SPACE else fl  # <space>?[^\s\p{L}\p{N}]+[\r\n]*
         if not (fl2 & _WLN) and fl:
             if cpt == SPACE:
                 pos += 1
@@ -148,8 +134,7 @@ def split_qwen2(cpts: Sequence[int], flags: Sequence[int]) -> list[tuple[int, in
             spans.append((prev, pos))
             prev = pos
             continue
-        # whitespace runs
-        nws = 0
+        nws = 0  # whitespace runs
         last_rn = 0
         while F(pos + nws) & WHITESPACE:
             c = cpts[pos + nws]
@@ -167,3 +152,15 @@ def split_qwen2(cpts: Sequence[int], flags: Sequence[int]) -> list[tuple[int, in
         spans.append((prev, pos))
         prev = pos
     return spans
+
+
+def _contraction_end(cpts: Sequence[int], pos: int, n: int) -> int:
+    """Where an ASCII-case-insensitive 's 't 're 've 'm 'll 'd at ``pos`` ends, or 0 if none does."""
+    c1 = cpts[pos + 1]
+    if c1 < 128 and c1 in _CONTRACT1:
+        return pos + 2
+    if pos + 2 < n:
+        c2 = cpts[pos + 2]
+        if c1 < 128 and c2 < 128 and bytes((c1 | 0x20, c2 | 0x20)) in _CONTRACT2:
+            return pos + 3
+    return 0

@@ -112,6 +112,7 @@ def _opt_id(f: GGUFFile, key: str, n: int) -> int:
 
 
 def vocab_from_gguf(f: GGUFFile) -> Vocab:
+    """The byte-level BPE vocabulary of ``f``, checked to be one this tool can run."""
     model = _req(f, "tokenizer.ggml.model")
     if model != "gpt2":
         raise TokenizerError(f"{f.path}: tokenizer model {model!r} is not supported (need byte-level BPE 'gpt2')")
@@ -127,16 +128,41 @@ def vocab_from_gguf(f: GGUFFile) -> Vocab:
     if n >= NO_TOKEN:
         raise TokenizerError(f"{f.path}: {n} tokens is more than a uint32 id can hold")
     texts = tokens.to_list()
+    types = _gguf_token_types(f, n)
+    raw = _raw_tokens(f, texts, types)
+    merges, merge_texts = _merge_table(f, texts)
+    template = f.metadata.get("tokenizer.chat_template")
+    return Vocab(
+        model=model,
+        pre=pre,
+        texts=texts,
+        raw=raw,
+        types=effective_types(texts, types, f.metadata),
+        gguf_types=types,
+        merges=merges,
+        merge_texts=merge_texts,
+        bos=_opt_id(f, "tokenizer.ggml.bos_token_id", n),
+        eos=_opt_id(f, "tokenizer.ggml.eos_token_id", n),
+        pad=_opt_id(f, "tokenizer.ggml.padding_token_id", n),
+        add_bos=bool(f.metadata.get("tokenizer.ggml.add_bos_token", False)),
+        chat_template=template if isinstance(template, str) else None,
+    )
+
+
+def _gguf_token_types(f: GGUFFile, n: int) -> np.ndarray:
+    """``tokenizer.ggml.token_type`` as uint16 (all NORMAL when absent), checked."""
     types_raw = f.metadata.get("tokenizer.ggml.token_type")
     if types_raw is None:
-        types = np.full(n, NORMAL, dtype=np.uint16)
-    else:
-        if not isinstance(types_raw, np.ndarray) or types_raw.dtype.kind not in "iu" or len(types_raw) != n:
-            raise TokenizerError(f"{f.path}: tokenizer.ggml.token_type must be {n} integers")
-        if types_raw.size and (types_raw.min() < 0 or types_raw.max() > BYTE):
-            raise TokenizerError(f"{f.path}: tokenizer.ggml.token_type holds values outside 0..{BYTE}")
-        types = types_raw.astype(np.uint16)
+        return np.full(n, NORMAL, dtype=np.uint16)
+    if not isinstance(types_raw, np.ndarray) or types_raw.dtype.kind not in "iu" or len(types_raw) != n:
+        raise TokenizerError(f"{f.path}: tokenizer.ggml.token_type must be {n} integers")
+    if types_raw.size and (types_raw.min() < 0 or types_raw.max() > BYTE):
+        raise TokenizerError(f"{f.path}: tokenizer.ggml.token_type holds values outside 0..{BYTE}")
+    return types_raw.astype(np.uint16)
 
+
+def _raw_tokens(f: GGUFFile, texts: list[bytes], types: np.ndarray) -> list[bytes]:
+    """Each token's bytes: NORMAL and BYTE tokens ByteLevel-decoded, the others as stored."""
     raw: list[bytes] = []
     for i, (t, ty) in enumerate(zip(texts, types.tolist())):
         if ty in (NORMAL, BYTE):
@@ -145,7 +171,11 @@ def vocab_from_gguf(f: GGUFFile) -> Vocab:
             raw.append(t)
         if len(raw[-1]) > 0xFFFF:
             raise TokenizerError(f"{f.path}: token {i} is longer than 65535 bytes")
+    return raw
 
+
+def _merge_table(f: GGUFFile, texts: list[bytes]) -> tuple[np.ndarray, list[bytes]]:
+    """``tokenizer.ggml.merges`` as (n, 4) uint32 rows (left, right, out, rank), and as stored."""
     text_to_id = dict(zip(texts, range(len(texts))))  # llama.cpp: the last id of a duplicated text wins
     merges_sa = _req(f, "tokenizer.ggml.merges")
     if not isinstance(merges_sa, StringArray):
@@ -163,21 +193,4 @@ def vocab_from_gguf(f: GGUFFile) -> Vocab:
             raise TokenizerError(
                 f"{f.path}: merge #{rank} {m[:40]!r} names a token that is not in the vocabulary"
             ) from None
-    merges = np.array(rows, dtype=np.uint32).reshape(-1, 4)
-
-    template = f.metadata.get("tokenizer.chat_template")
-    return Vocab(
-        model=model,
-        pre=pre,
-        texts=texts,
-        raw=raw,
-        types=effective_types(texts, types, f.metadata),
-        gguf_types=types,
-        merges=merges,
-        merge_texts=merge_texts,
-        bos=_opt_id(f, "tokenizer.ggml.bos_token_id", n),
-        eos=_opt_id(f, "tokenizer.ggml.eos_token_id", n),
-        pad=_opt_id(f, "tokenizer.ggml.padding_token_id", n),
-        add_bos=bool(f.metadata.get("tokenizer.ggml.add_bos_token", False)),
-        chat_template=template if isinstance(template, str) else None,
-    )
+    return np.array(rows, dtype=np.uint32).reshape(-1, 4), merge_texts

@@ -149,17 +149,12 @@ def build_image(
     alignment: int = DEFAULT_ALIGNMENT,
     bundle: dict[str, bytes] | None = None,
 ) -> ImageBuild:
+    """The runtime image of ``vocab``: same input, byte-identical output."""
     if alignment < 64 or alignment & (alignment - 1) or alignment > 1 << 24:
         raise UsageError(f"image alignment {alignment} must be a power of two from 64 to 16 MiB")
     bundle = bundle or ps_bundle(vocab)
     fingerprint = vocab_fingerprint(bundle)
-    byte_to_token = np.full(256, NO_TOKEN, dtype="<u4")
-    for i in range(vocab.n_tokens):  # the single-byte NORMAL tokens; last id wins like llama.cpp
-        if vocab.types[i] in (1, 6) and len(vocab.raw[i]) == 1:
-            byte_to_token[vocab.raw[i][0]] = i
-    missing = [b for b in range(256) if byte_to_token[b] == NO_TOKEN]
-    if missing:
-        raise TokenizerError(f"the vocabulary has no token for byte(s) {missing[:8]} (not a byte-level BPE)")
+    byte_to_token = _byte_to_token(vocab)
     specials = vocab.special_ids()
     sp = np.empty(len(specials), dtype=SPECIAL_DTYPE)
     sp["id"] = specials
@@ -167,7 +162,38 @@ def build_image(
     sp["length"] = [len(vocab.raw[i]) for i in specials]
     uversion, ranges = unicode_classes.load()
     classes = np.array(ranges, dtype="<u4").view(CLASS_DTYPE).reshape(-1)
-    meta = METADATA_STRUCT.pack(
+    meta = _metadata_record(vocab, uversion, fingerprint, source_sha256, model_name, len(specials))
+    payloads = [
+        (TOKEN_INDEX, bundle["token_index.bin"]),
+        (TOKEN_BYTES, bundle["token_bytes.bin"]),
+        (MERGE_TABLE, bundle["merge_table_u32.bin"]),
+        (BYTE_TO_TOKEN, byte_to_token.tobytes()),
+        (MERGE_PAIR_INDEX, build_pair_index(vocab.merges).tobytes()),
+        (SPECIAL_INDEX, sp.tobytes()),
+        (UNICODE_CLASSES, classes.tobytes()),
+        (METADATA, meta),
+    ]
+    data, sections = _lay_out(payloads, alignment)
+    return ImageBuild(data, fingerprint, sections)
+
+
+def _byte_to_token(vocab: Vocab) -> np.ndarray:
+    """The 256-entry byte → single-byte token map; every byte must have one."""
+    byte_to_token = np.full(256, NO_TOKEN, dtype="<u4")
+    for i in range(vocab.n_tokens):  # the single-byte NORMAL tokens; last id wins like llama.cpp
+        if vocab.types[i] in (1, 6) and len(vocab.raw[i]) == 1:
+            byte_to_token[vocab.raw[i][0]] = i
+    missing = [b for b in range(256) if byte_to_token[b] == NO_TOKEN]
+    if missing:
+        raise TokenizerError(f"the vocabulary has no token for byte(s) {missing[:8]} (not a byte-level BPE)")
+    return byte_to_token
+
+
+def _metadata_record(
+    vocab: Vocab, uversion: str, fingerprint: bytes, source_sha256: bytes, model_name: str, n_special: int
+) -> bytes:
+    """The 256-byte METADATA record."""
+    return METADATA_STRUCT.pack(
         vocab.n_tokens,
         len(vocab.merges),
         vocab.bos,
@@ -180,18 +206,12 @@ def build_image(
         source_sha256,
         _fixed(vocab.pre, 32),
         _fixed(model_name, 64),
-        len(specials),
+        n_special,
     )
-    payloads = [
-        (TOKEN_INDEX, bundle["token_index.bin"]),
-        (TOKEN_BYTES, bundle["token_bytes.bin"]),
-        (MERGE_TABLE, bundle["merge_table_u32.bin"]),
-        (BYTE_TO_TOKEN, byte_to_token.tobytes()),
-        (MERGE_PAIR_INDEX, build_pair_index(vocab.merges).tobytes()),
-        (SPECIAL_INDEX, sp.tobytes()),
-        (UNICODE_CLASSES, classes.tobytes()),
-        (METADATA, meta),
-    ]
+
+
+def _lay_out(payloads: list[tuple[int, bytes]], alignment: int) -> tuple[bytes, list[dict]]:
+    """Header, section table and aligned sections as one file; and the section descriptions."""
     header_size = HEADER.size + SECTION.size * len(payloads)
     entries = []
     chunks = []
@@ -223,7 +243,7 @@ def build_image(
         }
         for e in entries
     ]
-    return ImageBuild(bytes(out), fingerprint, sections)
+    return bytes(out), sections
 
 
 def _align(n: int, a: int) -> int:

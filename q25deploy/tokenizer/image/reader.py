@@ -87,31 +87,72 @@ def read_image_file(path: str | os.PathLike[str], verify_crc: bool = True) -> Ru
 
 
 def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> RuntimeImage:
-    # the numbers are the checks of docs/runtime-image.md, as in q25tok_image.c
+    """Validate ``data`` as a Q25TOKRT image and return zero-copy views of its sections. The
+    numbers in comments are the checks of docs/runtime-image.md, as in q25tok_image.c."""
+    major, minor, header_size, count, alignment = _check_header(data, name)
+    sections, found = _read_section_table(data, name, header_size, count, alignment, verify_crc)
+
+    def view(stype: int, dtype) -> np.ndarray:
+        off, ssize, _ = found[stype]
+        return np.frombuffer(data, dtype=dtype, count=ssize // np.dtype(dtype).itemsize, offset=off)
+
+    mo, _ms, mcount = found[METADATA]
+    if mcount != 1:  # 12
+        raise _fail(name, "metadata section must hold one record")
+    fields = METADATA_STRUCT.unpack_from(data, mo)
+    if fields[10] != PRE_QWEN2:  # 13
+        raise _fail(name, f"pre-tokenizer field {fields[10].rstrip(bytes(1))!r} (NUL-padded), this reader supports qwen2")
+    tb_off, tb_size, _ = found[TOKEN_BYTES]
+    image = RuntimeImage(
+        version=(major, minor),
+        alignment=alignment,
+        size=len(data),
+        sections=sections,
+        token_index=view(TOKEN_INDEX, TOKEN_INDEX_DTYPE),
+        token_bytes=memoryview(data)[tb_off : tb_off + tb_size],
+        merges=view(MERGE_TABLE, "<u4").reshape(-1, 4),
+        byte_to_token=view(BYTE_TO_TOKEN, "<u4"),
+        pair_index=view(MERGE_PAIR_INDEX, "<u4"),
+        specials=view(SPECIAL_INDEX, SPECIAL_DTYPE),
+        classes=view(UNICODE_CLASSES, CLASS_DTYPE),
+        meta=_metadata_dict(fields),
+    )
+    _check_tokens_and_merges(image, fields, tb_size, name)
+    _check_specials_and_classes(image, fields, name)
+    return image
+
+
+def _check_header(data: bytes, name: str) -> tuple[int, int, int, int, int]:
+    """Checks 1-6: magic, version, size, section count, header checksum, alignment."""
     size = len(data)
     if size < HEADER.size or data[:8] != MAGIC:  # 1
         raise _fail(name, "no Q25TOKRT magic")
-    magic, major, minor, header_size, count, alignment, file_size, _flags, crc = HEADER.unpack_from(data)
+    _magic, major, minor, header_size, count, alignment, file_size, _flags, crc = HEADER.unpack_from(data)
     if major != VERSION_MAJOR:  # 2
         raise _fail(name, f"format version {major}.{minor}, this reader supports {VERSION_MAJOR}.x")
     if file_size != size:  # 3
         raise _fail(name, f"header says {file_size} bytes, file has {size}")
     if not 1 <= count <= MAX_SECTIONS or header_size != HEADER.size + count * SECTION.size or header_size > size:
-        raise _fail(name, f"bad header size {header_size} for {count} sections")
-    head = bytearray(data[:header_size])  # 4 above, 5 here
+        raise _fail(name, f"bad header size {header_size} for {count} sections")  # 4
+    head = bytearray(data[:header_size])
     struct.pack_into("<I", head, HEADER_CRC_OFFSET, 0)
     if zlib.crc32(head) != crc:  # 5
         raise _fail(name, "header checksum mismatch")
     if alignment < 8 or alignment & (alignment - 1):  # 6
         raise _fail(name, f"alignment {alignment} is not a power of two >= 8")
+    return major, minor, header_size, count, alignment
 
+
+def _read_section_table(data: bytes, name: str, header_size: int, count: int, alignment: int,
+                        verify_crc: bool) -> tuple[list[dict], dict[int, tuple[int, int, int]]]:
+    """Checks 7-11: every entry in order, aligned, inside the file, consistent; known types once."""
     found: dict[int, tuple[int, int, int]] = {}
     sections = []
     prev_end = header_size
     for k in range(count):
         stype, _sf, off, ssize, rsize, _r, rcount, scrc, _r2 = SECTION.unpack_from(data, HEADER.size + k * SECTION.size)
         label = SECTION_NAMES.get(stype, f"type {stype}")
-        if off % alignment or off < prev_end or off + ssize > size:  # 7
+        if off % alignment or off < prev_end or off + ssize > len(data):  # 7
             raise _fail(name, f"section {label} at [{off}, {off + ssize}) is misaligned, outside the file, "
                               "or not after the previous section")
         prev_end = off + ssize
@@ -121,8 +162,8 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
             raise _fail(name, f"section {label}: CRC32 mismatch")
         sections.append({"type": stype, "name": label, "offset": off, "size": ssize,
                          "record_size": rsize, "record_count": rcount, "crc32": f"{scrc:08x}"})
-        if stype not in RECORD_SIZES:  # 10
-            continue  # unknown section types are skipped
+        if stype not in RECORD_SIZES:  # 10: unknown section types are skipped
+            continue
         if stype in found:
             raise _fail(name, f"duplicate section {label}")
         if rsize != RECORD_SIZES[stype]:
@@ -131,49 +172,39 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
     for stype, label in SECTION_NAMES.items():  # 11
         if stype not in found:
             raise _fail(name, f"required section {label} is missing")
+    return sections, found
 
-    def view(stype: int, dtype) -> np.ndarray:
-        off, ssize, _ = found[stype]
-        return np.frombuffer(data, dtype=dtype, count=ssize // np.dtype(dtype).itemsize, offset=off)
 
-    mo, _ms, mcount = found[METADATA]
-    if mcount != 1:  # 12
-        raise _fail(name, "metadata section must hold one record")
-    (vocab_size, n_merges, bos, eos, pad, mflags, uver, max_len, fp, src, pre, model, n_special) = (
-        METADATA_STRUCT.unpack_from(data, mo)
-    )
-    if pre != PRE_QWEN2:  # 13
-        shown = pre.rstrip(b"\0")
-        raise _fail(name, f"pre-tokenizer field {shown!r} (NUL-padded), this reader supports qwen2")
-    index = view(TOKEN_INDEX, TOKEN_INDEX_DTYPE)
-    tb_off, tb_size, _ = found[TOKEN_BYTES]
-    merges = view(MERGE_TABLE, "<u4").reshape(-1, 4)
-    b2t = view(BYTE_TO_TOKEN, "<u4")
-    pairs = view(MERGE_PAIR_INDEX, "<u4")
-    specials = view(SPECIAL_INDEX, SPECIAL_DTYPE)
-    classes = view(UNICODE_CLASSES, CLASS_DTYPE)
-
-    n = len(index)
+def _check_tokens_and_merges(img: RuntimeImage, fields: tuple, tb_size: int, name: str) -> None:
+    """Checks 14-16, 18-20: counts, token bytes, merges, byte map, pair index, bos/eos/pad."""
+    vocab_size, n_merges, bos, eos, pad = fields[:5]
+    index, merges, pairs, n = img.token_index, img.merges, img.pair_index, len(img.token_index)
     if vocab_size != n or not 1 <= n <= MAX_VOCAB:  # 14
         raise _fail(name, f"metadata vocab size {vocab_size} != token index records {n}")
-    if n_merges != len(merges) or n_special != len(specials):  # 14
+    if n_merges != len(merges) or fields[12] != len(img.specials):  # 14
         raise _fail(name, "metadata counts disagree with the sections")
-    ends = index["offset"].astype(np.int64) + index["length"]  # 19
-    if n and ends.max() > tb_size:
+    if n and (index["offset"].astype(np.int64) + index["length"]).max() > tb_size:  # 19
         raise _fail(name, "a token's bytes lie outside the token bytes section")
     if len(merges) and (merges[:, :3].max() >= n):  # 20
         raise _fail(name, "a merge names a token id out of range")
     if len(merges) and not np.array_equal(merges[:, 3], np.arange(len(merges), dtype=np.uint32)):
         raise _fail(name, "merge ranks are not 0..n-1 in order")
-    if len(b2t) != 256 or b2t.max() >= n:  # 16
+    if len(img.byte_to_token) != 256 or img.byte_to_token.max() >= n:  # 16
         raise _fail(name, "byte-to-token map must hold 256 ids in range")
     cap = len(pairs)  # 18: the capacity the spec fixes (load <= 1/2), slots <= merges, merges slots used
     if cap != pair_index_capacity(len(merges)) or cap > 0x80000000 or pairs.max() > len(merges):
         raise _fail(name, "merge-pair index has a bad capacity or slot")
     if np.count_nonzero(pairs) != len(merges):
         raise _fail(name, "merge-pair index does not use exactly merge_count slots")
-    # 21: the special index lists exactly the tokens of types 2, 3 and 4, with their type
-    # and length, longest first then by id
+    for v in (bos, eos, pad):  # 15
+        if v != NO_TOKEN and v >= n:
+            raise _fail(name, "bos/eos/pad id out of range")
+
+
+def _check_specials_and_classes(img: RuntimeImage, fields: tuple, name: str) -> None:
+    """Checks 21 and 17: the special index lists exactly the tokens of types 2, 3 and 4 with
+    their type and length, longest first then by id; the class table ascends from 0."""
+    index, specials, classes, n = img.token_index, img.specials, img.classes, len(img.token_index)
     if np.count_nonzero(np.isin(index["type"], SPECIAL_TYPES)) != len(specials):
         raise _fail(name, "special-token index does not list every special token")
     if len(specials) and (specials["id"].max() >= n or np.any(specials["length"] != index["length"][specials["id"]])
@@ -186,11 +217,12 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
     if len(classes) == 0 or classes["first"][0] != 0 or np.any(np.diff(classes["first"].astype(np.int64)) <= 0) \
             or classes["first"][-1] > 0x10FFFF:  # 17
         raise _fail(name, "unicode class table must ascend from code point 0")
-    for v in (bos, eos, pad):  # 15
-        if v != NO_TOKEN and v >= n:
-            raise _fail(name, "bos/eos/pad id out of range")
 
-    meta = {
+
+def _metadata_dict(fields: tuple) -> dict:
+    """The metadata record as the ``meta`` mapping of :class:`RuntimeImage`."""
+    vocab_size, n_merges, bos, eos, pad, mflags, uver, max_len, fp, src, pre, model, n_special = fields
+    return {
         "vocab_size": vocab_size,
         "merge_count": n_merges,
         "bos": None if bos == NO_TOKEN else bos,
@@ -205,17 +237,3 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         "model_name": model.rstrip(b"\0").decode("utf-8", "replace"),
         "special_count": n_special,
     }
-    return RuntimeImage(
-        version=(major, minor),
-        alignment=alignment,
-        size=size,
-        sections=sections,
-        token_index=index,
-        token_bytes=memoryview(data)[tb_off : tb_off + tb_size],
-        merges=merges,
-        byte_to_token=b2t,
-        pair_index=pairs,
-        specials=specials,
-        classes=classes,
-        meta=meta,
-    )
