@@ -29,3 +29,9 @@ def need_program(name: str, how: str) -> str:
     if path is None:
         _missing(f"program {name}", how)
     return path  # type: ignore[return-value]
+
+
+def need_root(why: str) -> None:
+    """Skip (fail on CI) unless the tests run as root."""
+    if os.geteuid() != 0:
+        _missing("root", why)

@@ -11,75 +11,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-from requirements import need_program
-from sshd import CuttingProxy, SSHServer, free_port, keygen
+from deploy_helpers import deploy, release_bytes
+from sshd import CuttingProxy, SSHServer, free_port
 
-from q25deploy.build.runtime import build_runtime
 from q25deploy.cli import main
-from q25deploy.model.synthetic import qwen25_tokenizer, write_model
 from q25deploy.resources import data_dir
-
-HERE = Path(__file__).parent
-DATA = HERE.parent / "data"
-VOCAB = DATA / "ggml-vocab-qwen2.gguf"
-
-
-@pytest.fixture(scope="module")
-def ssh(tmp_path_factory):
-    need_program("sshd", "Debian: openssh-server") if not Path("/usr/sbin/sshd").exists() else None
-    need_program("ssh-keygen", "Debian: openssh-client")
-    if os.geteuid() != 0:
-        pytest.skip("the sshd fixture logs in as root (CI runs as root)")
-    d = tmp_path_factory.mktemp("ssh")
-    key = keygen(d / "client_ed25519")
-    servers = [SSHServer(d / f"board{i}", key) for i in range(3)]
-    yield {"dir": d, "key": key, "servers": servers}
-    for s in servers:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
-def q25tok(tmp_path_factory) -> Path:
-    need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt") / "rt"
-    build_runtime(out)
-    return out / "q25tok"
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    """Three builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
-    d = tmp_path_factory.mktemp("models")
-    tok = qwen25_tokenizer(str(VOCAB))
-    foreign = (list(tok[0]), tok[1], tok[2])
-    foreign[0][151664] = b"<|not_qwen|>"
-    out = {}
-    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
-        gguf = d / f"{name}.gguf"
-        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
-        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
-        out[name] = d / name
-    return out
-
-
-def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
-    kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
-    argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{server.port}", "--build", str(build),
-            "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
-    if runtime and action in ("deploy",):
-        argv += ["--runtime-bin", str(runtime)]
-    capsys.readouterr()
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip() else None), err
-
-
-def release_bytes(build: Path, runtime: Path) -> int:
-    manifest = {a["path"]: a["size"] for a in json.loads((build / "manifest.json").read_text())["artifacts"]}
-    files = ["tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
-    return sum(manifest[f] for f in files) + sum(v for k, v in manifest.items() if k.startswith("partitions/")) \
-        + runtime.stat().st_size
 
 
 def test_deploy_smoke_status_redeploy_rollback(tmp_path, capsys, ssh, models, q25tok):

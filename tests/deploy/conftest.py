@@ -1,0 +1,54 @@
+"""The deploy tests' boards and builds: real OpenSSH sshd instances on loopback (the board is a
+--remote-root under tmp_path), the host-built q25tok, and three qemu builds. Shared by every
+module here (package scope): sshd, the C build and three model builds happen once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from requirements import need_program, need_root
+from sshd import SSHServer, keygen
+
+from q25deploy.build.runtime import build_runtime
+from q25deploy.cli import main
+from q25deploy.model.synthetic import qwen25_tokenizer, write_model
+
+VOCAB = Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"
+
+
+@pytest.fixture(scope="package")
+def ssh(tmp_path_factory):
+    need_program("sshd", "Debian: openssh-server") if not Path("/usr/sbin/sshd").exists() else None
+    need_program("ssh-keygen", "Debian: openssh-client")
+    need_root("the sshd fixture logs in as root")
+    d = tmp_path_factory.mktemp("ssh")
+    key = keygen(d / "client_ed25519")
+    servers = [SSHServer(d / f"board{i}", key) for i in range(3)]
+    yield {"dir": d, "key": key, "servers": servers}
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="package")
+def q25tok(tmp_path_factory) -> Path:
+    need_program("cc", "Debian: gcc")
+    out = tmp_path_factory.mktemp("rt") / "rt"
+    build_runtime(out)
+    return out / "q25tok"
+
+
+@pytest.fixture(scope="package")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Three builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
+    d = tmp_path_factory.mktemp("models")
+    tok = qwen25_tokenizer(str(VOCAB))
+    foreign = (list(tok[0]), tok[1], tok[2])
+    foreign[0][151664] = b"<|not_qwen|>"
+    out = {}
+    for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
+        gguf = d / f"{name}.gguf"
+        write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
+        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
+        out[name] = d / name
+    return out
