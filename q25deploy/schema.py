@@ -322,5 +322,6 @@ class BuildDir:
         except SchemaError as e:
             raise SchemaError(f"{e}; rebuild with q25deploy build") from None
         if actual != a.size:
-            raise SchemaError(f"{self.path / rel}: {actual:,} bytes, the manifest says {a.size:,}")
+            raise SchemaError(f"{self.path / rel}: size {actual:,} differs from the build manifest's {a.size:,} "
+                              "(rebuild with q25deploy build)")
         return self.path / rel

@@ -14,8 +14,8 @@ A deploy stages everything next to its destination, has the board verify every s
 updates the state (an intent record first, so a cut between the two is finished or
 dropped by the next run); a cut connection or a failed verify leaves the current release
 as it was. Every path goes through ``BoardFiles.path``: nothing outside the install
-directory is touched. The previous release is kept for rollback; after a deploy a failed smoke test rolls
-back at once.
+directory is touched. The previous release is kept for rollback; after a deploy a failed
+smoke test rolls back at once.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class Fleet:
                 raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
                                   "pass the build it was deployed from")
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
-            res.smoke = self._smoke(board, files, cur["files"], cur.get("image", "tokenizer.q25tokrt"))
+            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt")
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else "smoke test failed"
             return res
