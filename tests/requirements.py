@@ -30,8 +30,3 @@ def need_program(name: str, how: str) -> str:
         _missing(f"program {name}", how)
     return path  # type: ignore[return-value]
 
-
-def need_root(why: str) -> None:
-    """Skip (fail on CI) unless the tests run as root."""
-    if os.geteuid() != 0:
-        _missing("root", why)

@@ -1,5 +1,6 @@
 """The deploy tests' boards and builds: real OpenSSH sshd instances on loopback (the board is a
---remote-root under tmp_path), the host-built q25tok, and three qemu builds. Shared by every
+--remote-root under tmp_path; sshd runs as, and logs in, the user running the tests: root is
+not needed), the host-built q25tok, and three qemu builds. Shared by every
 module here (package scope): sshd, the C build and three model builds happen once."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from requirements import need_program, need_root
+from requirements import need_program
 from sshd import SSHServer, keygen
 
 from q25deploy.build.runtime import build_runtime
@@ -21,7 +22,6 @@ VOCAB = Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"
 def ssh(tmp_path_factory):
     need_program("sshd", "Debian: openssh-server") if not Path("/usr/sbin/sshd").exists() else None
     need_program("ssh-keygen", "Debian: openssh-client")
-    need_root("the sshd fixture logs in as root")
     d = tmp_path_factory.mktemp("ssh")
     key = keygen(d / "client_ed25519")
     servers = [SSHServer(d / f"board{i}", key) for i in range(3)]

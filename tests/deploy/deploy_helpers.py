@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from sshd import SSHServer
+from sshd import USER, SSHServer
 
 from q25deploy.cli import main
 
@@ -17,7 +17,7 @@ INSTALL = Path("lib") / "firmware" / "q25"
 
 def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
     kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
-    argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{server.port}", "--build", str(build),
+    argv = [action, "--target", "qemu", "--host", f"{USER}@127.0.0.1:{server.port}", "--build", str(build),
             "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
     if runtime and action in ("deploy",):
         argv += ["--runtime-bin", str(runtime)]

@@ -15,6 +15,7 @@ import threading
 
 import pytest
 from deploy_helpers import INSTALL, deploy, tree, wrapped_board
+from sshd import USER
 
 from q25deploy.deploy.connection import Board, HostSpec
 from q25deploy.deploy.deployer import BoardFiles
@@ -141,7 +142,7 @@ def test_an_unreadable_state_file_is_an_error_not_an_empty_board(tmp_path, capsy
 def cli(ssh, srv, root, build, q25tok, *extra):
     kh = srv.known_hosts(root.parent / f"kh_{srv.port}")
     return subprocess.run([sys.executable, "-m", "q25deploy", "deploy", "--target", "qemu", "--host",
-                           f"root@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(ssh["key"]),
+                           f"{USER}@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(ssh["key"]),
                            "--known-hosts", str(kh), "--remote-root", str(root), "--runtime-bin", str(q25tok),
                            "--json", *extra], capture_output=True, text=True, timeout=600)
 
@@ -175,7 +176,7 @@ def test_removing_a_release_never_removes_the_current_one(tmp_path, capsys, ssh,
     srv, root = ssh["servers"][2], tmp_path / "board"
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
     rid = res[0]["release"]
-    spec = HostSpec("127.0.0.1", "root", srv.port)
+    spec = HostSpec("127.0.0.1", USER, srv.port)
     with Board(spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")),
                trust_new_host=False) as board:
         files = BoardFiles(board, str(root), "/lib/firmware/q25")

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from deploy_helpers import deploy, release_bytes
-from sshd import CuttingProxy, SSHServer, free_port
+from sshd import USER, CuttingProxy, SSHServer, free_port
 
 from q25deploy.cli import main
 from q25deploy.resources import data_dir
@@ -62,7 +62,7 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp
     proxy = CuttingProxy(srv.port, limit=3 << 20)
     try:
         kh.write_text(srv.host_line.replace(f"]:{srv.port}", f"]:{proxy.port}") + "\n")
-        argv = ["deploy", "--target", "qemu", "--host", f"root@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
+        argv = ["deploy", "--target", "qemu", "--host", f"{USER}@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
                 "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root),
                 "--runtime-bin", str(q25tok), "--json"]
         capsys.readouterr()
@@ -157,8 +157,8 @@ def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
     kh.write_text("".join(s.host_line + "\n" for s in ssh["servers"]))
     down = free_port()
     hosts = tmp_path / "hosts"
-    hosts.write_text("# the lab\n" + "".join(f"root@127.0.0.1:{s.port}\n" for s in ssh["servers"]) +
-                     f"root@127.0.0.1:{down}  # switched off\n")
+    hosts.write_text("# the lab\n" + "".join(f"{USER}@127.0.0.1:{s.port}\n" for s in ssh["servers"]) +
+                     f"{USER}@127.0.0.1:{down}  # switched off\n")
     capsys.readouterr()
     code = main(["deploy", "--target", "qemu", "--hosts-file", str(hosts), "--build", str(models["A"]), "--identity",
                  str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(tmp_path / "fleet" / "{port}"), "--runtime-bin",
@@ -198,7 +198,7 @@ def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
         code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")
         assert code == 0 and res[0]["smoke"]["warnings"]
         capsys.readouterr()
-        code = main(["smoke", "--target", "qemu", "--host", f"root@127.0.0.1:{srv.port}", "--build", str(models["A"]),
+        code = main(["smoke", "--target", "qemu", "--host", f"{USER}@127.0.0.1:{srv.port}", "--build", str(models["A"]),
                      "--identity", str(ssh["key"]), "--known-hosts", str(srv.known_hosts(tmp_path / "kh")),
                      "--remote-root", str(root), "--strict", "--json"])
         assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]
