@@ -185,3 +185,27 @@ def test_removing_a_release_never_removes_the_current_one(tmp_path, capsys, ssh,
         for bad in ("../x", "/etc", "releases//x", "releases/./x", ""):
             with pytest.raises(Exception, match="refusing"):
                 files.path(bad)
+
+
+def test_a_cut_before_the_switch_is_dropped_and_a_lost_link_restored(tmp_path, capsys, ssh, models, q25tok):
+    good, root = ssh["servers"][0], tmp_path / "board"
+    base = root / INSTALL
+    code, res, _ = deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)
+    release_a = res[0]["release"]
+    # the connection dies at the switch itself: the intent is on the board, current is not moved
+    cut = wrapped_board(tmp_path, ssh, "cut", {"mv": 'for last; do :; done\n'
+                        'case "$last" in */current) kill -9 $PPID; exit 137;; esac\nexec /bin/mv "$@"\n'})
+    try:
+        code, res, _ = deploy(capsys, ssh, cut, root, models["B"], runtime=q25tok)
+    finally:
+        cut.stop()
+    assert code == 13 and (base / ".q25deploy-intent.json").exists()
+    assert os.readlink(base / "current") == f"releases/{release_a}"
+    (base / "current").unlink()  # and, say, a BusyBox ln -sfn cut halfway: no link at all
+    code, res, _ = deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)
+    assert code == 0 and res[0]["bytes_sent"] == 0, res
+    assert any("dropped the switch" in w for w in res[0]["warnings"])
+    assert any("restored the current link" in w for w in res[0]["warnings"])
+    assert os.readlink(base / "current") == f"releases/{release_a}"
+    assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
+    assert not (base / ".q25deploy-intent.json").exists()
