@@ -51,9 +51,9 @@ def obj(v: Any, where: str, field: str = "") -> dict:
     return v
 
 
-def text(v: Any, where: str, field: str) -> str:
-    if not isinstance(v, str):
-        raise _fail(where, field, f"expected a string, got {type(v).__name__}")
+def array(v: Any, where: str, field: str) -> list:
+    if not isinstance(v, list):
+        raise _fail(where, field, f"expected a list, got {type(v).__name__}")
     return v
 
 
@@ -125,11 +125,8 @@ class Artifact:
 
 
 def parse_manifest(doc: Any, where: str) -> dict[str, Artifact]:
-    items = obj(doc, where).get("artifacts")
-    if not isinstance(items, list):
-        raise _fail(where, "artifacts", "expected a list")
     out: dict[str, Artifact] = {}
-    for i, a in enumerate(items):
+    for i, a in enumerate(array(obj(doc, where).get("artifacts"), where, "artifacts")):
         f = f"artifacts[{i}]"
         a = obj(a, where, f)
         path = build_path(a.get("path"), where, f"{f}.path")
@@ -164,10 +161,7 @@ def parse_build_info(doc: Any, where: str) -> BuildInfo:
 
 def parse_partition_map(doc: Any, where: str) -> dict:
     d = obj(doc, where)
-    regions = d.get("regions")
-    if not isinstance(regions, list):
-        raise _fail(where, "regions", "expected a list")
-    for i, r in enumerate(regions):
+    for i, r in enumerate(array(d.get("regions"), where, "regions")):
         f = f"regions[{i}]"
         r = obj(r, where, f)
         index = size(r.get("index"), where, f"{f}.index")
@@ -188,10 +182,7 @@ def parse_release(doc: Any, where: str) -> dict:
     hex64(d.get("vocab_fingerprint"), where, "vocab_fingerprint")
     optional(hex64, d.get("model_sha256"), where, "model_sha256")
     optional(name, d.get("target"), where, "target")
-    files = d.get("files")
-    if not isinstance(files, list):
-        raise _fail(where, "files", "expected a list")
-    for i, f in enumerate(files):
+    for i, f in enumerate(array(d.get("files"), where, "files")):
         f = obj(f, where, f"files[{i}]")
         release_name(f.get("path"), where, f"files[{i}].path")
         hex64(f.get("sha256"), where, f"files[{i}].sha256")
@@ -226,7 +217,8 @@ def parse_state(doc: Any, where: str) -> dict:
         optional(hex64, rec.get("model_sha256"), where, f"{f}.model_sha256")
         optional(name, rec.get("target"), where, f"{f}.target")
         optional(release_name, rec.get("image"), where, f"{f}.image")
-        optional(text, rec.get("deployed_at"), where, f"{f}.deployed_at")
+        if not isinstance(rec.get("deployed_at", ""), str):
+            raise _fail(where, f"{f}.deployed_at", "expected a string")
     return d
 
 
@@ -243,9 +235,7 @@ def parse_intent(doc: Any, where: str) -> dict:
 
 def parse_asset_index(doc: Any, where: str) -> list[dict]:
     """The tokenizer cache's ``assets.json``: [{path, kind}], plain file names."""
-    if not isinstance(doc, list):
-        raise _fail(where, "", "expected a list")
-    for i, a in enumerate(doc):
+    for i, a in enumerate(array(doc, where, "")):
         a = obj(a, where, f"[{i}]")
         name(a.get("path"), where, f"[{i}].path"), name(a.get("kind"), where, f"[{i}].kind")
     return doc
