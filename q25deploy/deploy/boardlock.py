@@ -2,12 +2,13 @@
 SSH connection that took it lives.
 
 The lock is a symlink ``<install>/.q25deploy.lock`` whose target names its holder
-(``q25deploy-lock:PID:SINCE:OWNER``): ``ln -s`` creates it atomically with that record, where
+(``q25deploy-lock:PID:SINCE:BOOT:OWNER``, BOOT the start of the board's boot id): ``ln -s`` creates it atomically with that record, where
 a ``mkdir`` lock would be ownerless between the ``mkdir`` and the write of the owner. PID is
 a shell on the board that waits on the connection (``cat`` of its standard input) and removes
 the lock when the connection ends, cleanly or cut. A lock is stale, and is taken over, when
-that process is gone (killed, or the board rebooted) or it is older than :data:`LOCK_MAX_AGE`
-seconds (the holder is killed then). A second deploy waits up to :data:`LOCK_WAIT` seconds,
+that process is gone (``/proc/PID``, or ``kill -0`` where there is no /proc), the board
+booted since (another boot id: the PID may be reused), or it is older than
+:data:`LOCK_MAX_AGE` seconds (the holder is killed then). A second deploy waits up to :data:`LOCK_WAIT` seconds,
 then fails with the holder's name. Only ``sh``, ``ln``, ``readlink``, ``rm``, ``cut``,
 ``date``, ``kill`` and ``cat``: BusyBox has them all.
 """
@@ -34,7 +35,8 @@ BUSY = 75  # the board script's status when the lock is held by someone else (EX
 # $1 lock path, $2 owner, $3 max age; prints "acquired" and holds until stdin closes, or exits BUSY
 HOLD = r'''lock=$1; owner=$2; max=$3
 mkdir -p "${lock%/*}" || exit 1
-now=$(date +%s); me="q25deploy-lock:$$:$now:$owner"
+boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
+now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
 if ln -s "$me" "$lock" 2>/dev/null; then
   echo acquired
   cat >/dev/null
@@ -42,9 +44,12 @@ if ln -s "$me" "$lock" 2>/dev/null; then
   exit 0
 fi
 cur=$(readlink "$lock") || exit 75
-pid=$(echo "$cur" | cut -d: -f2); since=$(echo "$cur" | cut -d: -f3); stale=0
+pid=$(echo "$cur" | cut -d: -f2); since=$(echo "$cur" | cut -d: -f3); held=$(echo "$cur" | cut -d: -f4); stale=0
 case "$pid:$since" in *[!0-9:]*|:*|*:) stale=1 ;; esac
-if [ $stale = 0 ]; then kill -0 "$pid" 2>/dev/null || stale=1; fi
+if [ $stale = 0 ] && [ -n "$boot" ] && [ "$held" != "$boot" ]; then stale=1; fi
+if [ $stale = 0 ] && [ ! -d "/proc/$pid" ]; then
+  if [ -d /proc/self ] || ! kill -0 "$pid" 2>/dev/null; then stale=1; fi
+fi
 if [ $stale = 0 ] && [ $((now - since)) -gt "$max" ]; then stale=1; fi
 if [ $stale = 1 ] && [ "$(readlink "$lock")" = "$cur" ]; then rm -f "$lock"; echo "stale $cur"; exit 75; fi
 echo "busy $cur"; exit 75
@@ -78,10 +83,10 @@ def _close(chan: paramiko.Channel) -> None:
 
 
 def _describe(record: str) -> str:
-    parts = record.split(":", 3)
-    if len(parts) == 4 and parts[2].isdigit():
+    parts = record.split(":", 4)
+    if len(parts) == 5 and parts[2].isdigit():
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(parts[2])))
-        return f"{parts[3]} (board pid {parts[1]}) since {when}"
+        return f"{parts[4]} (board pid {parts[1]}) since {when}"
     return repr(record)
 
 

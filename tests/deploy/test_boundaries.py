@@ -151,7 +151,7 @@ def test_two_deploys_to_one_board_do_not_interleave(tmp_path, capsys, ssh, model
     srv, root = ssh["servers"][1], tmp_path / "board"
     base = root / INSTALL
     base.mkdir(parents=True)
-    os.symlink("q25deploy-lock:999999999:1:ghost@gone", base / ".q25deploy.lock")  # stale: no such process
+    os.symlink("q25deploy-lock:999999999:1:00000000:ghost@gone", base / ".q25deploy.lock")  # stale: no such process
     runs: dict[str, subprocess.CompletedProcess] = {}
     threads = [threading.Thread(target=lambda n=n: runs.__setitem__(n, cli(ssh, srv, root, models[n], q25tok)))
                for n in ("A", "B")]
