@@ -70,5 +70,10 @@ class HostKeyError(DeployError):
     """The board's host key is unknown (without --trust-new-host) or changed."""
 
 
+class SchemaError(Q25Error):
+    """A file from outside (a build directory, a board's state, a cache index) is malformed or
+    unsafe: not JSON, a wrong type, a bad digest, a path that leaves its directory, a symlink."""
+
+
 class PackageError(Q25Error):
     """A build cannot be packaged (unsafe or inconsistent contents, bad key, bad option)."""

@@ -34,3 +34,4 @@ def need_program(name: str, how: str) -> str:
     if path is None:
         _missing(f"program {name}", how)
     return path  # type: ignore[return-value]
+

@@ -3,6 +3,7 @@ cuts connections after N bytes."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+USER = getpass.getuser()  # who the test boards log in
 
 
 def keygen(path: Path) -> Path:
@@ -26,7 +28,8 @@ def free_port() -> int:
 
 
 class SSHServer:
-    """sshd -D on 127.0.0.1:<free port>, logging in root with ``client_key``."""
+    """sshd -D on 127.0.0.1:<free port>, logging in the user running it (root on CI) with
+    ``client_key``; an sshd started by another user can only log in that user."""
 
     def __init__(self, workdir: Path, client_key: Path, env_path: str | None = None) -> None:
         self.dir = workdir
@@ -34,7 +37,10 @@ class SSHServer:
         self.host_key = keygen(workdir / "host_ed25519")
         (workdir / "authorized_keys").write_text(Path(str(client_key) + ".pub").read_text())
         self.port = free_port()
-        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        try:  # the privilege-separation directory; only root needs (and may create) it
+            Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
         cmd = [SSHD, "-D", "-e", "-f", "/dev/null",
                "-o", f"HostKey={self.host_key}", "-o", f"PidFile={workdir / 'sshd.pid'}",
                "-o", "ListenAddress=127.0.0.1", "-o", f"Port={self.port}",
@@ -125,4 +131,4 @@ class CuttingProxy:
         self.sock.close()
 
 
-__all__ = ["CuttingProxy", "SSHServer", "keygen", "os"]
+__all__ = ["USER", "CuttingProxy", "SSHServer", "keygen", "os"]

@@ -62,6 +62,17 @@ def positive_pow2(s: str) -> int:
     return v
 
 
+def positive_int(s: str) -> int:
+    """argparse type: an integer >= 1 (``--jobs``)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} is not at least 1")
+    return v
+
+
 def report_failures(failures: Iterable) -> None:
     """One warning line on stderr per plugin that failed to load (the command goes on)."""
     for f in failures:

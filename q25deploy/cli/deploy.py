@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import report_failures
+from .common import positive_int, report_failures
 
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
 #: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
@@ -32,7 +32,7 @@ def add_commands(sub) -> None:
                    "board file's q25tok and /proc/device-tree stay at their system paths; {host}, {port} and "
                    "{user} are replaced per board")
     c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
-    c.add_argument("--jobs", type=int, default=4, metavar="N", help="boards in parallel (default 4)")
+    c.add_argument("--jobs", type=positive_int, default=4, metavar="N", help="boards in parallel (default 4)")
     c.add_argument("--json", action="store_true", help="per-host results as JSON")
     dp = sub.add_parser("deploy", parents=[conn], help="deploy a build to boards: atomic, verified, rolled back",
                         description="Send the build's release (runtime image, partitions, map) to each board: only "

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import OutputError, PackageError, UsageError
+from ..errors import OutputError, UsageError
 from ..ota.settings import ota_settings
 from .common import report_failures
 
@@ -24,18 +24,17 @@ EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
 
 
 def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
-    from ..ota.plan import check_rel, plan_package
+    from ..ota.plan import plan_package
+    from ..schema import BuildDir
     from ..tokenizer.codec import Codec
-    from ..tokenizer.image.reader import read_image_file
+    from ..tokenizer.image.reader import open_image
 
     image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
-    try:
-        image_rel = json.loads((a.build / "build.json").read_text())["image"]["path"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PackageError(f"{a.build}/build.json: unreadable ({e}); rebuild with q25deploy build") from None
-    image = a.build / check_rel(image_rel, f"{a.build}/build.json: image.path")
+    build = BuildDir(a.build)  # build.json checked by the schema: a corrupt one is exit 1, not a crash
+    with build.open(build.info.image_path) as f:
+        image = open_image(f.read(), name=str(build.path / build.info.image_path))
     return plan_package(a.build, target=target.name, install_dir=image_layout.install_dir, q25tok=image_layout.runtime,
-                        codec=Codec(read_image_file(image)), tokenizer_only=a.tokenizer_only)
+                        codec=Codec(image), tokenizer_only=a.tokenizer_only)
 
 
 def _signer(a: argparse.Namespace):

@@ -21,7 +21,7 @@ from typing import BinaryIO, Sequence
 import paramiko
 from fabric import Connection
 
-from ..errors import DeployError, HostKeyError
+from ..errors import DeployError, HostKeyError, UsageError
 
 COMMAND_TIMEOUT = 120
 UPLOAD_TIMEOUT = 3600
@@ -40,19 +40,22 @@ class HostSpec:
 
 
 def parse_host(text: str, default_user: str, default_port: int) -> HostSpec:
-    """``[user@]host[:port]`` (IPv6 as ``[addr]:port``)."""
+    """``[user@]host[:port]`` (IPv6 as ``[addr]:port``); a malformed one is a usage error."""
     user, _, rest = text.rpartition("@")
-    host, port = rest, default_port
+    host, port = rest, str(default_port)
     if rest.startswith("["):
         host, _, tail = rest[1:].partition("]")
-        if tail.startswith(":"):
-            port = int(tail[1:])
+        if tail:
+            if not tail.startswith(":"):
+                raise UsageError(f"bad host {text!r} (expected [user@]host[:port])")
+            port = tail[1:]
     elif rest.count(":") == 1:
-        host, p = rest.split(":")
-        port = int(p)
-    if not host or not 0 < port < 65536:
-        raise DeployError(f"bad host {text!r} (expected [user@]host[:port])")
-    return HostSpec(host, user or default_user, port)
+        host, port = rest.split(":")
+    if not host or any(c.isspace() or c in "/\\'\"`$;&|<>" for c in host + user):
+        raise UsageError(f"bad host {text!r} (expected [user@]host[:port])")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"bad port in host {text!r}: {port!r} is not a port number (1-65535)")
+    return HostSpec(host, user or default_user, int(port))
 
 
 # AES-GCM first: encryption and integrity in one C call per packet, which is what lets a
@@ -143,6 +146,11 @@ class Board:
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:
             raise DeployError(f"{self.spec.name}: connection lost: {e}") from None
         return chan
+
+    def start(self, argv: Sequence[str], timeout: int) -> paramiko.Channel:
+        """Start argv on the board (quoted, under ``timeout``) and return its open channel: for a
+        command that lives as long as the caller needs it (the board lock)."""
+        return self._channel(argv, timeout)
 
     def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT,
             check: bool = True) -> tuple[int, bytes, bytes]:

@@ -6,12 +6,16 @@ On the board, under ``<remote-root><install dir>``:
     releases/.incoming-<id>/  a release being uploaded (removed by the next run if cut)
     current -> releases/<id>  switched by one rename(2)
     .q25deploy-state.json     what is deployed: current, previous, files and digests, time
+    .q25deploy-intent.json    the state a switch in progress leads to (see boardfiles)
+    .q25deploy.lock           held while a deploy or rollback runs (see boardlock)
 
 A deploy stages everything next to its destination, has the board verify every sha256,
 ``sync``s, renames the staged release into place, switches ``current`` and only then
-updates the state; a cut connection or a failed verify leaves the current release as it
-was. The previous release is kept for rollback; after a deploy a failed smoke test rolls
-back at once.
+updates the state (an intent record first, so a cut between the two is finished or
+dropped by the next run); a cut connection or a failed verify leaves the current release
+as it was. Every path goes through ``BoardFiles.path``: nothing outside the install
+directory is touched. The previous release is kept for rollback; after a deploy a failed
+smoke test rolls back at once.
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..common import json_bytes
 from ..errors import DeployError
+from .boardfiles import STATE_NAME, BoardFiles
 from .connection import Board
 from .release import STATE_FORMAT, Release, plan_transfer
 
-STATE_NAME = ".q25deploy-state.json"
+__all__ = ["STATE_NAME", "BoardFiles", "HostResult", "deploy", "rollback", "status"]
 
 
 @dataclass
@@ -48,57 +52,6 @@ class HostResult:
 
     def as_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
-
-
-class BoardFiles:
-    """Paths on one board under ``base``: the install directory, under the remote root (a
-    chroot or data partition) when one is given. Nothing else is prefixed by the remote root."""
-
-    def __init__(self, board: Board, remote_root: str, install_dir: str) -> None:
-        self.board = board
-        self.root = posixpath.normpath("/" + remote_root.strip("/")) if remote_root else ""
-        self.base = posixpath.normpath(f"{self.root}/{install_dir.lstrip('/')}")
-
-    def path(self, rel: str) -> str:
-        p = posixpath.normpath(posixpath.join(self.base, rel))
-        if p != self.base and not p.startswith(self.base + "/"):
-            raise DeployError(f"refusing to touch {p}: outside {self.base}")
-        return p
-
-    def read_state(self) -> dict:
-        status, out, _ = self.board.run(["cat", self.path(STATE_NAME)], check=False)
-        if status != 0:
-            return {"format": STATE_FORMAT, "current": None, "previous": None, "releases": {}}
-        try:
-            state = json.loads(out)
-            if not isinstance(state, dict) or "releases" not in state:
-                raise ValueError
-            return state
-        except ValueError:
-            raise DeployError(f"{self.board.spec.name}: {self.path(STATE_NAME)} is not a q25deploy state file") from None
-
-    def write_state(self, state: dict) -> None:
-        data = json_bytes(state)
-        tmp = self.path(STATE_NAME + ".tmp")
-        self.board.upload(io.BytesIO(data), len(data), tmp)
-        # the rename itself must reach the disk too: a power cut after a deploy returned
-        # must not bring the old state back (found on the emulated board's ext4 disk)
-        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2" && sync', "sh", tmp,
-                        self.path(STATE_NAME)])
-
-    def switch(self, release_id: str) -> str | None:
-        """current -> releases/<id>, by one rename (``mv -T``). BusyBox's mv has no -T and
-        would move into the old release, so there the link is replaced with ``ln -sfn``
-        (not atomic: a reader may briefly find no ``current``); returns that warning."""
-        tmp, cur = self.path(".current.tmp"), self.path("current")
-        script = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
-                  'if mv -T -f "$1" "$3" 2>/dev/null; then sync; exit 0; fi; '
-                  'rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic')
-        _, out, _ = self.board.run(["sh", "-c", script, "sh", tmp, f"releases/{release_id}", cur])
-        if b"non-atomic" in out:
-            return ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
-                    "install coreutils' mv on the board for an atomic switch")
-        return None
 
 
 def _record(release: Release, when: str) -> dict:
@@ -130,13 +83,15 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
            smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None,
-           load: Callable[[], dict] | None = None) -> HostResult:
-    """``load`` puts the current release's partitions into their reserved regions (after
-    the switch, and again after switching back)."""
+           load: Callable[[], dict] | None = None, state: dict | None = None) -> HostResult:
+    """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it).
+    ``load`` puts the current release's partitions into their reserved regions (after the
+    switch, and again after switching back)."""
     res = HostResult(board.spec.name, release=release.id)
-    state = files.read_state()
+    if state is None:
+        state, res.warnings = files.reconcile()
     res.previous = state.get("current")
-    rdir = files.path(f"releases/{release.id}")
+    rdir = files.release_dir(release.id)
     if state.get("current") == release.id and board.run(["test", "-d", rdir], check=False)[0] == 0:
         progress("already deployed: nothing to send")
         if load:  # (after a reboot the regions are empty again)
@@ -150,23 +105,27 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     transfer = plan_transfer(release, state)
     preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
     staging = files.path(f"releases/.incoming-{release.id}")
+
+    def staged(rel: str) -> str:  # every path checked: a release file never leaves the staging directory
+        return files.path(f"releases/.incoming-{release.id}/{rel}")
+
     board.run(["rm", "-rf", staging])
-    dirs = sorted({posixpath.dirname(posixpath.join(staging, f.rel)) for f in release.files} | {staging})
+    dirs = sorted({posixpath.dirname(staged(f.rel)) for f in release.files} | {staging})
     board.run(["mkdir", "-p", *dirs])
     if transfer.links:
         pairs = []
         for f, existing in transfer.links:
-            pairs += [files.path(existing), posixpath.join(staging, f.rel)]
+            pairs += [files.path(existing), staged(f.rel)]
         board.run(["sh", "-c", 'while [ $# -gt 0 ]; do ln "$1" "$2" || exit 1; shift 2; done', "sh", *pairs])
     for f in transfer.uploads:
         progress(f"sending {f.rel} ({f.size:,} bytes)")
-        with open(f.local, "rb") as src:
-            res.bytes_sent += board.upload(src, f.size, posixpath.join(staging, f.rel))
+        with f.open() as src:
+            res.bytes_sent += board.upload(src, f.size, staged(f.rel))
         res.files_sent += 1
     res.files_linked = len(transfer.links)
-    board.upload(io.BytesIO(release.description), len(release.description), posixpath.join(staging, "release.json"))
+    board.upload(io.BytesIO(release.description), len(release.description), staged("release.json"))
     if any(f.rel == "q25tok" for f in release.files):
-        board.run(["chmod", "0755", posixpath.join(staging, "q25tok")])
+        board.run(["chmod", "0755", staged("q25tok")])
     # the board checks every file (uploaded and linked) against the release's digests
     checklist = "".join(f"{f.sha256}  {f.rel}\n" for f in release.files).encode()
     # (plain -c: GNU's --strict/--quiet are not in BusyBox's sha256sum)
@@ -182,9 +141,6 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     # rdir does not exist when mv runs, so plain mv is rename(2) (BusyBox's mv has no -T)
     board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2"; fi', "sh", staging, rdir])
     board.run(["sync"])
-    warning = files.switch(release.id)
-    if warning:
-        res.warnings.append(warning)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     old_current = state.get("current")
     keep = {release.id, old_current} - {None}
@@ -194,7 +150,9 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     # older releases stay recorded (and on the board) until the smoke test passed: a failed
     # one goes back to exactly the state before this deploy, older rollback point included
     new_state["releases"][release.id] = _record(release, when)
-    files.write_state(new_state)
+    warning = files.commit(new_state)  # intent, switch, state: a cut anywhere is reconciled by the next run
+    if warning:
+        res.warnings.append(warning)
     if load:
         progress("loading the partitions into reserved memory")
         res.residency = load()
@@ -206,18 +164,17 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         if prune:
             new_state["releases"] = {rid: info for rid, info in new_state["releases"].items() if rid in keep}
             files.write_state(new_state)
-            for rid in prune:  # older releases go (only under releases/)
-                board.run(["rm", "-rf", files.path(f"releases/{rid}")], check=False)
+            for rid in prune:  # older releases go (never the one current points at)
+                files.remove_release(rid)
         return res
     if old_current and old_current != release.id and old_current in state.get("releases", {}):
-        warning = files.switch(old_current)
+        warning = files.commit(state)  # back to exactly the state before this deploy
         if warning:
             res.warnings.append(warning)
-        files.write_state(state)
         if load:
             load()
         if release.id not in state.get("releases", {}):
-            board.run(["rm", "-rf", rdir], check=False)
+            files.remove_release(release.id)
         res.rolled_back = True
         res.error = f"smoke test failed, rolled back to {old_current}: {failure_reason(res.smoke)}"
     else:
@@ -239,21 +196,22 @@ def failure_reason(smoke: dict, limit: int = 200) -> str:
 
 def rollback(board: Board, files: BoardFiles, state: dict | None = None,
              load: Callable[[], dict] | None = None) -> HostResult:
-    state = state or files.read_state()
+    """Back to the previous release (call under ``files.lock()``)."""
     res = HostResult(board.spec.name)
+    if state is None:
+        state, res.warnings = files.reconcile()
     prev, cur = state.get("previous"), state.get("current")
     if not prev or prev not in state.get("releases", {}):
         raise DeployError(f"{board.spec.name}: no previous release to roll back to")
-    warning = files.switch(prev)
-    if warning:
-        res.warnings.append(warning)
     new_state = {"format": STATE_FORMAT, "current": prev, "previous": None,
                  "releases": {prev: state["releases"][prev]}}
-    files.write_state(new_state)
+    warning = files.commit(new_state)
+    if warning:
+        res.warnings.append(warning)
     if load:
         res.residency = load()
     if cur and cur != prev:
-        board.run(["rm", "-rf", files.path(f"releases/{cur}")], check=False)
+        files.remove_release(cur)  # not if current still points at it
     res.ok, res.release, res.previous = True, prev, cur
     return res
 
@@ -263,6 +221,8 @@ def status(board: Board, files: BoardFiles) -> dict:
     _, out, _ = board.run(["readlink", files.path("current")], check=False)
     link = out.decode().strip()
     cur = state.get("current")
+    pending = files.read_intent()  # a switch an earlier run was cut in: the next deploy or rollback settles it
     return {"host": board.spec.name, "current": cur, "previous": state.get("previous"),
-            "current_link": link or None, "consistent": (link == f"releases/{cur}") if cur else link == "",
+            "current_link": link or None, "consistent": ((link == f"releases/{cur}") if cur else link == "")
+            and pending is None, "pending_switch": pending["current"] if pending else None,
             "release": state.get("releases", {}).get(cur or "")}

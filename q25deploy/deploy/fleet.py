@@ -3,7 +3,6 @@ never stops the others."""
 
 from __future__ import annotations
 
-import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -13,7 +12,8 @@ from typing import Callable
 
 from ..build.layout import RUNTIME_BIN
 from ..common import file_sha256
-from ..errors import DeployError, Q25Error
+from ..errors import DeployError, Q25Error, UsageError
+from ..schema import BuildDir, BuildInfo
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .release import Release, release_from_build, tokenizer_only
@@ -49,7 +49,7 @@ def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
         except OSError as e:
             raise DeployError(f"{opts.hosts_file}: cannot read: {e.strerror}") from None
     if not texts:
-        raise DeployError("give at least one --host or a --hosts-file")
+        raise UsageError("give at least one --host or a --hosts-file")
     return [parse_host(t, user, port) for t in texts]
 
 
@@ -74,22 +74,28 @@ class Fleet:
         self._codec = None
         self._lock = threading.Lock()
 
-    # -- shared by all hosts, read once ------------------------------------------------------
+    # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
     @cached_property
-    def summary(self) -> dict:
-        return json.loads((self.opts.build_dir / "build.json").read_text())
+    def build(self) -> BuildDir:
+        return BuildDir(self.opts.build_dir)
 
-    @cached_property
+    @property
+    def summary(self) -> BuildInfo:
+        return self.build.info
+
+    @property
     def partition_map(self) -> dict:
-        return json.loads((self.opts.build_dir / "partition_map.json").read_text())
+        return self.build.partition_map
 
     def codec(self):
         with self._lock:
             if self._codec is None:
                 from ..tokenizer.codec import Codec
-                from ..tokenizer.image.reader import read_image_file
+                from ..tokenizer.image.reader import open_image
 
-                self._codec = Codec(read_image_file(self.opts.build_dir / self.summary["image"]["path"]))
+                path = self.summary.image_path
+                with self.build.open(path) as f:
+                    self._codec = Codec(open_image(f.read(), name=str(self.build.path / path)))
             return self._codec
 
     def build_release(self) -> Release:
@@ -99,7 +105,7 @@ class Fleet:
             if not p.is_file():
                 raise DeployError(f"{p}: no such --runtime-bin")
             rb = (p, file_sha256(p))
-        built_for = self.summary["image"]["install_dir"]
+        built_for = self.summary.install_dir
         if built_for != self.install_dir:
             raise DeployError(f"{self.opts.build_dir} installs to {built_for}, target {self.target.name} to "
                               f"{self.install_dir}: rebuild with q25deploy build")
@@ -126,11 +132,15 @@ class Fleet:
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
             files = self._files(board)
-            rel = tokenizer_only(release, files.read_state()) if self.opts.tokenizer_only else release
-            arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
-            names = {f.rel for f in rel.files}
-            return deploy(board, files, rel, expect_arch=arch,
-                          smoke=lambda: self._smoke(board, files, names, rel.image), load=self._load(board, files))
+            with files.lock():  # one deploy per board; what a cut left is settled first
+                state, notes = files.reconcile()
+                rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
+                arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
+                names = {f.rel for f in rel.files}
+                res = deploy(board, files, rel, expect_arch=arch, state=state, load=self._load(board, files),
+                             smoke=lambda: self._smoke(board, files, names, rel.image))
+                res.warnings[:0] = notes
+                return res
 
     def smoke_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
@@ -139,11 +149,11 @@ class Fleet:
             cur = state.get("releases", {}).get(state.get("current") or "")
             if not cur:
                 raise DeployError(f"{spec.name}: nothing is deployed")
-            if cur["vocab_fingerprint"] != self.summary["image"]["vocab_fingerprint"]:
+            if cur["vocab_fingerprint"] != self.summary.vocab_fingerprint:
                 raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
                                   "pass the build it was deployed from")
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
-            res.smoke = self._smoke(board, files, cur["files"], cur.get("image", "tokenizer.q25tokrt"))
+            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt")
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
@@ -155,7 +165,8 @@ class Fleet:
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
             files = self._files(board)
-            return rollback(board, files, load=self._load(board, files))
+            with files.lock():
+                return rollback(board, files, load=self._load(board, files))
 
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board:

@@ -9,15 +9,17 @@ board already holds in a kept release is hard-linked on the board instead of upl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from .. import schema
 from ..build import layout
 from ..common import json_bytes, json_digest
 from ..errors import DeployError
+from ..schema import STATE_FORMAT, BuildDir
 
-STATE_FORMAT = "q25deploy-board-state/1"
+__all__ = ["STATE_FORMAT", "Release", "ReleaseFile", "Transfer", "plan_transfer", "release_from_build", "tokenizer_only"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,15 @@ class ReleaseFile:
     sha256: str
     size: int
     local: Path | None  # where it is on this machine (None: taken from the board)
+    origin: tuple[BuildDir, str] | None = None  # (build directory, path in it): opened without following symlinks
+
+    def open(self) -> BinaryIO:
+        """The local file, for reading (a build's file never through a symlink)."""
+        if self.origin is not None:
+            return self.origin[0].open(self.origin[1])
+        if self.local is None:
+            raise DeployError(f"{self.rel} is not on this machine")
+        return open(self.local, "rb")
 
 
 @dataclass(frozen=True)
@@ -45,27 +56,26 @@ def _describe(files: list[ReleaseFile], meta: dict) -> tuple[str, bytes]:
 
 
 def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = None) -> Release:
-    """The release of a `q25deploy build` directory (digests from its manifest)."""
-    try:
-        manifest = {a["path"]: a for a in json.loads((build_dir / layout.MANIFEST).read_text())["artifacts"]}
-        summary = json.loads((build_dir / layout.BUILD_INFO).read_text())
-    except (OSError, ValueError, KeyError) as e:
-        raise DeployError(f"{build_dir}: not a q25deploy build directory ({e})") from None
-    image_rel = summary["image"]["path"]
+    """The release of a `q25deploy build` directory (digests from its manifest; every path
+    checked by :mod:`q25deploy.schema`, no file read through a symlink)."""
+    build = BuildDir(build_dir)
+    manifest, info = build.manifest, build.info
     partitions = sorted(p for p in manifest if p.startswith("partitions/") and p != layout.REGION_TABLE)
+    where = str(build.path / layout.MANIFEST)
     files = []
-    for rel in layout.release_files(image_rel, partitions):
-        a = manifest.get(rel)
-        if a is None or not (build_dir / rel).is_file():
-            raise DeployError(f"{build_dir}: {rel} is missing; rebuild with q25deploy build")
-        files.append(ReleaseFile(layout.release_name(rel), a["sha256"], a["size"], build_dir / rel))
+    for rel in layout.release_files(info.image_path, partitions):
+        local = build.check_file(rel)
+        a = manifest[rel]
+        name = schema.release_name(layout.release_name(rel), where, rel)
+        files.append(ReleaseFile(name, a.sha256, a.size, local, (build, rel)))
     if runtime_bin:
         path, digest = runtime_bin
         files.append(ReleaseFile(layout.RUNTIME_BIN, digest, path.stat().st_size, path))
-    meta = {"target": summary["target"], "model_sha256": summary["model"]["sha256"],
-            "vocab_fingerprint": summary["image"]["vocab_fingerprint"]}
+    if len({f.rel for f in files}) != len(files):
+        raise DeployError(f"{build_dir}: two release files have the same name; rebuild with q25deploy build")
+    meta = {"target": info.target, "model_sha256": info.model_sha256, "vocab_fingerprint": info.vocab_fingerprint}
     rid, desc = _describe(files, meta)
-    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], layout.release_name(image_rel))
+    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], info.image_name)
 
 
 def tokenizer_only(build: Release, state: dict) -> Release:

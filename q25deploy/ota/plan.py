@@ -16,21 +16,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..tokenizer.codec import Codec
+from .. import schema
 from ..deploy.release import release_from_build
-from ..errors import DeployError, PackageError
+from ..common import stream_sha256
+from ..errors import DeployError, PackageError, SchemaError
+from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
-from .archive import sha256_file
 
 PLAN_NAME = "q25-plan"
 PLAN_FORMAT = "q25-ota-plan 1"
 TOKENIZER_FILES = ("tokenizer_runtime_image_manifest.json",)
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+# what the board script's line-based plan can carry: narrower than the schema's paths
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 _ABS = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+")
-
-
 
 
 @dataclass(frozen=True)
@@ -64,16 +63,23 @@ class OtaPlan:
         return tuple(f for f in self.files if f.rel)
 
 
+def _schema(check, value, where: str) -> str:
+    try:
+        return check(value, where, "")
+    except SchemaError as e:
+        raise PackageError(str(e).replace(": : ", ": ")) from None
+
+
 def check_rel(rel: str, where: str) -> str:
-    if not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel.split("/"):
+    """A release path (schema's :func:`~q25deploy.schema.release_name`) the plan's lines can carry."""
+    _schema(schema.release_name, rel, where)
+    if not _REL.fullmatch(rel):
         raise PackageError(f"{where}: unsafe path {rel!r} (want a plain relative POSIX path)")
     return rel
 
 
 def check_hex(value: str, where: str) -> str:
-    if not isinstance(value, str) or not _HEX64.fullmatch(value):
-        raise PackageError(f"{where}: {value!r} is not a sha256 (64 lower-case hex digits)")
-    return value
+    return _schema(schema.hex64, value, where)
 
 
 def check_name(value: str, where: str) -> str:
@@ -111,8 +117,6 @@ def _release_payload(build_dir: Path, tokenizer_only: bool) -> tuple[dict, list[
         rel = release_from_build(build_dir)
     except DeployError as e:
         raise PackageError(str(e)) from None
-    except (KeyError, TypeError) as e:
-        raise PackageError(f"{build_dir}: build.json or manifest.json lacks {e} (rebuild with q25deploy build)") from None
     desc = json.loads(rel.description)
     files = []
     for f in rel.files:
@@ -120,7 +124,8 @@ def _release_payload(build_dir: Path, tokenizer_only: bool) -> tuple[dict, list[
         check_hex(f.sha256, f"{build_dir}/manifest.json: {f.rel}")
         if tokenizer_only and f.rel not in (rel.image, *TOKENIZER_FILES):
             continue
-        actual = sha256_file(f.local)
+        with f.open() as src:  # never through a symlink out of the build directory
+            actual = stream_sha256(src)
         if actual != f.sha256:
             raise PackageError(f"{f.local}: sha256 {actual[:16]}… differs from the build manifest's "
                                f"{f.sha256[:16]}… (rebuild with q25deploy build)")
@@ -133,7 +138,7 @@ def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str,
     """The payload of an artifact for ``build_dir`` (validated; digests checked on disk)."""
     meta, files, description = _release_payload(build_dir, tokenizer_only)
     check_name(target, "target")
-    check_name(meta["id"], "release id")
+    _schema(schema.release_id, meta["id"], "release id")
     check_hex(meta["vocab_fingerprint"], f"{build_dir}/build.json: vocab_fingerprint")
     check_rel(meta["image"], f"{build_dir}/build.json: image")
     check_abs(install_dir, "install dir")

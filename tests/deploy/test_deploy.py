@@ -11,65 +11,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-from release_builds import qemu_builds
-from requirements import need_program
-from sshd import CuttingProxy, SSHServer, free_port, keygen
+from deploy_helpers import deploy, release_bytes
+from sshd import USER, CuttingProxy, SSHServer, free_port
 
-from q25deploy.build.runtime import build_runtime
 from q25deploy.cli import main
 from q25deploy.resources import data_dir
-
-HERE = Path(__file__).parent
-DATA = HERE.parent / "data"
-VOCAB = DATA / "ggml-vocab-qwen2.gguf"
-
-
-@pytest.fixture(scope="module")
-def ssh(tmp_path_factory):
-    need_program("sshd", "Debian: openssh-server") if not Path("/usr/sbin/sshd").exists() else None
-    need_program("ssh-keygen", "Debian: openssh-client")
-    if os.geteuid() != 0:
-        pytest.skip("the sshd fixture logs in as root (CI runs as root)")
-    d = tmp_path_factory.mktemp("ssh")
-    key = keygen(d / "client_ed25519")
-    servers = [SSHServer(d / f"board{i}", key) for i in range(3)]
-    yield {"dir": d, "key": key, "servers": servers}
-    for s in servers:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
-def q25tok(tmp_path_factory) -> Path:
-    need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt") / "rt"
-    build_runtime(out)
-    return out / "q25tok"
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    """Three builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
-    return qemu_builds(tmp_path_factory.mktemp("models"))
-
-
-def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
-    kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
-    argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{server.port}", "--build", str(build),
-            "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
-    if runtime and action in ("deploy",):
-        argv += ["--runtime-bin", str(runtime)]
-    capsys.readouterr()
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if out.strip() else None), err
-
-
-def release_bytes(build: Path, runtime: Path) -> int:
-    manifest = {a["path"]: a["size"] for a in json.loads((build / "manifest.json").read_text())["artifacts"]}
-    files = ["tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
-    return sum(manifest[f] for f in files) + sum(v for k, v in manifest.items() if k.startswith("partitions/")) \
-        + runtime.stat().st_size
 
 
 def test_deploy_smoke_status_redeploy_rollback(tmp_path, capsys, ssh, models, q25tok):
@@ -116,7 +62,7 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp
     proxy = CuttingProxy(srv.port, limit=3 << 20)
     try:
         kh.write_text(srv.host_line.replace(f"]:{srv.port}", f"]:{proxy.port}") + "\n")
-        argv = ["deploy", "--target", "qemu", "--host", f"root@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
+        argv = ["deploy", "--target", "qemu", "--host", f"{USER}@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
                 "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root),
                 "--runtime-bin", str(q25tok), "--json"]
         capsys.readouterr()
@@ -211,8 +157,8 @@ def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
     kh.write_text("".join(s.host_line + "\n" for s in ssh["servers"]))
     down = free_port()
     hosts = tmp_path / "hosts"
-    hosts.write_text("# the lab\n" + "".join(f"root@127.0.0.1:{s.port}\n" for s in ssh["servers"]) +
-                     f"root@127.0.0.1:{down}  # switched off\n")
+    hosts.write_text("# the lab\n" + "".join(f"{USER}@127.0.0.1:{s.port}\n" for s in ssh["servers"]) +
+                     f"{USER}@127.0.0.1:{down}  # switched off\n")
     capsys.readouterr()
     code = main(["deploy", "--target", "qemu", "--hosts-file", str(hosts), "--build", str(models["A"]), "--identity",
                  str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(tmp_path / "fleet" / "{port}"), "--runtime-bin",
@@ -257,7 +203,7 @@ def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], *here, action="smoke")
     assert code == 0 and res[0]["smoke"]["warnings"]
     capsys.readouterr()
-    code = main(["smoke", "--target", "qemu", *here, "--host", f"root@127.0.0.1:{srv.port}", "--build",
+    code = main(["smoke", "--target", "qemu", *here, "--host", f"{USER}@127.0.0.1:{srv.port}", "--build",
                  str(models["A"]), "--identity", str(ssh["key"]), "--known-hosts",
                  str(srv.known_hosts(tmp_path / "kh")), "--remote-root", str(root), "--strict", "--json"])
     assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]

@@ -11,11 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from requirements import need_program
 
 from q25deploy.cli import main
 from q25deploy.model.synthetic import write_model
-
-from requirements import need_program
 
 pytestmark = pytest.mark.board
 

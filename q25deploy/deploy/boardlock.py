@@ -1,0 +1,125 @@
+"""One q25deploy at a time on a board: a lock held by a board-side process for as long as the
+SSH connection that took it lives.
+
+The lock is a symlink ``<install>/.q25deploy.lock`` whose target names its holder
+(``q25deploy-lock:PID:SINCE:BOOT:OWNER``, BOOT the start of the board's boot id): ``ln -s`` creates it atomically with that record, where
+a ``mkdir`` lock would be ownerless between the ``mkdir`` and the write of the owner. PID is
+a shell on the board that waits on the connection (``cat`` of its standard input) and removes
+the lock when the connection ends, cleanly or cut. A lock is stale, and is taken over, when
+that process is gone (``/proc/PID``, or ``kill -0`` where there is no /proc), the board
+booted since (another boot id: the PID may be reused), or it is older than
+:data:`LOCK_MAX_AGE` seconds (the holder is killed then). A second deploy waits up to :data:`LOCK_WAIT` seconds,
+then fails with the holder's name. Only ``sh``, ``ln``, ``readlink``, ``rm``, ``cut``,
+``date``, ``kill`` and ``cat``: BusyBox has them all.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import socket
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import paramiko
+
+from ..errors import DeployError
+from .connection import Board
+
+LOCK_NAME = ".q25deploy.lock"
+LOCK_WAIT = 120  # seconds a deploy waits for another one on the same board
+LOCK_MAX_AGE = 6 * 3600  # seconds: the longest a deploy may hold a board (then the lock is stale)
+BUSY = 75  # the board script's status when the lock is held by someone else (EX_TEMPFAIL)
+
+# $1 lock path, $2 owner, $3 max age; prints "acquired" and holds until stdin closes, or exits BUSY
+HOLD = r'''lock=$1; owner=$2; max=$3
+mkdir -p "${lock%/*}" || exit 1
+boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
+now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
+if ln -s "$me" "$lock" 2>/dev/null; then
+  echo acquired
+  cat >/dev/null
+  [ "$(readlink "$lock")" = "$me" ] && rm -f "$lock"
+  exit 0
+fi
+cur=$(readlink "$lock") || exit 75
+pid=$(echo "$cur" | cut -d: -f2); since=$(echo "$cur" | cut -d: -f3); held=$(echo "$cur" | cut -d: -f4); stale=0
+case "$pid:$since" in *[!0-9:]*|:*|*:) stale=1 ;; esac
+if [ $stale = 0 ] && [ -n "$boot" ] && [ "$held" != "$boot" ]; then stale=1; fi
+if [ $stale = 0 ] && [ ! -d "/proc/$pid" ]; then
+  if [ -d /proc/self ] || ! kill -0 "$pid" 2>/dev/null; then stale=1; fi
+fi
+if [ $stale = 0 ] && [ $((now - since)) -gt "$max" ]; then stale=1; fi
+if [ $stale = 1 ] && [ "$(readlink "$lock")" = "$cur" ]; then rm -f "$lock"; echo "stale $cur"; exit 75; fi
+echo "busy $cur"; exit 75
+'''
+
+
+def owner() -> str:
+    """Who takes the lock, as the board's record shows it: user@workstation."""
+    try:
+        who = f"{getpass.getuser()}@{socket.gethostname()}"
+    except (OSError, KeyError):
+        who = "unknown"
+    return re.sub(r"[^A-Za-z0-9@._-]", "_", who)[:80]
+
+
+def _first_line(chan: paramiko.Channel) -> str:
+    buf = b""
+    while b"\n" not in buf:
+        data = chan.recv(256)
+        if not data:
+            break
+        buf += data
+    return buf.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+
+
+def _close(chan: paramiko.Channel) -> None:
+    try:  # on a dead transport close() raises, and must not hide the real error
+        chan.close()
+    except (paramiko.SSHException, OSError, EOFError):
+        pass
+
+
+def _describe(record: str) -> str:
+    parts = record.split(":", 4)
+    if len(parts) == 5 and parts[2].isdigit():
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(parts[2])))
+        return f"{parts[4]} (board pid {parts[1]}) since {when}"
+    return repr(record)
+
+
+@contextmanager
+def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[None]:
+    """Hold the board's lock at ``path`` for the duration of the block."""
+    deadline = time.monotonic() + wait
+    argv = ["sh", "-c", HOLD, "sh", path, owner(), str(LOCK_MAX_AGE)]
+    while True:
+        chan = board.start(argv, LOCK_MAX_AGE)
+        try:
+            line = _first_line(chan)
+        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+            _close(chan)
+            raise DeployError(f"{board.spec.name}: connection lost while taking the board lock: {e}") from None
+        if line == "acquired":
+            break
+        status = chan.recv_exit_status()
+        _close(chan)
+        if status != BUSY:
+            raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {line or 'no output'})")
+        if line.startswith("busy ") and time.monotonic() >= deadline:
+            raise DeployError(f"{board.spec.name}: busy: another deploy holds {path}: {_describe(line[5:])}; "
+                              f"waited {wait:g} s, nothing was changed")
+        if line.startswith("busy "):
+            time.sleep(1.0)
+    try:
+        yield
+    finally:
+        try:
+            chan.shutdown_write()  # the board's cat ends, the shell removes the lock
+            chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError, socket.timeout):
+            pass  # a dead connection: the board side sees it end and removes the lock itself
+        finally:
+            _close(chan)

@@ -1,0 +1,62 @@
+"""What the deploy tests share: running a deploy command against a test sshd, a board-side
+fault-injection wrapper, and a fingerprint of a directory tree."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from sshd import USER, SSHServer
+
+from q25deploy.cli import main
+
+INSTALL = Path("lib") / "firmware" / "q25"
+
+
+def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
+    kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
+    argv = [action, "--target", "qemu", "--host", f"{USER}@127.0.0.1:{server.port}", "--build", str(build),
+            "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+    if runtime and action in ("deploy",):
+        argv += ["--runtime-bin", str(runtime)]
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def release_bytes(build: Path, runtime: Path) -> int:
+    manifest = {a["path"]: a["size"] for a in json.loads((build / "manifest.json").read_text())["artifacts"]}
+    files = ["tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
+    return sum(manifest[f] for f in files) + sum(v for k, v in manifest.items() if k.startswith("partitions/")) \
+        + runtime.stat().st_size
+
+
+def wrapped_board(tmp_path: Path, ssh, name: str, scripts: dict[str, str]) -> SSHServer:
+    """An sshd whose PATH puts ``scripts`` (program name -> sh script) before the system's."""
+    wrappers = tmp_path / f"bin-{name}"
+    wrappers.mkdir()
+    for prog, body in scripts.items():
+        (wrappers / prog).write_text("#!/bin/sh\n" + body)
+        (wrappers / prog).chmod(0o755)
+    return SSHServer(tmp_path / name, ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+
+
+def tree(top: Path, skip: Path | None = None) -> dict[str, str]:
+    """Every path under ``top`` (not following symlinks) with its type and content digest."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        for n in dirnames + filenames:
+            p = Path(dirpath) / n
+            if skip is not None and (p == skip or skip in p.parents):
+                continue
+            rel = str(p.relative_to(top))
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out

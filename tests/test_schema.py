@@ -1,0 +1,118 @@
+"""q25deploy.schema: every file that crosses a boundary is checked value by value, and a build
+directory's files are never read through a symlink."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from q25deploy import schema
+from q25deploy.deploy.release import release_from_build
+from q25deploy.errors import SchemaError
+
+H = "a" * 64
+RID = "0123456789abcdef"
+
+
+@pytest.mark.parametrize("path", ["", "/etc/passwd", "a//b", "./a", "a/./b", "a/..", "../x", "partitions/../../x",
+                                  "a/", ".hidden", "a\nb", "a\\b", 7, None])
+def test_unsafe_relative_paths_are_refused(path):
+    with pytest.raises(SchemaError, match="f.json: p: "):
+        schema.rel_path(path, "f.json", "p")
+
+
+@pytest.mark.parametrize("path", ["build.json", "tokenizer/tokenizer.q25tokrt", "partitions/region_07.bin",
+                                  "meta-q25/recipes-x/linux-xlnx_%.bbappend", "q25_memory_map.h"])
+def test_build_paths_from_the_allowed_set(path):
+    assert schema.build_path(path, "m", "p") == path
+
+
+@pytest.mark.parametrize("path", ["partitions/../../../../x", "partitions/region_0.bin", "partitions/x.bin",
+                                  "tokenizer/a/b", "etc/passwd", "manifest.json", "meta-q25", ".q25deploy-stamp.json"])
+def test_build_paths_outside_the_allowed_set(path):
+    with pytest.raises(SchemaError):
+        schema.build_path(path, "m", "p")
+
+
+@pytest.mark.parametrize("bad", [{"sha256": "A" * 64}, {"sha256": H[:63]}, {"size": -1}, {"size": True},
+                                 {"size": 1.0}, {"kind": "x y"}, {"path": "../x"}])
+def test_manifest_values(bad):
+    entry = {"path": "build.json", "kind": "build-info", "sha256": H, "size": 1}
+    assert schema.parse_manifest({"artifacts": [entry]}, "m")["build.json"].size == 1
+    with pytest.raises(SchemaError, match=r"^m: artifacts\[0\]\.\w+: "):
+        schema.parse_manifest({"artifacts": [{**entry, **bad}]}, "m")
+
+
+def state(**over):
+    rec = {"files": {"tokenizer.q25tokrt": [H, 1], "partitions/region_00.bin": [H, 2]}, "vocab_fingerprint": H,
+           "model_sha256": None, "target": "qemu", "deployed_at": "t", "image": "tokenizer.q25tokrt"}
+    doc = {"format": schema.STATE_FORMAT, "current": RID, "previous": None, "releases": {RID: rec}}
+    return {**doc, **over}
+
+
+@pytest.mark.parametrize("doc", [
+    state(current="../../../x"), state(current="0123456789ABCDEF"), state(previous="fedcba9876543210"),
+    state(releases={"../x": state()["releases"][RID]}),
+    state(releases={RID: {**state()["releases"][RID], "files": {"../../etc/shadow": [H, 1]}}}),
+    state(releases={RID: {**state()["releases"][RID], "files": {"q25tok": ["x", 1]}}}),
+    state(releases={RID: {**state()["releases"][RID], "image": "/etc/shadow"}}),
+    state(format="other"), [], "x"])
+def test_tampered_state_files_are_refused(doc):
+    assert schema.parse_state(state(), "s")["current"] == RID
+    with pytest.raises(SchemaError):
+        schema.parse_state(doc, "s")
+
+
+def test_intent_and_release_and_asset_index():
+    assert schema.parse_intent({"format": schema.INTENT_FORMAT, "current": RID, "state": state()}, "i")
+    with pytest.raises(SchemaError, match="current"):
+        schema.parse_intent({"format": schema.INTENT_FORMAT, "current": "f" * 16, "state": state()}, "i")
+    rel = {"id": RID, "vocab_fingerprint": H, "model_sha256": H, "target": "qemu",
+           "files": [{"path": "partitions/region_00.bin", "sha256": H, "size": 3}]}
+    assert schema.parse_release(rel, "r")["id"] == RID
+    with pytest.raises(SchemaError, match=r"files\[0\]\.path"):
+        schema.parse_release({**rel, "files": [{"path": "../x", "sha256": H, "size": 3}]}, "r")
+    assert schema.parse_asset_index([{"path": "merges.txt", "kind": "merges-txt"}], "a")
+    with pytest.raises(SchemaError, match=r"a: \[0\]\.path"):
+        schema.parse_asset_index([{"path": "../../x", "kind": "merges-txt"}], "a")
+
+
+def test_partition_map_files_and_nodes(builds, tmp_path):
+    pmap = json.loads((builds["qemu"] / "partition_map.json").read_text())
+    assert schema.parse_partition_map(pmap, "p") is pmap
+    for key, value in (("file", "../../../etc/passwd"), ("node", "x/../../y"), ("sha256", "0"), ("base", -4)):
+        bad = json.loads(json.dumps(pmap))
+        bad["regions"][0][key] = value
+        with pytest.raises(SchemaError, match=rf"regions\[0\]\.{key}"):
+            schema.parse_partition_map(bad, "p")
+
+
+def test_a_symlinked_partition_is_refused(builds, tmp_path):
+    b = tmp_path / "b"
+    shutil.copytree(builds["qemu"], b, symlinks=True)
+    release_from_build(b)  # the copy is fine
+    part = b / "partitions" / "region_00.bin"
+    secret = tmp_path / "shadow"
+    secret.write_bytes(part.read_bytes())  # same size, so only the symlink check can catch it
+    part.unlink()
+    part.symlink_to(secret)
+    with pytest.raises(SchemaError, match="symlink"):
+        release_from_build(b)
+    part.unlink()
+    os.rename(b / "partitions", tmp_path / "elsewhere")
+    (b / "partitions").symlink_to(tmp_path / "elsewhere")  # a symlinked directory on the way too
+    with pytest.raises(SchemaError, match="symlink"):
+        release_from_build(b)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"image": 3}', '{"target": "qemu", "model": {}, "image": {}}'])
+def test_corrupt_build_json_is_one_line_naming_the_file(builds, tmp_path, text):
+    b = tmp_path / "b"
+    shutil.copytree(builds["qemu"], b)
+    (b / "build.json").write_text(text)
+    with pytest.raises(SchemaError, match=r"build\.json: ") as e:
+        release_from_build(b)
+    assert "\n" not in str(e.value)
