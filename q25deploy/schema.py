@@ -236,10 +236,13 @@ def parse_intent(doc: Any, where: str) -> dict:
 
 
 def parse_asset_index(doc: Any, where: str) -> list[dict]:
-    """The tokenizer cache's ``assets.json``: [{path, kind}], plain file names."""
-    for i, a in enumerate(array(doc, where, "")):
+    """The tokenizer cache's ``assets.json``: [{path, kind, sha256}], plain file names, not empty."""
+    if not array(doc, where, ""):
+        raise _fail(where, "", "lists no asset")
+    for i, a in enumerate(doc):
         a = obj(a, where, f"[{i}]")
         name(a.get("path"), where, f"[{i}].path"), name(a.get("kind"), where, f"[{i}].kind")
+        hex64(a.get("sha256"), where, f"[{i}].sha256")
     return doc
 
 

@@ -75,9 +75,13 @@ def test_intent_and_release_and_asset_index():
     assert schema.parse_release(rel, "r")["id"] == RID
     with pytest.raises(SchemaError, match=r"files\[0\]\.path"):
         schema.parse_release({**rel, "files": [{"path": "../x", "sha256": H, "size": 3}]}, "r")
-    assert schema.parse_asset_index([{"path": "merges.txt", "kind": "merges-txt"}], "a")
+    assert schema.parse_asset_index([{"path": "merges.txt", "kind": "merges-txt", "sha256": H}], "a")
     with pytest.raises(SchemaError, match=r"a: \[0\]\.path"):
-        schema.parse_asset_index([{"path": "../../x", "kind": "merges-txt"}], "a")
+        schema.parse_asset_index([{"path": "../../x", "kind": "merges-txt", "sha256": H}], "a")
+    with pytest.raises(SchemaError, match=r"a: \[0\]\.sha256"):
+        schema.parse_asset_index([{"path": "merges.txt", "kind": "merges-txt"}], "a")
+    with pytest.raises(SchemaError, match="lists no asset"):
+        schema.parse_asset_index([], "a")
 
 
 def test_partition_map_files_and_nodes(builds, tmp_path):

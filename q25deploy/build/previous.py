@@ -14,6 +14,8 @@ import re
 import stat
 from pathlib import Path
 
+from .. import schema
+from ..errors import SchemaError
 from . import layout
 from .outputs import OutputDir, is_plain_relative
 
@@ -30,13 +32,6 @@ def read_json(path: Path) -> dict | None:
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def _artifact_ok(a) -> bool:
-    """A manifest entry of the last build that may be reused: a plain path, a kind, a digest, a size."""
-    return isinstance(a, dict) and isinstance(a.get("path"), str) and is_plain_relative(a["path"]) \
-        and isinstance(a.get("kind"), str) and isinstance(a.get("sha256"), str) and bool(_HEX64.fullmatch(a["sha256"])) \
-        and isinstance(a.get("size"), int) and a["size"] >= 0
-
-
 class Previous:
     """The last build in DIR: its stage keys and artifacts, for hard-linking unchanged stages."""
 
@@ -44,8 +39,11 @@ class Previous:
         self.out = out
         self.keys = (stamp or {}).get("keys", {})
         self.partition_map = read_json(out / layout.PARTITION_MAP) or {}
-        listed = (read_json(out / layout.MANIFEST) or {}).get("artifacts")
-        self.artifacts = {a["path"]: a for a in (listed if isinstance(listed, list) else []) if _artifact_ok(a)}
+        try:  # all of it checked, or nothing reused
+            listed = schema.parse_manifest(read_json(out / layout.MANIFEST) or {}, str(out / layout.MANIFEST))
+        except SchemaError:
+            listed = {}
+        self.artifacts = {rel: {"kind": a.kind, "sha256": a.sha256, "size": a.size} for rel, a in listed.items()}
 
     def tensor_digests(self, names: set[str]) -> dict[str, str] | None:
         """Each tensor's sha256 from the last partition map, when it is well formed and names exactly ``names``."""

@@ -9,30 +9,21 @@ byte in the cache means a miss and a rebuild, never a corrupt build)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from ..common import cache_dir as default_cache_dir, file_sha256
-from ..common import json_bytes
+from .. import schema
+from ..common import cache_dir as default_cache_dir
+from ..common import file_sha256, json_bytes
+from ..errors import SchemaError
 
 INDEX = "assets.json"
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # a plain file name, no folders
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _entry(key: str, cache_dir: Path | None) -> Path:
     return (cache_dir or default_cache_dir()) / "tokenizer" / key
-
-
-def _valid_index(assets) -> bool:
-    return isinstance(assets, list) and bool(assets) and all(
-        isinstance(a, dict) and isinstance(a.get("kind"), str) and isinstance(a.get("path"), str)
-        and _NAME.fullmatch(a["path"]) is not None and isinstance(a.get("sha256"), str)
-        and _HEX64.fullmatch(a["sha256"]) is not None for a in assets)
 
 
 def lookup(key: str, cache_dir: Path | None = None) -> tuple[Path, list[dict]] | None:
@@ -40,13 +31,14 @@ def lookup(key: str, cache_dir: Path | None = None) -> tuple[Path, list[dict]] |
     entry (unreadable index, a file missing or changed) is removed and reported as a miss."""
     d = _entry(key, cache_dir)
     try:
-        assets = json.loads((d / INDEX).read_text("utf-8"))
-    except (OSError, ValueError):
+        data = (d / INDEX).read_bytes()
+    except OSError:
         return None
     try:
-        if _valid_index(assets) and all(file_sha256(d / a["path"]) == a["sha256"] for a in assets):
+        assets = schema.parse_asset_index(schema.loads(data, str(d / INDEX)), str(d / INDEX))
+        if all(file_sha256(d / a["path"]) == a["sha256"] for a in assets):
             return d, assets
-    except OSError:
+    except (OSError, SchemaError):
         pass
     shutil.rmtree(d, ignore_errors=True)
     return None
