@@ -2,13 +2,12 @@
 every value in it (see docs/security.md).
 
 Documents: a build directory's ``manifest.json``, ``build.json`` and ``partition_map.json``
-(:class:`BuildDir`), a board's ``release.json``, ``.q25deploy-state.json`` and its intent
-record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
+(read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
+``.q25deploy-state.json`` and its intent record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
 ints >= 0, release ids 16 hex digits, paths relative POSIX with no empty, ``.`` or ``..``
-part and names from the set their kind allows. Files of a build directory are opened one
-component at a time with ``O_NOFOLLOW``: a symlink anywhere in the path is refused.
+part and names from the set their kind allows.
 
 Hand-written, standard library only: the rules are about paths and names, which a schema
 library would need custom validators for anyway, and importing it would slow every command.
@@ -17,13 +16,9 @@ library would need custom validators for anyway, and importing it would slow eve
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from .build import layout
 from .errors import SchemaError
@@ -46,6 +41,13 @@ def _fail(where: str, field: str, problem: str) -> SchemaError:
 
 
 # -- values --------------------------------------------------------------------------------------
+def _expect(ok: bool, v: Any, where: str, field: str, what: str):
+    """``v`` when ``ok``, else the one-line error naming the file, the field and what was expected."""
+    if not ok:
+        raise _fail(where, field, f"{v!r:.80} is not {what}")
+    return v
+
+
 def obj(v: Any, where: str, field: str = "") -> dict:
     if not isinstance(v, dict):
         raise _fail(where, field, f"expected an object, got {type(v).__name__}")
@@ -59,27 +61,22 @@ def array(v: Any, where: str, field: str) -> list:
 
 
 def hex64(v: Any, where: str, field: str) -> str:
-    if not isinstance(v, str) or not _HEX64.fullmatch(v):
-        raise _fail(where, field, f"{v!r:.80} is not a sha256 (64 lower-case hex digits)")
-    return v
+    return _expect(isinstance(v, str) and bool(_HEX64.fullmatch(v)), v, where, field,
+                   "a sha256 (64 lower-case hex digits)")
 
 
 def size(v: Any, where: str, field: str) -> int:
-    if type(v) is not int or v < 0:
-        raise _fail(where, field, f"{v!r:.40} is not a size (an integer >= 0)")
-    return v
+    return _expect(type(v) is int and v >= 0, v, where, field, "a size (an integer >= 0)")
 
 
 def release_id(v: Any, where: str, field: str) -> str:
-    if not isinstance(v, str) or not _RELEASE_ID.fullmatch(v):
-        raise _fail(where, field, f"{v!r:.80} is not a release id (16 lower-case hex digits)")
-    return v
+    return _expect(isinstance(v, str) and bool(_RELEASE_ID.fullmatch(v)), v, where, field,
+                   "a release id (16 lower-case hex digits)")
 
 
 def name(v: Any, where: str, field: str) -> str:
-    if not isinstance(v, str) or not _NAME.fullmatch(v):
-        raise _fail(where, field, f"{v!r:.80} is not a plain name ([A-Za-z0-9._+-], not hidden)")
-    return v
+    return _expect(isinstance(v, str) and bool(_NAME.fullmatch(v)), v, where, field,
+                   "a plain name ([A-Za-z0-9._+-], not hidden)")
 
 
 def rel_path(v: Any, where: str, field: str) -> str:
@@ -251,72 +248,3 @@ def loads(data: bytes | str, where: str) -> Any:
         return json.loads(data)
     except (ValueError, RecursionError) as e:
         raise _fail(where, "", f"not JSON ({e})") from None
-
-
-# -- local files ---------------------------------------------------------------------------------
-def open_under(base: Path, rel: str, where: str = "") -> BinaryIO:
-    """Open the regular file ``base/rel`` for reading without following a symlink in any part
-    of ``rel`` (``base`` itself is the user's choice and may be one)."""
-    rel_path(rel, where or str(base), "path")
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    parts = rel.split("/")
-    fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, flags | getattr(os, "O_DIRECTORY", 0), dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        nxt = os.open(parts[-1], flags | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
-    except OSError as e:
-        raise SchemaError(f"{base / rel}: cannot open ({'a symlink, refused' if e.errno in (40, 20) else e.strerror})"
-                          ) from None
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(nxt).st_mode):
-        os.close(nxt)
-        raise SchemaError(f"{base / rel}: not a regular file")
-    return os.fdopen(nxt, "rb")
-
-
-class BuildDir:
-    """A ``q25deploy build`` directory, read only through the checks above."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-
-    def read_json(self, rel: str, limit: int = MAX_JSON) -> Any:
-        with open_under(self.path, rel) as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise SchemaError(f"{self.path / rel}: larger than {limit:,} bytes")
-        return loads(data, str(self.path / rel))
-
-    @cached_property
-    def manifest(self) -> dict[str, Artifact]:
-        return parse_manifest(self.read_json(layout.MANIFEST), str(self.path / layout.MANIFEST))
-
-    @cached_property
-    def info(self) -> BuildInfo:
-        return parse_build_info(self.read_json(layout.BUILD_INFO), str(self.path / layout.BUILD_INFO))
-
-    @cached_property
-    def partition_map(self) -> dict:
-        return parse_partition_map(self.read_json(layout.PARTITION_MAP), str(self.path / layout.PARTITION_MAP))
-
-    def open(self, rel: str) -> BinaryIO:
-        return open_under(self.path, rel)
-
-    def check_file(self, rel: str) -> Path:
-        """``rel`` is in the manifest and is a regular file of the recorded size here (no symlinks)."""
-        a = self.manifest.get(rel)
-        if a is None:
-            raise SchemaError(f"{self.path}: {rel} is not in {layout.MANIFEST}; rebuild with q25deploy build")
-        try:
-            with self.open(rel) as f:
-                actual = os.fstat(f.fileno()).st_size
-        except SchemaError as e:
-            raise SchemaError(f"{e}; rebuild with q25deploy build") from None
-        if actual != a.size:
-            raise SchemaError(f"{self.path / rel}: size {actual:,} differs from the build manifest's {a.size:,} "
-                              "(rebuild with q25deploy build)")
-        return self.path / rel

@@ -25,7 +25,7 @@ EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
 
 def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
     from ..ota.plan import plan_package
-    from ..schema import BuildDir
+    from ..builddir import BuildDir
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import open_image
 

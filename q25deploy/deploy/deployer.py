@@ -84,26 +84,39 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
            smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None,
            load: Callable[[], dict] | None = None, state: dict | None = None) -> HostResult:
-    """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it).
-    ``load`` puts the current release's partitions into their reserved regions (after the
-    switch, and again after switching back)."""
+    """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it):
+    stage what the board lacks, verify it there, promote it, switch, smoke-test, then prune
+    older releases or roll back. ``load`` puts the current release's partitions into their
+    reserved regions (after the switch, and again after switching back)."""
     res = HostResult(board.spec.name, release=release.id)
     if state is None:
         state, res.warnings = files.reconcile()
     res.previous = state.get("current")
-    rdir = files.release_dir(release.id)
-    if state.get("current") == release.id and board.run(["test", "-d", rdir], check=False)[0] == 0:
+    if state.get("current") == release.id and board.run(["test", "-d", files.release_dir(release.id)],
+                                                         check=False)[0] == 0:
         progress("already deployed: nothing to send")
-        if load:  # (after a reboot the regions are empty again)
-            res.residency = load()
-        res.smoke = smoke()
-        res.ok = res.smoke["ok"]
-        res.previous = state.get("previous")
-        if not res.ok:
-            res.error = f"smoke test failed on the deployed release: {failure_reason(res.smoke)}"
-        return res
+        return _check_deployed(res, state, smoke, load)
     transfer = plan_transfer(release, state)
     preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
+    staging = _stage(board, files, release, transfer, res, progress)
+    _verify_and_promote(board, files, release, staging)
+    return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
+
+
+def _check_deployed(res: HostResult, state: dict, smoke: Callable[[], dict], load) -> HostResult:
+    """The release is already current: load its regions again (a reboot empties them) and smoke-test."""
+    if load:
+        res.residency = load()
+    res.smoke = smoke()
+    res.ok = res.smoke["ok"]
+    res.previous = state.get("previous")
+    if not res.ok:
+        res.error = f"smoke test failed on the deployed release: {failure_reason(res.smoke)}"
+    return res
+
+
+def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: HostResult, progress) -> str:
+    """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded."""
     staging = files.path(f"releases/.incoming-{release.id}")
 
     def staged(rel: str) -> str:  # every path checked: a release file never leaves the staging directory
@@ -126,7 +139,12 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     board.upload(io.BytesIO(release.description), len(release.description), staged("release.json"))
     if any(f.rel == "q25tok" for f in release.files):
         board.run(["chmod", "0755", staged("q25tok")])
-    # the board checks every file (uploaded and linked) against the release's digests
+    return staging
+
+
+def _verify_and_promote(board: Board, files: BoardFiles, release: Release, staging: str) -> None:
+    """The board checks every staged file (uploaded and linked) against the release's digests,
+    then the staged directory becomes ``releases/<id>``; a failure leaves ``current`` as it was."""
     checklist = "".join(f"{f.sha256}  {f.rel}\n" for f in release.files).encode()
     # (plain -c: GNU's --strict/--quiet are not in BusyBox's sha256sum)
     status, out, err = board.run(["sh", "-c", 'cd "$1" && sha256sum -c -', "sh", staging],
@@ -139,20 +157,22 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
                           "the current release is unchanged")
     board.run(["sync"])
     # rdir does not exist when mv runs, so plain mv is rename(2) (BusyBox's mv has no -T)
-    board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2"; fi', "sh", staging, rdir])
+    board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2"; fi', "sh", staging,
+               files.release_dir(release.id)])
     board.run(["sync"])
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _switch_and_test(files: BoardFiles, release: Release, state: dict, res: HostResult, *, smoke, load,
+                     progress) -> HostResult:
+    """Switch to the release, load and smoke-test it; prune older releases when it passed, go
+    back to exactly the state before this deploy (older rollback point included) when not."""
     old_current = state.get("current")
     keep = {release.id, old_current} - {None}
     new_state = {"format": STATE_FORMAT, "current": release.id,
                  "previous": old_current if old_current != release.id else state.get("previous"),
-                 "releases": dict(state.get("releases", {}))}
-    # older releases stay recorded (and on the board) until the smoke test passed: a failed
-    # one goes back to exactly the state before this deploy, older rollback point included
-    new_state["releases"][release.id] = _record(release, when)
-    warning = files.commit(new_state)  # intent, switch, state: a cut anywhere is reconciled by the next run
-    if warning:
-        res.warnings.append(warning)
+                 "releases": {**state.get("releases", {}),
+                              release.id: _record(release, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}}
+    res.warnings += [w for w in [files.commit(new_state)] if w]  # intent, switch, state: a cut is reconciled
     if load:
         progress("loading the partitions into reserved memory")
         res.residency = load()
@@ -162,15 +182,12 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         res.ok = True
         prune = set(new_state["releases"]) - keep
         if prune:
-            new_state["releases"] = {rid: info for rid, info in new_state["releases"].items() if rid in keep}
-            files.write_state(new_state)
+            files.write_state({**new_state, "releases": {r: i for r, i in new_state["releases"].items() if r in keep}})
             for rid in prune:  # older releases go (never the one current points at)
                 files.remove_release(rid)
         return res
     if old_current and old_current != release.id and old_current in state.get("releases", {}):
-        warning = files.commit(state)  # back to exactly the state before this deploy
-        if warning:
-            res.warnings.append(warning)
+        res.warnings += [w for w in [files.commit(state)] if w]
         if load:
             load()
         if release.id not in state.get("releases", {}):

@@ -13,7 +13,8 @@ from typing import Callable
 from ..build.layout import RUNTIME_BIN
 from ..common import file_sha256
 from ..errors import DeployError, Q25Error, UsageError
-from ..schema import BuildDir, BuildInfo
+from ..builddir import BuildDir
+from ..schema import BuildInfo
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .release import Release, release_from_build, tokenizer_only

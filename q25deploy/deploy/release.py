@@ -17,7 +17,8 @@ from .. import schema
 from ..build import layout
 from ..common import json_bytes, json_digest
 from ..errors import DeployError
-from ..schema import STATE_FORMAT, BuildDir
+from ..builddir import BuildDir
+from ..schema import STATE_FORMAT
 
 __all__ = ["STATE_FORMAT", "Release", "ReleaseFile", "Transfer", "plan_transfer", "release_from_build", "tokenizer_only"]
 

@@ -22,24 +22,51 @@ from .deployer import BoardFiles
 from .residency import verify
 
 
+class _Report:
+    """The checks and warnings of one smoke test; ``strict`` turns warnings into failures."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict, self.checks, self.warnings = strict, [], []
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.checks.append({"name": name, "ok": ok, "detail": detail})
+        return ok
+
+    def warn(self, name: str, msg: str) -> None:
+        if self.strict:
+            self.check(name, False, msg)
+        else:
+            self.warnings.append(msg)
+
+    def result(self, **extra) -> dict:
+        return {"ok": all(c["ok"] for c in self.checks), "checks": self.checks, "warnings": self.warnings, **extra}
+
+
 def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: dict, image_name: str,
                q25tok: str, strict: bool = False, extra_checks: Sequence[tuple[str, str]] = (),
                board_paths: dict[str, str] | None = None) -> dict:
     """``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree, /dev/mem)."""
     board_paths = board_paths or {"device_tree": "/proc/device-tree", "memory": "/dev/mem"}
-    device_tree = board_paths["device_tree"]
-    checks: list[dict] = []
-    warnings: list[str] = []
-
-    def check(name: str, ok: bool, detail: str = "") -> bool:
-        checks.append({"name": name, "ok": ok, "detail": detail})
-        return ok
-
+    report = _Report(strict)
     cur = files.path("current")
     image = posixpath.join(cur, image_name)
     status, out, err = board.run([q25tok, "info", image], check=False)
-    if not check("q25tok info", status == 0, (err or out).decode("utf-8", "replace").strip()[-200:]):
-        return {"ok": False, "checks": checks, "warnings": warnings}
+    if not report.check("q25tok info", status == 0, (err or out).decode("utf-8", "replace").strip()[-200:]):
+        return report.result()
+    _check_ids(board, report, codec, q25tok, image)
+    regions = partition_map.get("regions", [])
+    _check_partitions(board, report, cur, regions)
+    _check_device_tree(board, report, board_paths["device_tree"], regions)
+    resident = verify(board, files, q25tok, **board_paths)  # the regions hold the partitions
+    _check_residency(report, resident)
+    for name, command in extra_checks:
+        status, out, err = board.run(["sh", "-c", command], check=False)
+        report.check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
+    return report.result(residency=resident)
+
+
+def _check_ids(board: Board, report: _Report, codec: Codec, q25tok: str, image: str) -> None:
+    """Every smoke prompt encoded on the board gives the host codec's ids."""
     for i, (text, special) in enumerate(SMOKE_PROMPTS):
         argv = [q25tok, "encode", *(["--special"] if special else []), image]
         status, out, err = board.run(argv, stdin=text, check=False)
@@ -48,45 +75,39 @@ def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: 
             got = [int(x) for x in out.split()]
         except ValueError:
             got = None
-        check(f"encode prompt {i}", status == 0 and got == want,
-              "" if got == want else f"board {got[:8] if got else err[-120:]!r}… host {want[:8]}…")
-    regions = partition_map.get("regions", [])
+        report.check(f"encode prompt {i}", status == 0 and got == want,
+                     "" if got == want else f"board {got[:8] if got else err[-120:]!r}… host {want[:8]}…")
+
+
+def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dict]) -> None:
     if regions:
         argv = ["sh", "-c", 'cd "$1" && shift && sha256sum "$@"', "sh", cur, *[r["file"] for r in regions]]
         status, out, _ = board.run(argv, check=False)
         got = {line.split()[1]: line.split()[0] for line in out.decode().splitlines() if len(line.split()) == 2}
         bad = [r["file"] for r in regions if got.get(r["file"]) != r["sha256"]]
-        check("partition sha256", status == 0 and not bad, ", ".join(bad))
+        report.check("partition sha256", status == 0 and not bad, ", ".join(bad))
+
+
+def _check_device_tree(board: Board, report: _Report, device_tree: str, regions: list[dict]) -> None:
+    """The running kernel's device tree reserves every planned region at its base and size."""
     for r in regions:
-        reg = f"{device_tree}/reserved-memory/{r['node']}/reg"
-        status, out, _ = board.run(["cat", reg], check=False)
+        status, out, _ = board.run(["cat", f"{device_tree}/reserved-memory/{r['node']}/reg"], check=False)
         want = struct.pack(">QQ", r["base"], r["size"])
         if status != 0:
-            msg = f"live device tree has no {r['node']}: the running image predates this build's reserved memory"
-            if strict:
-                check(f"device tree {r['node']}", False, msg)
-            else:
-                warnings.append(msg)
+            report.warn(f"device tree {r['node']}", f"live device tree has no {r['node']}: the running image "
+                        "predates this build's reserved memory")
         else:
-            check(f"device tree {r['node']}", out == want,
-                  "" if out == want else f"reg is {out.hex()}, planned {want.hex()}")
-    # residency: the regions hold the partitions (q25tok verify reads them back)
-    resident = verify(board, files, q25tok, **board_paths)
-    n = len(resident["regions"])
+            report.check(f"device tree {r['node']}", out == want,
+                         "" if out == want else f"reg is {out.hex()}, planned {want.hex()}")
+
+
+def _check_residency(report: _Report, resident: dict) -> None:
+    """q25tok verify read the regions back: resident, not reserved / unsupported (a warning), or failed."""
     if resident["state"] == "resident":
-        check("residency", True, f"{n} region(s) hold their partitions")
+        report.check("residency", True, f"{len(resident['regions'])} region(s) hold their partitions")
     elif resident["state"] in ("not-reserved", "unsupported"):
-        msg = ("the partitions are not loaded into reserved memory: " +
-               ("the running device tree does not reserve the regions" if resident["state"] == "not-reserved"
-                else f"this q25tok has no load/verify ({resident['detail'][-80:]})"))
-        if strict:
-            check("residency", False, msg)
-        else:
-            warnings.append(msg)
+        report.warn("residency", "the partitions are not loaded into reserved memory: " + (
+            "the running device tree does not reserve the regions" if resident["state"] == "not-reserved"
+            else f"this q25tok has no load/verify ({resident['detail'][-80:]})"))
     elif resident["state"] == "failed":
-        check("residency", False, resident["detail"])
-    for name, command in extra_checks:
-        status, out, err = board.run(["sh", "-c", command], check=False)
-        check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
-    return {"ok": all(c["ok"] for c in checks), "checks": checks, "warnings": warnings,
-            "residency": resident}
+        report.check("residency", False, resident["detail"])

@@ -1,0 +1,91 @@
+"""A build directory read as untrusted input: every file opened one path component at a time
+with ``O_NOFOLLOW`` (a symlink anywhere is refused), every document through :mod:`q25deploy.schema`."""
+
+from __future__ import annotations
+
+import os
+import stat
+from functools import cached_property
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .build import layout
+from .errors import SchemaError
+from .schema import (
+    MAX_JSON,
+    Artifact,
+    BuildInfo,
+    loads,
+    parse_build_info,
+    parse_manifest,
+    parse_partition_map,
+    rel_path,
+)
+
+
+def open_under(base: Path, rel: str, where: str = "") -> BinaryIO:
+    """Open the regular file ``base/rel`` for reading without following a symlink in any part
+    of ``rel`` (``base`` itself is the user's choice and may be one)."""
+    rel_path(rel, where or str(base), "path")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    parts = rel.split("/")
+    fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, flags | getattr(os, "O_DIRECTORY", 0), dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        nxt = os.open(parts[-1], flags | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
+    except OSError as e:
+        raise SchemaError(f"{base / rel}: cannot open ({'a symlink, refused' if e.errno in (40, 20) else e.strerror})"
+                          ) from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(nxt).st_mode):
+        os.close(nxt)
+        raise SchemaError(f"{base / rel}: not a regular file")
+    return os.fdopen(nxt, "rb")
+
+
+class BuildDir:
+    """A ``q25deploy build`` directory, read only through the checks above."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def read_json(self, rel: str, limit: int = MAX_JSON) -> Any:
+        with open_under(self.path, rel) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise SchemaError(f"{self.path / rel}: larger than {limit:,} bytes")
+        return loads(data, str(self.path / rel))
+
+    @cached_property
+    def manifest(self) -> dict[str, Artifact]:
+        return parse_manifest(self.read_json(layout.MANIFEST), str(self.path / layout.MANIFEST))
+
+    @cached_property
+    def info(self) -> BuildInfo:
+        return parse_build_info(self.read_json(layout.BUILD_INFO), str(self.path / layout.BUILD_INFO))
+
+    @cached_property
+    def partition_map(self) -> dict:
+        return parse_partition_map(self.read_json(layout.PARTITION_MAP), str(self.path / layout.PARTITION_MAP))
+
+    def open(self, rel: str) -> BinaryIO:
+        return open_under(self.path, rel)
+
+    def check_file(self, rel: str) -> Path:
+        """``rel`` is in the manifest and is a regular file of the recorded size here (no symlinks)."""
+        a = self.manifest.get(rel)
+        if a is None:
+            raise SchemaError(f"{self.path}: {rel} is not in {layout.MANIFEST}; rebuild with q25deploy build")
+        try:
+            with self.open(rel) as f:
+                actual = os.fstat(f.fileno()).st_size
+        except SchemaError as e:
+            raise SchemaError(f"{e}; rebuild with q25deploy build") from None
+        if actual != a.size:
+            raise SchemaError(f"{self.path / rel}: size {actual:,} differs from the build manifest's {a.size:,} "
+                              "(rebuild with q25deploy build)")
+        return self.path / rel
