@@ -57,6 +57,10 @@ class BoardFiles:
         return self.path(f"releases/{schema.release_id(release_id, self.board.spec.name, 'release id')}")
 
     # -- JSON files on the board -------------------------------------------------------------
+    def read(self, rel: str) -> bytes | None:
+        """A file under the install directory; None when it is absent (unreadable: an error)."""
+        return self._read(rel)
+
     def _read(self, name: str) -> bytes | None:
         status, out, err = self.board.run(["sh", "-c", READ, "sh", self.path(name)], check=False)
         if status == ABSENT:

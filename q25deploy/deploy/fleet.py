@@ -10,9 +10,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
+from .. import schema
+from ..build import layout
 from ..build.layout import RUNTIME_BIN
 from ..common import file_sha256
-from ..errors import DeployError, Q25Error, UsageError
+from ..errors import DeployError, Q25Error, SchemaError, UsageError
 from ..builddir import BuildDir
 from ..schema import BuildInfo
 from .connection import Board, HostSpec, parse_host
@@ -126,9 +128,22 @@ class Fleet:
 
     def _smoke(self, board, files, release_files: dict, image: str) -> dict:
         q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
-        return smoke_test(board, files, codec=self.codec(), partition_map=self.partition_map, image_name=image,
-                          q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks,
+        return smoke_test(board, files, codec=self.codec(), partition_map=self._release_map(files),
+                          image_name=image, q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks,
                           board_paths=self.board_paths)
+
+    def _release_map(self, files: BoardFiles) -> dict:
+        """The partition map of the release the board runs (its own copy, through the schema): after
+        a tokenizer-only update, or with the build of another model of the same vocabulary, the
+        board's partitions are those of its release, not of the build in hand."""
+        data = files.read(f"current/{layout.PARTITION_MAP}")
+        if data is None:
+            return self.partition_map
+        where = f"{files.board.spec.name}: {files.path(f'current/{layout.PARTITION_MAP}')}"
+        try:
+            return schema.parse_partition_map(schema.loads(data, where), where)
+        except SchemaError as e:
+            raise DeployError(str(e)) from None
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:

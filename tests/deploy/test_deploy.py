@@ -150,6 +150,16 @@ def test_tokenizer_only_update(tmp_path, capsys, ssh, models, q25tok):
     manifest = a2 / "tokenizer" / "tokenizer_runtime_image_manifest.json"
     assert res[0]["bytes_sent"] == image.stat().st_size + manifest.stat().st_size  # a few MB, no partitions
     assert res[0]["files_linked"] >= 2
+    # the build of another model with the same vocabulary (issue 11, defect 1): only its image
+    # travels, and the smoke test checks the board's partitions against the board's own
+    # release, not against the other model's partition map
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--tokenizer-only", runtime=q25tok)
+    assert code == 0 and res[0]["ok"] and not res[0]["rolled_back"], res[0]
+    part = json.loads((models["A"] / "partition_map.json").read_text())["regions"][0]["file"]
+    base = root / "lib" / "firmware" / "q25" / "current"
+    assert (base / part).read_bytes() == (models["A"] / part).read_bytes() != (models["B"] / part).read_bytes()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], action="smoke")
+    assert code == 0 and res[0]["ok"], res[0]
 
 
 def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
