@@ -7,6 +7,7 @@ DDR. The schema is documented in docs/boards.md.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,9 +64,14 @@ class Board:
     install_path: str
     ssh_user: str = "root"
     ssh_port: int = 22
-    yocto_machine: str = ""
+    yocto_machines: tuple[str, ...] = ()  # Yocto MACHINE names, the main one first
     qemu: dict = field(default_factory=dict)
     source: str = ""  # the file it came from
+
+    @property
+    def yocto_machine(self) -> str:
+        """The main Yocto MACHINE name ("" when the board file names none)."""
+        return self.yocto_machines[0] if self.yocto_machines else ""
 
     @property
     def ddr_bytes(self) -> int:
@@ -79,8 +85,9 @@ class Board:
 
 # -- schema ------------------------------------------------------------------------------
 _INT, _STR, _BOOL, _FLOAT = "integer", "string", "boolean", "number"
+_STRS = "string or array of strings"
 SCHEMA: dict[str, Any] = {
-    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STR},
+    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STRS},
     "memory": {
         "banks": [{"name": _STR, "base": _INT, "size": _INT}],
         "reserved": [{"name": _STR, "base": _INT, "size": _INT, "in_device_tree": _BOOL}],
@@ -92,6 +99,7 @@ SCHEMA: dict[str, Any] = {
     "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
 }
 REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
+_MACHINE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 def _check(value: Any, schema: Any, where: str, fail) -> None:
@@ -113,6 +121,7 @@ def _check(value: Any, schema: Any, where: str, fail) -> None:
             _STR: isinstance(value, str),
             _BOOL: isinstance(value, bool),
             _FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+            _STRS: isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value),
         }[schema]
         if not ok:
             fail(where, f"must be a {schema}, got {value!r}")
@@ -192,6 +201,13 @@ def board_from_dict(raw: dict, source: str) -> Board:
     ssh = raw.get("ssh", {})
     if not 0 < ssh.get("port", 22) < 65536:
         fail("ssh.port", "must be 1..65535")
+    machines = b.get("yocto_machine", [])
+    machines = [machines] if isinstance(machines, str) else machines
+    for m in machines:  # BitBake overrides: lower case, no ':'
+        if not _MACHINE.fullmatch(m):
+            fail("board.yocto_machine", f"{m!r} is not a MACHINE name (lower-case letters, digits, '-', '_')")
+    if len(set(machines)) != len(machines):
+        fail("board.yocto_machine", "names a MACHINE twice")
     install = raw["install"]["path"]
     if not install.startswith("/") or ".." in install.split("/"):
         fail("install.path", f"must be an absolute path without '..', got {install!r}")
@@ -206,7 +222,7 @@ def board_from_dict(raw: dict, source: str) -> Board:
         install_path=install.rstrip("/") or "/",
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
-        yocto_machine=b.get("yocto_machine", ""),
+        yocto_machines=tuple(machines),
         qemu=dict(raw.get("qemu", {})),
         source=source,
     )
