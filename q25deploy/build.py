@@ -86,6 +86,7 @@ def _sha(obj: Any) -> str:
 
 def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
           target_file: str | None = None, model_license: str | None = None, model_license_file: str | None = None,
+          layer_release: int = 0, layer_maintainer: str | None = None,
           progress: Callable[[str], None] = lambda s: None) -> BuildResult:
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
@@ -106,6 +107,7 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
         "board_sha256": hashlib.sha256(board_bytes).hexdigest(),
         "model": {"path": str(src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "license": [model_license, _file_stamp(model_license_file)],
+        "layer": [layer_release, layer_maintainer],
     }
     old = _read_json(out / STAMP)
     if old and old.get("inputs") == inputs and _outputs_intact(out):
@@ -122,7 +124,8 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
     sys.setswitchinterval(0.0005)
     try:
         summary, keys, model_sha = _write_build(pm, target, src, out, old, progress,
-                                                {"id": model_license, "file": model_license_file})
+                                                {"id": model_license, "file": model_license_file,
+                                                 "release": layer_release, "maintainer": layer_maintainer})
     finally:
         sys.setswitchinterval(interval)
     (out / STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": model_sha}))
@@ -142,8 +145,8 @@ def _write_build(pm, target: Target, src: ModelSource, out: Path, old: dict | No
 def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: list[str], licensing: dict) -> None:
     from .codec import Codec
     from .image_reader import read_image_file
-    from .layer import (LayerFile, _static_files, layer_readme, merge_hook_results, model_assets_files,
-                        smoke_test_case, write_layer)
+    from .layer import (DEVICE_TREE_DIR, LayerFile, _static_files, assets_recipe_pv, layer_readme, merge_hook_results,
+                        model_assets_files, smoke_test_case, write_layer)
     from .smoke_prompts import SMOKE_PROMPTS
 
     board = target.board
@@ -152,7 +155,7 @@ def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: li
     artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
     files = _static_files()
     files += model_assets_files(board, summary, artifacts, license_id=licensing.get("id"),
-                                license_file=licensing.get("file"))
+                                license_file=licensing.get("file"), release=licensing.get("release", 0))
     codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
     files.append(smoke_test_case(summary, [(t, sp, codec.encode(t, sp)) for t, sp in SMOKE_PROMPTS]))
     extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
@@ -163,7 +166,8 @@ def _write_layer(pm, o, target: Target, summary: dict, dtsi: str, part_files: li
             by_path.pop(path, None)
         else:
             by_path[path] = LayerFile(path, data)
-    by_path["README.md"] = layer_readme(summary, board, any(p.startswith("recipes-bsp/device-tree/") for p in by_path))
+    by_path["README.md"] = layer_readme(summary, board, any(p.startswith(f"{DEVICE_TREE_DIR}/") for p in by_path),
+                                        pv=assets_recipe_pv(files), maintainer=licensing.get("maintainer"))
     write_layer(o, list(by_path.values()))
 
 

@@ -85,6 +85,12 @@ def _positive_pow2(s: str) -> int:
     return v
 
 
+def _release(s: str) -> int:
+    if not s.isdigit():
+        raise argparse.ArgumentTypeError(f"{s!r} is not a release number (0, 1, 2, ...)")
+    return int(s)
+
+
 def _group(sub, name: str, help: str):
     """A command with sub-commands of its own (``export tokenizer``, ``runtime build``)."""
     parser = sub.add_parser(name, help=help)
@@ -125,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--model-license-file", metavar="FILE",
                     help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
                     "ships for Apache-2.0)")
+    bd.add_argument("--layer-release", metavar="N", type=_release, default=0,
+                    help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it for "
+                    "every update you ship so package managers see a newer version")
+    bd.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'",
+                    help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
 

@@ -119,7 +119,8 @@ def cmd_build(a: argparse.Namespace) -> int:
 
     prog = Progress()
     result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
-                   model_license_file=a.model_license_file, progress=prog.step)
+                   model_license_file=a.model_license_file, layer_release=a.layer_release,
+                   layer_maintainer=a.layer_maintainer, progress=prog.step)
     prog.done()
     _report_failures(result.failures)
     if a.json:

@@ -18,11 +18,14 @@ SRC_URI = "file://LICENSE \
            file://q25tok_internal.h \
           "
 
-# scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR
-UNPACKDIR ??= "${WORKDIR}"
+# styhead and later unpack into UNPACKDIR (bitbake.conf's weak default, which "?=" keeps);
+# scarthgap has no UNPACKDIR and unpacks into WORKDIR
+UNPACKDIR ?= "${WORKDIR}"
 S = "${UNPACKDIR}"
 
-EXTRA_OEMAKE = "'CC=${CC}' 'AR=${AR}' 'CFLAGS=${CFLAGS}' 'LDFLAGS=${LDFLAGS}' \
+# WARNFLAGS without the Makefile's -Werror: a new compiler's new warning must not break an
+# image build (q25deploy's own host builds and tests keep -Werror)
+EXTRA_OEMAKE = "'CC=${CC}' 'AR=${AR}' 'CFLAGS=${CFLAGS}' 'LDFLAGS=${LDFLAGS}' 'WARNFLAGS=-Wall -Wextra' \
                 'prefix=${prefix}' 'bindir=${bindir}' 'libdir=${libdir}' 'includedir=${includedir}' \
                "
 
