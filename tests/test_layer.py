@@ -112,7 +112,7 @@ def test_model_assets_recipe(layers):
     assert "inherit allarch" not in text and 'LICENSE = "Apache-2.0"' in text
     assert 'PACKAGE_ARCH = "${MACHINE_ARCH}"' in text
     assert 'COMPATIBLE_MACHINE = "^(k26-smk-kv-sdt|xilinx-k26-kv)$"' in text
-    assert 'UNPACKDIR ?= "${WORKDIR}"' in text and "??=" not in text
+    assert "S = \"${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}\"" in text and "UNPACKDIR ?" not in text
     assert 'Q25_INSTALL_DIR = "${nonarch_base_libdir}/firmware/q25"' in text
     files = d / LAYER / "recipes-q25" / "q25-model-assets" / "files"
     part = files / "region_00.bin"

@@ -18,10 +18,10 @@ SRC_URI = "file://LICENSE \
            file://q25tok_internal.h \
           "
 
-# styhead and later unpack into UNPACKDIR (bitbake.conf's weak default, which "?=" keeps);
-# scarthgap has no UNPACKDIR and unpacks into WORKDIR
-UNPACKDIR ?= "${WORKDIR}"
-S = "${UNPACKDIR}"
+# styhead and later unpack into UNPACKDIR (and refuse S = WORKDIR); scarthgap has no
+# UNPACKDIR and unpacks into WORKDIR. Setting UNPACKDIR here, even weakly, would override
+# bitbake.conf's own weak default on styhead and later.
+S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}"
 
 # WARNFLAGS without the Makefile's -Werror: a new compiler's new warning must not break an
 # image build (q25deploy's own host builds and tests keep -Werror)
