@@ -86,9 +86,15 @@ def _positive_pow2(s: str) -> int:
 
 
 def _release(s: str) -> int:
-    if not s.isdigit():
+    if not (s.isascii() and s.isdigit()):
         raise argparse.ArgumentTypeError(f"{s!r} is not a release number (0, 1, 2, ...)")
     return int(s)
+
+
+def _one_line_text(s: str) -> str:
+    if not s.strip() or not s.isprintable():
+        raise argparse.ArgumentTypeError(f"{s!r} is not one line of text")
+    return s.strip()
 
 
 def _group(sub, name: str, help: str):
@@ -134,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--layer-release", metavar="N", type=_release, default=0,
                     help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it for "
                     "every update you ship so package managers see a newer version")
-    bd.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'",
+    bd.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'", type=_one_line_text,
                     help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)

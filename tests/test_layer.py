@@ -160,10 +160,10 @@ def test_layer_release_and_maintainer(tmp_path, layers, qwen25_tiny):
     assert "README" not in readme  # else yocto-check-layer's test_readme checks nothing
     default = (layers["qemu"] / LAYER / "README.md").read_text()
     assert "Maintainer: not named" in default and "@" not in default
-    with pytest.raises(SystemExit) as e:
-        main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(tmp_path / "x"),
-              "--layer-release", "-1"])
-    assert e.value.code == 2 and not (tmp_path / "x").exists()
+    for bad in (["--layer-release", "-1"], ["--layer-release", "\u00b2"], ["--layer-maintainer", "a\nb"]):
+        with pytest.raises(SystemExit) as e:
+            main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(tmp_path / "x"), *bad])
+        assert e.value.code == 2 and not (tmp_path / "x").exists()
 
 
 def test_license_comes_from_ollama_or_is_refused(tmp_path, capsys, qwen25_tiny, monkeypatch):
