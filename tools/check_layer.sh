@@ -5,9 +5,10 @@
 # is not part of the default test run (tests/test_bitbake.py runs it with Q25_YOCTO_CHECK_LAYER=1).
 #
 #   q25deploy build --target qemu --layer-maintainer 'Name <name@example.org>' --out q25-build/qemu
-#   tools/check_layer.sh q25-build/qemu/meta-q25 [SERIES]        # as a non-root user
+#   tools/check_layer.sh q25-build/qemu/meta-q25 [SERIES [xilinx]]   # as a non-root user
 #
-# SERIES: scarthgap (default), styhead or walnascar. Q25_YOCTO_SNAPSHOTS: the snapshot folder;
+# SERIES: scarthgap (default), styhead or walnascar; "xilinx": with meta-arm, meta-arm-toolchain
+# and meta-xilinx-core as dependencies (kv260, zcu104). Q25_YOCTO_SNAPSHOTS: the snapshot folder;
 # Q25_CHECK_LAYER_WORKDIR: where to unpack and build (kept; default: a new temporary folder).
 # Needs the Yocto host packages and an en_US.UTF-8 locale (.ci/run installs them). The exit
 # status is yocto-check-layer's; its log is in the build folder (check-layer.log).
@@ -16,6 +17,7 @@ if [ $# -lt 1 ]; then sed -n '2,14p' "$0" >&2; exit 2; fi
 if [ "$(id -u)" = 0 ]; then echo "check_layer.sh: BitBake refuses to run as root: run it as a normal user" >&2; exit 2; fi
 layer=$(realpath "$1")
 series=${2:-scarthgap}
+deps=()
 repo=$(cd "$(dirname "$0")/.." && pwd)
 snapshot=${Q25_YOCTO_SNAPSHOTS:-$repo/../shared/yocto}/yocto-$series.tar.xz
 [ -f "$snapshot" ] || { echo "check_layer.sh: no snapshot $snapshot (set Q25_YOCTO_SNAPSHOTS)" >&2; exit 2; }
@@ -42,5 +44,8 @@ BB_NUMBER_THREADS = "2"
 BB_NUMBER_PARSE_THREADS = "2"
 EOF
 fi
-echo "check_layer.sh: yocto-check-layer $layer ($series, in $tree/build-check-layer)" >&2
-yocto-check-layer --output-log check-layer.log "$layer"
+if [ "${3:-}" = xilinx ]; then
+    deps=(--dependency "$tree/meta-arm/meta-arm" "$tree/meta-arm/meta-arm-toolchain" "$tree/meta-xilinx/meta-xilinx-core")
+fi
+echo "check_layer.sh: yocto-check-layer $layer ($series${3:+, $3}, in $tree/build-check-layer)" >&2
+yocto-check-layer --output-log check-layer.log "${deps[@]}" -- "$layer"
