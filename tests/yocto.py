@@ -7,7 +7,11 @@ per test session, build directories for MACHINE qemuarm64 / DISTRO nodistro /
 One build directory per series and layer set ("declared": OE-core + meta-q25; "xilinx":
 + meta-arm, meta-arm-toolchain, meta-xilinx-core); every board's meta-q25 is copied to the
 same path in turn, so the configuration (and the parse cache) stays the same and a board
-change reparses only its own recipes. ``Q25_BITBAKE_WORKDIR`` keeps the whole tree (and its
+change reparses only its own recipes. The "declared" build masks OE-core's recipes (BBMASK):
+OE-core's configuration and classes are all loaded, so what could break there (a layer or
+class meta-q25 needs but does not declare, a bbappend without its recipe, our recipes' own
+parse) still does, without a second cold parse of ~900 recipes per series; the "xilinx"
+build parses everything. ``Q25_BITBAKE_WORKDIR`` keeps the whole tree (and its
 warm cache) for the next run; otherwise it is removed at the end of the session.
 """
 
