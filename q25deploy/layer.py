@@ -23,6 +23,7 @@ from .resources import data_dir, is_build_product
 
 LAYER = "meta-q25"
 ASSETS_RECIPE = "recipes-q25/q25-model-assets"
+PACKAGEGROUP = "recipes-q25/packagegroups"
 LICENSE_FILE = "MODEL-LICENSE"
 ASSETS_MANIFEST = "assets_manifest.json"
 MEMORY_HEADER = "q25_memory_map.h"  # installed to ${includedir} only (the -dev package)
@@ -116,6 +117,12 @@ def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
     }
 
 
+def compatible_machine(board: Board) -> str:
+    """COMPATIBLE_MACHINE of the board's recipes: exactly its MACHINE names (plain, checked
+    by the board file loader)."""
+    return "^(" + "|".join(machines(board)) + ")$"
+
+
 def assets_pv(release: int, manifest: bytes) -> str:
     """``1.<release>+q25.<hash>``: the release orders builds (bb.utils.vercmp_string, opkg, dnf),
     the hash of the assets manifest tells contents of one release apart."""
@@ -146,7 +153,8 @@ def _install_dir_expr(path: str) -> str:
 def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]], *,
                        license_id: str | None, license_file: str | None, release: int = 0) -> list[LayerFile]:
     """The model-assets recipe and its files (hard links to the build's artifacts, given as
-    rel → (path, sha256, size)); the memory-map header goes to ${includedir} only."""
+    rel → (path, sha256, size)); the memory-map header goes to ${includedir} only. Also the
+    packagegroup: it is COMPATIBLE_MACHINE with the assets."""
     lic, lic_text, no_generic = model_license(summary["model"], license_id, license_file)
     install_dir = summary["image"]["install_dir"]
     files: list[tuple[str, str]] = []  # (name in files/, path under the install dir)
@@ -180,10 +188,13 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
         "NO_GENERIC_LICENSE": f'NO_GENERIC_LICENSE[{lic}] = "{LICENSE_FILE}"\n' if no_generic else "",
         "SRC_URI": " \\\n           ".join(f"file://{n}" for n in src_names) + " \\\n          ",
         "INSTALL_DIR": _install_dir_expr(install_dir),
-        "COMPATIBLE_MACHINE": "^(" + "|".join(machines(board)) + ")$",
+        "COMPATIBLE_MACHINE": compatible_machine(board),
         "INSTALL": "\n".join(install),
     })
+    group = (template_root() / PACKAGEGROUP / f"packagegroup-q25.bb{TEMPLATE_SUFFIX}").read_text()
     out = [LayerFile(f"{ASSETS_RECIPE}/q25-model-assets_{pv}.bb", recipe.encode()),
+           LayerFile(f"{PACKAGEGROUP}/packagegroup-q25.bb",
+                     render(group, {"COMPATIBLE_MACHINE": compatible_machine(board)}).encode()),
            LayerFile(f"{ASSETS_RECIPE}/files/{LICENSE_FILE}", lic_text),
            LayerFile(f"{ASSETS_RECIPE}/files/{ASSETS_MANIFEST}", manifest_bytes)]
     out += [LayerFile(f"{ASSETS_RECIPE}/files/{name}", link=artifacts[rel][0], sha256=artifacts[rel][1])

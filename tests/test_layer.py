@@ -112,6 +112,8 @@ def test_model_assets_recipe(layers):
     assert "inherit allarch" not in text and 'LICENSE = "Apache-2.0"' in text
     assert 'PACKAGE_ARCH = "${MACHINE_ARCH}"' in text
     assert 'COMPATIBLE_MACHINE = "^(k26-smk-kv-sdt|xilinx-k26-kv)$"' in text
+    group = (d / LAYER / "recipes-q25" / "packagegroups" / "packagegroup-q25.bb").read_text()
+    assert 'COMPATIBLE_MACHINE = "^(k26-smk-kv-sdt|xilinx-k26-kv)$"' in group
     assert "S = \"${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}\"" in text and "UNPACKDIR ?" not in text
     assert 'Q25_INSTALL_DIR = "${nonarch_base_libdir}/firmware/q25"' in text
     files = d / LAYER / "recipes-q25" / "q25-model-assets" / "files"
