@@ -245,14 +245,16 @@ def test_broken_s_workdir_fails(tmp_path, builds, ws):
 
 
 @pytest.mark.slow
-def test_yocto_check_layer(tmp_path, qwen25_tiny, ws):
-    """OE-core's yocto-check-layer (README, parse, environment, world, signatures) passes for
-    the qemu layer on scarthgap, through tools/check_layer.sh. Minutes: opt-in."""
+@pytest.mark.parametrize("board, deps", [("qemu", ""), ("kv260", "xilinx")])
+def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps):
+    """OE-core's yocto-check-layer (README, parse, environment, world, signatures) passes on
+    scarthgap for the qemu layer, and for kv260's with meta-arm + meta-xilinx-core, through
+    tools/check_layer.sh. Minutes each: opt-in."""
     if not os.environ.get("Q25_YOCTO_CHECK_LAYER"):
         pytest.skip("yocto-check-layer takes minutes: set Q25_YOCTO_CHECK_LAYER=1 or run tools/check_layer.sh")
-    out = ws.root / "check-layer-build"
+    out = ws.root / f"check-layer-{board}"
     shutil.rmtree(out, ignore_errors=True)
-    assert main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(out),
+    assert main(["build", "--target", board, "--model", str(qwen25_tiny), "--out", str(out),
                  "--layer-maintainer", "q25deploy test <q25deploy-test@example.org>"]) == 0
     script = ws.root / "check_layer.sh"
     shutil.copyfile(Path(__file__).resolve().parents[1] / "tools" / "check_layer.sh", script)
@@ -263,8 +265,9 @@ def test_yocto_check_layer(tmp_path, qwen25_tiny, ws):
            "Q25_YOCTO_SNAPSHOTS": str(snapshots()),
            "Q25_CHECK_LAYER_WORKDIR": str(ws.root)}
     t0 = time.monotonic()
-    r = subprocess.run(ws.as_user(["bash", str(script), str(out / LAYER), "scarthgap"], env), cwd=ws.root,
-                       capture_output=True, text=True, timeout=3600, check=False)
-    ws.timings.append(("scarthgap: yocto-check-layer (qemu)", time.monotonic() - t0, ""))
+    r = subprocess.run(ws.as_user(["bash", str(script), str(out / LAYER), "scarthgap", *([deps] if deps else [])],
+                                  env), cwd=ws.root, capture_output=True, text=True, timeout=3600, check=False)
+    ws.timings.append((f"scarthgap: yocto-check-layer ({board}{', ' + deps if deps else ''})",
+                       time.monotonic() - t0, ""))
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     assert "INFO: meta-q25" in r.stdout + r.stderr and "PASS" in r.stdout + r.stderr
