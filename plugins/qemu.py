@@ -31,5 +31,5 @@ def q25deploy_layer_files(target, board, build):
     if target != NAME:
         return None
     # qemuarm64 has no device-tree recipe: QEMU makes the tree (see reserved-memory.dtsi's notes)
-    return {"recipes-bsp/device-tree/device-tree.bbappend": None,
-            "recipes-bsp/device-tree/files/q25-reserved-memory.dtsi": None}
+    dt = "dynamic-layers/xilinx/recipes-bsp/device-tree"
+    return {f"{dt}/device-tree.bbappend": None, f"{dt}/files/q25-reserved-memory.dtsi": None}

@@ -35,3 +35,8 @@ def need_program(name: str, how: str) -> str:
         _missing(f"program {name}", how)
     return path  # type: ignore[return-value]
 
+
+def need(ok: bool, what: str, how: str) -> None:
+    """Any other requirement (a locale, a data snapshot): skip or, on CI, fail."""
+    if not ok:
+        _missing(what, how)

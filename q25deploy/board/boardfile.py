@@ -63,10 +63,15 @@ class Board:
     memory_device: str = "/dev/mem"  # physical memory, for loading the reserved regions
     ssh_user: str = "root"
     ssh_port: int = 22
-    yocto_machine: str = ""
+    yocto_machines: tuple[str, ...] = ()  # Yocto MACHINE names, the main one first
     qemu: dict = field(default_factory=dict)
     ota: dict = field(default_factory=dict)  # [ota]: engines for the layer, device type, hw revision
     source: str = ""  # the file it came from
+
+    @property
+    def yocto_machine(self) -> str:
+        """The main Yocto MACHINE name ("" when the board file names none)."""
+        return self.yocto_machines[0] if self.yocto_machines else ""
 
     @property
     def ddr_bytes(self) -> int:
@@ -80,8 +85,9 @@ class Board:
 
 # -- schema ------------------------------------------------------------------------------
 _INT, _STR, _BOOL, _FLOAT = "integer", "string", "boolean", "number"
+_STRS = "string or array of strings"
 SCHEMA: dict[str, Any] = {
-    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STR,
+    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STRS,
               "device_tree": _STR, "memory_device": _STR},
     "memory": {
         "banks": [{"name": _STR, "base": _INT, "size": _INT}],
@@ -95,6 +101,7 @@ SCHEMA: dict[str, Any] = {
     "ota": {"mender": _BOOL, "swupdate": _BOOL, "mender_device_type": _STR, "swupdate_hw_revision": _STR},
 }
 REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
+_MACHINE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 def _check(value: Any, schema: Any, where: str, fail) -> None:
@@ -116,6 +123,7 @@ def _check(value: Any, schema: Any, where: str, fail) -> None:
             _STR: isinstance(value, str),
             _BOOL: isinstance(value, bool),
             _FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+            _STRS: isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value),
         }[schema]
         if not ok:
             fail(where, f"must be a {schema}, got {value!r}")
@@ -223,6 +231,18 @@ def _check_text(raw: dict, fail) -> None:
         fail("ssh.user", f"{ssh['user']!r} is not a user name")
 
 
+def _machines(b: dict, fail) -> tuple[str, ...]:
+    """board.yocto_machine: one MACHINE name or several, each a BitBake override (lower case, no ':')."""
+    machines = b.get("yocto_machine", [])
+    machines = [machines] if isinstance(machines, str) else machines
+    for m in machines:
+        if not _MACHINE.fullmatch(m):
+            fail("board.yocto_machine", f"{m!r} is not a MACHINE name (lower-case letters, digits, '-', '_')")
+    if len(set(machines)) != len(machines):
+        fail("board.yocto_machine", "names a MACHINE twice")
+    return tuple(machines)
+
+
 def board_from_dict(raw: dict, source: str) -> Board:
     def fail(where: str, msg: str):
         raise BoardFileError(f"{source}: {where}: {msg}")
@@ -250,7 +270,7 @@ def board_from_dict(raw: dict, source: str) -> Board:
         memory_device=b.get("memory_device", "/dev/mem"),
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
-        yocto_machine=b.get("yocto_machine", ""),
+        yocto_machines=_machines(b, fail),
         qemu=dict(raw.get("qemu", {})),
         ota=dict(raw.get("ota", {})),
         source=source,

@@ -25,8 +25,14 @@ from .recipe_text import bitbake_text, replaced_note
 
 LAYER = "meta-q25"
 ASSETS_RECIPE = "recipes-q25/q25-model-assets"
+PACKAGEGROUP = "recipes-q25/packagegroups"
 LICENSE_FILE = "MODEL-LICENSE"
 ASSETS_MANIFEST = "assets_manifest.json"
+MEMORY_HEADER = "q25_memory_map.h"  # installed to ${includedir} only (the -dev package)
+# meta-xilinx-core's device-tree recipe is appended only when that layer is present
+# (BBFILES_DYNAMIC in conf/layer.conf)
+DEVICE_TREE_DIR = "dynamic-layers/xilinx/recipes-bsp/device-tree"
+DTSI = "q25-reserved-memory.dtsi"
 TEMPLATE_SUFFIX = ".in"
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 # licence ids OE-core ships texts for (others need NO_GENERIC_LICENSE)
@@ -95,14 +101,41 @@ def model_license(model: dict, license_id: str | None = None, license_file: str 
     return Licence(canonical, text, raw_id.lower() not in _COMMON)
 
 
+def machines(board: Board) -> tuple[str, ...]:
+    """The board's Yocto MACHINE names (board.yocto_machine), else its name."""
+    return board.yocto_machines or (board.name,)
+
+
 def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
-    """The core default of the device-tree part: a machine-specific bbappend + the dtsi."""
-    machine = board.yocto_machine or board.name
-    tpl = (template_root() / "recipes-bsp" / "device-tree" / f"device-tree.bbappend{TEMPLATE_SUFFIX}").read_text()
+    """The core default of the device-tree part: a bbappend for the board's MACHINEs + the dtsi."""
+    tpl = (template_root() / DEVICE_TREE_DIR / f"device-tree.bbappend{TEMPLATE_SUFFIX}").read_text()
+    names, parts = machines(board), []
+    for i, m in enumerate(names):
+        value = f" {DTSI}"
+        if i:  # once only, also when MACHINEOVERRIDES holds an earlier name too
+            earlier = ", ".join(repr(e) for e in names[:i])
+            value = (f" ${{@'' if set(d.getVar('MACHINEOVERRIDES').split(':')) & {{{earlier}}} else '{DTSI}'}}")
+        parts.append(f'\nFILESEXTRAPATHS:prepend:{m} := "${{THISDIR}}/files:"\n'
+                     "# nooelint: oelint.vars.mispell.unknown - EXTRA_DT_INCLUDE_FILES belongs to meta-xilinx's "
+                     "device-tree recipe, not to OE-core\n"
+                     f'EXTRA_DT_INCLUDE_FILES:append:{m} = "{value}"')
+    text = render(tpl, {"BOARD": board.name, "MACHINES": ", ".join(names), "MACHINE_OVERRIDES": "\n".join(parts)})
     return {
-        "recipes-bsp/device-tree/device-tree.bbappend": render(tpl, {"BOARD": board.name, "MACHINE": machine}).encode(),
-        "recipes-bsp/device-tree/files/q25-reserved-memory.dtsi": dtsi.encode(),
+        f"{DEVICE_TREE_DIR}/device-tree.bbappend": text.encode(),
+        f"{DEVICE_TREE_DIR}/files/{DTSI}": dtsi.encode(),
     }
+
+
+def compatible_machine(board: Board) -> str:
+    """COMPATIBLE_MACHINE of the board's recipes: exactly its MACHINE names (plain, checked
+    by the board file loader)."""
+    return "^(" + "|".join(machines(board)) + ")$"
+
+
+def assets_pv(release: int, manifest: bytes) -> str:
+    """``1.<release>+q25.<hash>``: the release orders builds (bb.utils.vercmp_string, opkg, dnf),
+    the hash of the assets manifest tells contents of one release apart."""
+    return f"1.{release}+q25.{hashlib.sha256(manifest).hexdigest()[:12]}"
 
 
 def static_files() -> list[LayerFile]:
@@ -128,9 +161,10 @@ def _install_dir_expr(path: str) -> str:
 
 
 def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]],
-                       licence: Licence) -> list[LayerFile]:
+                       licence: Licence, release: int = 0) -> list[LayerFile]:
     """The model-assets recipe and its files (hard links to the build's artifacts, given as
-    rel → (path, sha256, size))."""
+    rel → (path, sha256, size)); the memory-map header goes to ${includedir} only. Also the
+    packagegroup: it is COMPATIBLE_MACHINE with the assets."""
     lic, lic_text, no_generic = licence.id, licence.text, licence.no_generic
     install_dir = summary["image"]["install_dir"]
     files: list[tuple[str, str]] = []  # (name in files/, path under the install dir)
@@ -139,7 +173,7 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
         dest = f"partitions/{name}" if rel.startswith("partitions/") else name
         files.append((name, dest))
     entries = [{"path": f"{install_dir}/{dest}", "sha256": artifacts[rel][1], "size": artifacts[rel][2]}
-               for (name, dest), rel in zip(files, sorted(artifacts))]
+               for (name, dest), rel in zip(files, sorted(artifacts)) if name != MEMORY_HEADER]
     assets_manifest = {
         "format": "q25deploy-assets/1",
         "target": summary["target"],
@@ -148,9 +182,10 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
         "files": entries,
     }
     manifest_bytes = json_bytes(assets_manifest)
-    pv = "1.0+q25." + hashlib.sha256(manifest_bytes).hexdigest()[:12]
+    pv = assets_pv(release, manifest_bytes)
     src_names = sorted([n for n, _ in files] + [ASSETS_MANIFEST, LICENSE_FILE])
-    install = [f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}" for name, dest in files]
+    install = [f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}" for name, dest in files
+               if name != MEMORY_HEADER]
     install.append(f"    install -m 0644 ${{S}}/{ASSETS_MANIFEST} ${{D}}${{Q25_INSTALL_DIR}}/{ASSETS_MANIFEST}")
     tpl = (template_root() / ASSETS_RECIPE / f"q25-model-assets.bb{TEMPLATE_SUFFIX}").read_text()
     model_name, renamed = bitbake_text(summary["model"].get("name") or summary["model"]["reference"])
@@ -164,14 +199,24 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
         "NO_GENERIC_LICENSE": f'NO_GENERIC_LICENSE[{lic}] = "{LICENSE_FILE}"\n' if no_generic else "",
         "SRC_URI": " \\\n           ".join(f"file://{n}" for n in src_names) + " \\\n          ",
         "INSTALL_DIR": _install_dir_expr(install_dir),
+        "COMPATIBLE_MACHINE": compatible_machine(board),
         "INSTALL": "\n".join(install),
     })
+    group = (template_root() / PACKAGEGROUP / f"packagegroup-q25.bb{TEMPLATE_SUFFIX}").read_text()
     out = [LayerFile(f"{ASSETS_RECIPE}/q25-model-assets_{pv}.bb", recipe.encode()),
+           LayerFile(f"{PACKAGEGROUP}/packagegroup-q25.bb",
+                     render(group, {"COMPATIBLE_MACHINE": compatible_machine(board)}).encode()),
            LayerFile(f"{ASSETS_RECIPE}/files/{LICENSE_FILE}", lic_text),
            LayerFile(f"{ASSETS_RECIPE}/files/{ASSETS_MANIFEST}", manifest_bytes)]
     out += [LayerFile(f"{ASSETS_RECIPE}/files/{name}", link=artifacts[rel][0], sha256=artifacts[rel][1])
             for (name, _), rel in zip(files, sorted(artifacts))]
     return out
+
+
+def assets_recipe_pv(files: list[LayerFile]) -> str:
+    """PV of the model-assets recipe among the layer's files (it is in the file name)."""
+    prefix = f"{ASSETS_RECIPE}/q25-model-assets_"
+    return next(f.path[len(prefix):-3] for f in files if f.path.startswith(prefix) and f.path.endswith(".bb"))
 
 
 def smoke_test_case(summary: dict, prompts: list[tuple[bytes, bool, list[int]]]) -> LayerFile:
@@ -188,19 +233,40 @@ def smoke_test_case(summary: dict, prompts: list[tuple[bytes, bool, list[int]]])
     return LayerFile("lib/oeqa/runtime/cases/q25_smoke.py", text.encode())
 
 
-def layer_readme(summary: dict, board: Board, has_device_tree: bool) -> LayerFile:
+def layer_readme(summary: dict, board: Board, has_device_tree: bool, *, pv: str,
+                 maintainer: str | None = None) -> LayerFile:
+    """The layer's README.md: what it holds, how to include it, and (yocto-check-layer's
+    test_readme) its maintainer and where patches go."""
     tpl = (template_root() / f"README.md{TEMPLATE_SUFFIX}").read_text()
+    names = ", ".join(f"`{m}`" for m in machines(board))
+    dt = f"{DEVICE_TREE_DIR}/device-tree.bbappend"
     text = render(tpl, {
         "BOARD": board.name,
         "DESCRIPTION": board.description,
-        "MACHINE": board.yocto_machine or board.name,
+        "MACHINES": names,
         "MODEL": bitbake_text(summary["model"].get("name") or summary["model"]["reference"])[0],
         "MODEL_SHA256": summary["model"]["sha256"],
         "INSTALL_DIR": summary["image"]["install_dir"],
-        "DEVICE_TREE": ("The device-tree bbappend adds `q25-reserved-memory.dtsi` for MACHINE "
-                        f"`{board.yocto_machine or board.name}`." if has_device_tree else
-                        "This board needs no device-tree recipe change (see the notes in "
-                        "`reserved-memory.dtsi` of the build)."),
+        "PV": pv,
+        "MAINTAINER": maintainer or ("not named (`q25deploy build --layer-maintainer 'Name <address>'` names "
+                                     "who answers for this layer)"),
+        "DEVICE_TREE_ROW": (f"| `{dt}` | | adds `q25-reserved-memory.dtsi` to meta-xilinx's device tree "
+                            f"for MACHINE {names}; active only with meta-xilinx-core |\n" if has_device_tree else ""),
+        "PETALINUX_DEVICE_TREE": (
+            f"4. Device tree: `{dt}` adds the reserved-memory fragment through meta-xilinx's\n"
+            f"   `EXTRA_DT_INCLUDE_FILES` for MACHINE {names}. To do it by hand instead, copy\n"
+            f"   `{DEVICE_TREE_DIR}/files/q25-reserved-memory.dtsi` next to\n"
+            "   `project-spec/meta-user/recipes-bsp/device-tree/files/system-user.dtsi`, add the line\n\n"
+            "       /include/ \"q25-reserved-memory.dtsi\"\n\n"
+            "   to `system-user.dtsi`, and add `file://q25-reserved-memory.dtsi` to `SRC_URI:append` in\n"
+            "   `project-spec/meta-user/recipes-bsp/device-tree/device-tree.bbappend`."
+            if has_device_tree else
+            "4. Device tree: this layer changes none for this board (see the notes in\n"
+            "   `reserved-memory.dtsi` of the build)."),
+        "YOCTO_DEVICE_TREE": (f"With meta-xilinx-core in BBLAYERS, `{dt}` adds the reserved memory to the device "
+                              f"tree of MACHINE {names}." if has_device_tree else
+                              "This board needs no device-tree recipe change (see the notes in "
+                              "`reserved-memory.dtsi` of the build)."),
     })
     return LayerFile("README.md", text.encode())
 

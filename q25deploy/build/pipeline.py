@@ -51,13 +51,15 @@ class BuildResult:
 
 @dataclass(frozen=True)
 class Request:
-    """What the user asked for, resolved: the target, the model and the licence options."""
+    """What the user asked for, resolved: the target, the model, the licence and layer options."""
 
     target: Target
     src: ModelSource
     out: Path
     license_id: str | None
     license_file: str | None
+    layer_release: int = 0  # PV 1.<release>+q25.<hash> of the model-assets recipe
+    layer_maintainer: str | None = None  # the layer README's maintainer
 
 
 def _outputs_intact(out: Path) -> bool:
@@ -91,12 +93,13 @@ def _inputs(pm, req: Request) -> dict:
         "board_sha256": hashlib.sha256(Path(req.target.board.source).read_bytes()).hexdigest(),
         "model": {"path": str(req.src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "license": [req.license_id, _file_stamp(req.license_file)],
+        "layer": [req.layer_release, req.layer_maintainer],
     }
 
 
 def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
           target_file: str | None = None, model_license: str | None = None, model_license_file: str | None = None,
-          progress: Progress = lambda s: None) -> BuildResult:
+          layer_release: int = 0, layer_maintainer: str | None = None, progress: Progress = lambda s: None) -> BuildResult:
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
     if model:
@@ -106,7 +109,7 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
 
         src, note = default_model()
     req = Request(target, src, Path(out) if out else Path("q25-build") / target.name, model_license,
-                  model_license_file)
+                  model_license_file, layer_release, layer_maintainer)
     inputs = _inputs(pm, req)
     old = read_json(req.out / layout.STAMP)
     if old and old.get("inputs") == inputs and _outputs_intact(req.out):
@@ -185,7 +188,7 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         summary = stages.summary(target, src, info, p, image_manifest)
         o.write_json(layout.BUILD_INFO, summary, "build-info")
         progress("writing the BitBake layer")
-        _layer_stage(pm, o, target, summary, p, lic)
+        _layer_stage(pm, o, req, summary, p, lic)
     return summary, {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
 
 
@@ -224,7 +227,7 @@ def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future],
     return payload
 
 
-def _layer_stage(pm, o: OutputDir, target: Target, summary: dict, p, lic) -> None:
+def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> None:
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import read_image_file
     from . import stages
@@ -233,4 +236,5 @@ def _layer_stage(pm, o: OutputDir, target: Target, summary: dict, p, lic) -> Non
     rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
     artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
     codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
-    write_layer(o, stages.layer(pm, target, summary, p, artifacts, lic, codec))
+    write_layer(o, stages.layer(pm, req.target, summary, p, artifacts, lic, codec, release=req.layer_release,
+                                maintainer=req.layer_maintainer))

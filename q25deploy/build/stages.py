@@ -23,8 +23,8 @@ from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from ..tokenizer.vocab import vocab_from_gguf
 from . import layout
-from .layer import LayerFile, Licence, layer_readme, merge_hook_results, model_assets_files, model_license, \
-    smoke_test_case, static_files
+from .layer import DEVICE_TREE_DIR, LayerFile, Licence, assets_recipe_pv, layer_readme, merge_hook_results, \
+    model_assets_files, model_license, smoke_test_case, static_files
 from .payload import Piece, check_plain_names
 from .region_table import KIND as REGION_TABLE_KIND, region_table
 
@@ -143,11 +143,11 @@ def summary(target: Target, src: ModelSource, info: ModelInfo, p: Plan, image_ma
 
 
 def layer(pm, target: Target, summary_: dict, p: Plan, artifacts: dict[str, tuple[Path, str, int]],
-          lic: Licence, codec: Codec) -> list[LayerFile]:
+          lic: Licence, codec: Codec, *, release: int = 0, maintainer: str | None = None) -> list[LayerFile]:
     """The BitBake layer's files: fixed parts, the model-assets recipe (``artifacts``: build path →
     (file, sha256, size), linked not copied), the oeqa smoke test, and the board plugins' files."""
     board = target.board
-    files = static_files() + model_assets_files(board, summary_, artifacts, lic)
+    files = static_files() + model_assets_files(board, summary_, artifacts, lic, release)
     files.append(smoke_test_case(summary_, [(t, sp, codec.encode(t, sp)) for t, sp in SMOKE_PROMPTS]))
     extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
                                                              build={"dtsi": p.dtsi, "summary": summary_}))
@@ -157,6 +157,6 @@ def layer(pm, target: Target, summary_: dict, p: Plan, artifacts: dict[str, tupl
             by_path.pop(path, None)
         else:
             by_path[path] = LayerFile(path, data)
-    has_dt = any(path.startswith("recipes-bsp/device-tree/") for path in by_path)
-    by_path["README.md"] = layer_readme(summary_, board, has_dt)
+    has_dt = any(path.startswith(f"{DEVICE_TREE_DIR}/") for path in by_path)
+    by_path["README.md"] = layer_readme(summary_, board, has_dt, pv=assets_recipe_pv(files), maintainer=maintainer)
     return list(by_path.values())

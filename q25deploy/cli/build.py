@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import Q25Error
-from .common import add_model_argument, report_failures
+from .common import add_model_argument, one_line_text, release_number, report_failures
 
 
 def add_commands(sub) -> None:
@@ -27,6 +27,11 @@ def add_commands(sub) -> None:
     bd.add_argument("--model-license-file", metavar="FILE",
                     help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
                     "ships for Apache-2.0)")
+    bd.add_argument("--layer-release", metavar="N", type=release_number, default=0,
+                    help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it for "
+                    "every update you ship so package managers see a newer version")
+    bd.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'", type=one_line_text,
+                    help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
 
@@ -43,7 +48,8 @@ def cmd_build(a: argparse.Namespace) -> int:
 
     prog = Progress()
     result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
-                   model_license_file=a.model_license_file, progress=prog.step)
+                   model_license_file=a.model_license_file, layer_release=a.layer_release,
+                   layer_maintainer=a.layer_maintainer, progress=prog.step)
     prog.done()
     report_failures(result.failures)
     if a.json:

@@ -73,6 +73,20 @@ def positive_int(s: str) -> int:
     return v
 
 
+def release_number(s: str) -> int:
+    """argparse type: 0, 1, 2, ..."""
+    if not (s.isascii() and s.isdigit()):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a release number (0, 1, 2, ...)")
+    return int(s)
+
+
+def one_line_text(s: str) -> str:
+    """argparse type: one line of printable text."""
+    if not s.strip() or not s.isprintable():
+        raise argparse.ArgumentTypeError(f"{s!r} is not one line of text")
+    return s.strip()
+
+
 def report_failures(failures: Iterable) -> None:
     """One warning line on stderr per plugin that failed to load (the command goes on)."""
     for f in failures:

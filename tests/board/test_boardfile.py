@@ -28,9 +28,23 @@ def test_kv260_facts():
     assert (pmu.base, pmu.size, pmu.in_device_tree) == (0x7FF00000, 0x100000, True)
 
 
+def test_yocto_machines_one_or_several(tmp_path):
+    assert load_board(TARGETS / "zcu104.toml").yocto_machines == ("zynqmp-zcu104-sdt-full", "xilinx-zcu104")
+    assert load_board(TARGETS / "kv260.toml").yocto_machine == "k26-smk-kv-sdt"
+    assert load_board(TARGETS / "qemu.toml").yocto_machines == ("qemuarm64",)
+    no_machine = VALID.replace(next(ln for ln in VALID.splitlines() if ln.startswith("yocto_machine")), "")
+    b = load_board(write(tmp_path, no_machine))
+    assert (b.yocto_machines, b.yocto_machine) == ((), "")
+
+
 def test_qemu_has_the_emulated_machine():
     b = load_board(TARGETS / "qemu.toml")
     assert b.banks[0].base == 0x40000000 and b.qemu["machine"] == "virt" and b.qemu["cpu"] == "cortex-a53"
+
+
+def _machine(text: str, value: str) -> str:
+    line = next(ln for ln in text.splitlines() if ln.startswith("yocto_machine"))
+    return text.replace(line, f"yocto_machine = {value}")
 
 
 def write(tmp_path, text):
@@ -59,6 +73,10 @@ def write(tmp_path, text):
     (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25 ${HOME}"'), "install.path"),
     (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25"\nruntime = "/usr/bin/$(id)"'), "install.runtime"),
     (lambda t: re.sub(r'description = ".*"', 'description = "two\\\\nlines"', t, count=1), "board.description"),
+    (lambda t: _machine(t, '"ZCU104"'), "board.yocto_machine: 'ZCU104' is not a MACHINE name"),
+    (lambda t: _machine(t, '["a", "a:b"]'), "'a:b' is not a MACHINE name"),
+    (lambda t: _machine(t, '["a", "a"]'), "names a MACHINE twice"),
+    (lambda t: _machine(t, "[1]"), "board.yocto_machine: must be a string or array of strings"),
 ])
 def test_bad_board_files(tmp_path, change, message):
     with pytest.raises(BoardFileError) as e:

@@ -78,15 +78,28 @@ def test_layer_conf(layers):
     assert 'BBFILE_PATTERN_q25 = "^${LAYERDIR}/"' in conf
 
 
+DT = ("dynamic-layers", "xilinx", "recipes-bsp", "device-tree")
+
+
 def test_device_tree_parts_are_machine_specific(layers):
-    kv = (layers["kv260"] / LAYER / "recipes-bsp" / "device-tree" / "device-tree.bbappend").read_text()
+    kv = layers["kv260"].joinpath(LAYER, *DT, "device-tree.bbappend").read_text()
     assert 'EXTRA_DT_INCLUDE_FILES:append:k26-smk-kv-sdt = " q25-reserved-memory.dtsi"' in kv
-    dtsi = (layers["kv260"] / LAYER / "recipes-bsp" / "device-tree" / "files" / "q25-reserved-memory.dtsi")
+    assert 'FILESEXTRAPATHS:prepend:xilinx-k26-kv := "${THISDIR}/files:"' in kv
+    assert "EXTRA_DT_INCLUDE_FILES:append:xilinx-k26-kv = " in kv  # once, also with both names (tests/test_bitbake.py)
+    assert not re.search(r"^SRC_URI", kv, re.M)  # meta-xilinx adds EXTRA_DT_INCLUDE_FILES to SRC_URI itself
+    dtsi = layers["kv260"].joinpath(LAYER, *DT, "files", "q25-reserved-memory.dtsi")
     assert dtsi.read_bytes() == (layers["kv260"] / "reserved-memory.dtsi").read_bytes()
-    zc = (layers["zcu104"] / LAYER / "recipes-bsp" / "device-tree" / "device-tree.bbappend").read_text()
-    assert ":zynqmp-zcu104-sdt" in zc
-    # QEMU makes its own device tree: the qemu plugin drops the bbappend
-    assert not (layers["qemu"] / LAYER / "recipes-bsp").exists()
+    zc = layers["zcu104"].joinpath(LAYER, *DT, "device-tree.bbappend").read_text()
+    assert ":append:zynqmp-zcu104-sdt-full = " in zc and ":append:xilinx-zcu104 = " in zc
+    # only with meta-xilinx-core (collection "xilinx") in BBLAYERS
+    conf = (layers["kv260"] / LAYER / "conf" / "layer.conf").read_text()
+    assert 'BBFILES_DYNAMIC += "xilinx:${LAYERDIR}/dynamic-layers/xilinx/recipes-*/*/*.bbappend"' in conf
+    assert not (layers["kv260"] / LAYER / "recipes-bsp").exists()
+    # QEMU makes its own device tree: the qemu plugin drops the bbappend, and the README
+    # promises none
+    assert not (layers["qemu"] / LAYER / "dynamic-layers").exists()
+    readme = (layers["qemu"] / LAYER / "README.md").read_text()
+    assert "bbappend" not in readme and "needs no device-tree recipe change" in readme
 
 
 def test_model_assets_recipe(layers):
@@ -96,7 +109,12 @@ def test_model_assets_recipe(layers):
     pv = recipes[0].name[len("q25-model-assets_"):-3]
     assert re.fullmatch(r"1\.0\+q25\.[0-9a-f]{12}", pv)
     text = recipes[0].read_text()
-    assert "inherit allarch" in text and 'LICENSE = "Apache-2.0"' in text
+    assert "inherit allarch" not in text and 'LICENSE = "Apache-2.0"' in text
+    assert 'PACKAGE_ARCH = "${MACHINE_ARCH}"' in text
+    assert 'COMPATIBLE_MACHINE = "^(k26-smk-kv-sdt|xilinx-k26-kv)$"' in text
+    group = (d / LAYER / "recipes-q25" / "packagegroups" / "packagegroup-q25.bb").read_text()
+    assert 'COMPATIBLE_MACHINE = "^(k26-smk-kv-sdt|xilinx-k26-kv)$"' in group
+    assert "S = \"${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}\"" in text and "UNPACKDIR ?" not in text
     assert 'Q25_INSTALL_DIR = "${nonarch_base_libdir}/firmware/q25"' in text
     files = d / LAYER / "recipes-q25" / "q25-model-assets" / "files"
     part = files / "region_00.bin"
@@ -109,6 +127,10 @@ def test_model_assets_recipe(layers):
         name = Path(e["path"]).name
         assert hashlib.sha256((files / name).read_bytes()).hexdigest() == e["sha256"]
         assert f"install -m 0644 ${{S}}/{name} " in text
+    # the memory-map header: ${includedir} only (the -dev package), not the install dir
+    assert not any(e["path"].endswith("q25_memory_map.h") for e in manifest["files"])
+    assert re.findall(r"install .*q25_memory_map\.h.*", text) == [
+        "install -m 0644 ${S}/q25_memory_map.h ${D}${includedir}/q25_memory_map.h"]
 
 
 def test_pv_follows_the_content(tmp_path, layers, qwen25_tiny):
@@ -121,6 +143,28 @@ def test_pv_follows_the_content(tmp_path, layers, qwen25_tiny):
         a = sorted(p.name for p in (layers["kv260"] / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb"))
         b = sorted(p.name for p in (out / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb"))
         assert (a == b) is same
+
+
+def test_layer_release_and_maintainer(tmp_path, layers, qwen25_tiny):
+    """--layer-release goes into PV before the hash (tests/test_bitbake.py orders them with
+    BitBake's own vercmp); --layer-maintainer into the README, which always says where
+    patches go (yocto-check-layer's test_readme)."""
+    out = tmp_path / "r12"
+    assert main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(out), "--layer-release", "12",
+                 "--layer-maintainer", "Ada Board <ada@example.org>"]) == 0
+    [bb] = (out / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb")
+    [old] = (layers["qemu"] / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb")
+    assert bb.name.startswith("q25-model-assets_1.12+q25.") and old.name.startswith("q25-model-assets_1.0+q25.")
+    assert bb.name.split("+q25.")[1] == old.name.split("+q25.")[1]  # same content, same hash
+    readme = (out / LAYER / "README.md").read_text()
+    assert "Maintainer: Ada Board <ada@example.org>" in readme and "patch" in readme
+    assert "README" not in readme  # else yocto-check-layer's test_readme checks nothing
+    default = (layers["qemu"] / LAYER / "README.md").read_text()
+    assert "Maintainer: not named" in default and "@" not in default
+    for bad in (["--layer-release", "-1"], ["--layer-release", "\u00b2"], ["--layer-maintainer", "a\nb"]):
+        with pytest.raises(SystemExit) as e:
+            main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(tmp_path / "x"), *bad])
+        assert e.value.code == 2 and not (tmp_path / "x").exists()
 
 
 def test_license_comes_from_ollama_or_is_refused(tmp_path, capsys, qwen25_tiny, monkeypatch):
@@ -216,7 +260,7 @@ def test_a_hostile_model_name_reaches_the_recipe_as_plain_text(tmp_path, vocab_g
     out = tmp_path / "b"
     assert main(["build", "--target", "kv260", "--model", str(hostile), "--out", str(out)]) == 0
     recipe = next((out / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb")).read_text()
-    assert "${@" not in recipe and "mkdirhier(_/tmp/x_)" in recipe
+    assert "${@bb.utils" not in recipe and 'mkdirhier("' not in recipe and "mkdirhier(_/tmp/x_)" in recipe
     assert "# q25deploy: the model name has characters a recipe cannot hold safely" in recipe
     summary = next(line for line in recipe.splitlines() if line.startswith("SUMMARY"))
     assert summary.endswith('q__{@bb.utils.mkdirhier(_/tmp/x_)}__"')

@@ -20,11 +20,14 @@ SRC_URI = "file://LICENSE \
            file://q25tok_region.c \
           "
 
-# scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR
-UNPACKDIR ??= "${WORKDIR}"
-S = "${UNPACKDIR}"
+# styhead and later unpack into UNPACKDIR (and refuse S = WORKDIR); scarthgap has no
+# UNPACKDIR and unpacks into WORKDIR. Setting UNPACKDIR here, even weakly, would override
+# bitbake.conf's own weak default on styhead and later.
+S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}"
 
-EXTRA_OEMAKE = "'CC=${CC}' 'AR=${AR}' 'CFLAGS=${CFLAGS}' 'LDFLAGS=${LDFLAGS}' \
+# WARNFLAGS without the Makefile's -Werror: a new compiler's new warning must not break an
+# image build (q25deploy's own host builds and tests keep -Werror)
+EXTRA_OEMAKE = "'CC=${CC}' 'AR=${AR}' 'CFLAGS=${CFLAGS}' 'LDFLAGS=${LDFLAGS}' 'WARNFLAGS=-Wall -Wextra' \
                 'prefix=${prefix}' 'bindir=${bindir}' 'libdir=${libdir}' 'includedir=${includedir}' \
                "
 

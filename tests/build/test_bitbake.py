@@ -1,0 +1,273 @@
+"""The emitted meta-q25 under real BitBake + OpenEmbedded-Core (scarthgap, styhead,
+walnascar; tests/yocto.py): it parses cleanly with only the layers it declares and with
+meta-arm + meta-xilinx-core, its recipes say what they should (licence checksums, sources,
+PACKAGE_ARCH, FILES), BitBake itself runs do_fetch/do_unpack/do_populate_lic of them offline,
+the device-tree bbappend reaches meta-xilinx's recipe for the board's MACHINEs, and a
+broken layer fails those same checks.
+
+``Q25_BITBAKE_SERIES`` / ``Q25_BITBAKE_BOARDS`` (space-separated) narrow the matrix."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from q25deploy.cli import main
+
+from yocto import (BOARDS, DEVICE_TREE, LAYER, SERIES, Workspace, board_machines, check_license, check_packaging,
+                   check_sources, md5, package_of, snapshots)
+
+DT_DIR = ("dynamic-layers", "xilinx", "recipes-bsp", "device-tree")
+DTSI = "q25-reserved-memory.dtsi"
+ASSETS, RUNTIME, GROUP = "q25-model-assets", "q25-tokenizer-runtime", "packagegroup-q25"
+VARS = ["LICENSE", "LIC_FILES_CHKSUM", "PACKAGE_ARCH", "MACHINE_ARCH", "TUNE_PKGARCH", "PACKAGES", "PN", "PV",
+        "S", "WORKDIR", "UNPACKDIR", "COMPATIBLE_MACHINE", "EXTRA_OEMAKE", "RDEPENDS:packagegroup-q25",
+        "includedir", "bindir", "libdir", "nonarch_base_libdir", "FILE"]
+MACHINES = {"kv260": ["k26-smk-kv-sdt", "xilinx-k26-kv"], "zcu104": ["zynqmp-zcu104-sdt-full", "xilinx-zcu104"]}
+
+
+def _selected(var: str, default: tuple[str, ...]) -> list[str]:
+    return os.environ.get(var, " ".join(default)).split()
+
+
+MATRIX = [(s, b) for s in _selected("Q25_BITBAKE_SERIES", SERIES) for b in _selected("Q25_BITBAKE_BOARDS", BOARDS)]
+
+
+class _Timings:
+    """Every BitBake run's time in pytest's terminal summary (cold and warm parses)."""
+
+    def __init__(self, w: Workspace):
+        self.w = w
+
+    def pytest_terminal_summary(self, terminalreporter):
+        tr, w = terminalreporter, self.w
+        tr.write_sep("-", f"BitBake timings ({w.root}{', kept' if w.keep else ', removed'})")
+        for what, seconds, note in w.timings:
+            tr.write_line(f"{seconds:7.1f} s  {what}{'  (' + note + ')' if note else ''}")
+        tr.write_line(f"{sum(t for _, t, _ in w.timings):7.1f} s  total")
+
+
+@pytest.fixture(scope="session")
+def ws(request):
+    w = Workspace.create()
+    request.config.pluginmanager.register(_Timings(w), "q25-bitbake-timings")
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module", params=MATRIX, ids=[f"{s}-{b}" for s, b in MATRIX])
+def case(request, ws, builds):
+    series, board = request.param
+    return series, board, builds[board] / LAYER
+
+
+def _parse_clean(ws, series, layers, name, layer):
+    bd = ws.build(series, layers)
+    bd.install(name, layer)
+    r = bd.bitbake("-p", label=f"bitbake -p ({name})")
+    problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
+    return bd, r, problems
+
+
+@pytest.mark.parametrize("layers", ["declared", "xilinx"])
+def test_parse_is_clean(case, ws, layers):
+    """`bitbake -p`: no ERROR, no WARNING about meta-q25, with only the layers meta-q25
+    declares (LAYERDEPENDS core) and with meta-arm + meta-xilinx-core."""
+    series, board, layer = case
+    bd, r, problems = _parse_clean(ws, series, layers, board, layer)
+    assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
+    assert r.parsed() is not None, r.output[-3000:]
+
+
+def _probe(ws, series, board, layer):
+    bd = ws.build(series, "xilinx")
+    bd.install(board, layer)
+    dt = None
+    if board in MACHINES:
+        ms = MACHINES[board]
+        dt = {"recipe": str(bd.tree / DEVICE_TREE), "file": DTSI, "strip": board_machines(),
+              "cases": {**{m: ["zynqmp", m] for m in ms}, "all": ["zynqmp", *ms], "other": ["zynqmp", "zynqmp-generic"]}}
+    return bd, bd.probe([ASSETS, RUNTIME, GROUP], VARS, dt, label=f"tinfoil probe ({board})")
+
+
+def test_recipes_environment(case, ws):
+    """What `bitbake -e` gives for the three recipes: licence and checksum against the
+    layer's licence file, every SRC_URI file there, PACKAGE_ARCH, FILES."""
+    series, board, layer = case
+    bd, ans = _probe(ws, series, board, layer)
+    assets, runtime, group = (ans["recipes"][pn] for pn in (ASSETS, RUNTIME, GROUP))
+    for info in (assets, runtime):
+        assert check_license(info) == [] and check_sources(info) == []
+        assert Path(info["vars"]["FILE"]).is_relative_to(bd.layer)
+        # S is where the files are unpacked: WORKDIR on scarthgap, UNPACKDIR (refusing S =
+        # WORKDIR) on styhead and later
+        v = info["vars"]
+        assert v["S"] == (v["WORKDIR"] if series == "scarthgap" else v["WORKDIR"] + "/sources-unpack")
+        assert v["UNPACKDIR"] in (None if series == "scarthgap" else v["S"],)
+    v = assets["vars"]
+    model_license = layer / "recipes-q25" / ASSETS / "files" / "MODEL-LICENSE"
+    assert v["LICENSE"] == "Apache-2.0" and f"file://MODEL-LICENSE;md5={md5(model_license)}" in v["LIC_FILES_CHKSUM"]
+    assert len(assets["src"]) == len(list((layer / "recipes-q25" / ASSETS / "files").iterdir()))
+    # one board's memory plan: a MACHINE package for the board's MACHINEs only
+    assert v["PACKAGE_ARCH"] == v["MACHINE_ARCH"] == "qemuarm64"
+    machines = MACHINES.get(board, ["qemuarm64"])
+    assert all(re.match(v["COMPATIBLE_MACHINE"], m) for m in machines)
+    assert not any(re.match(v["COMPATIBLE_MACHINE"], m) for ms in MACHINES.values() for m in ms if m not in machines)
+    fw = f"{v['nonarch_base_libdir']}/firmware/q25"
+    assert f"{fw}/tokenizer.q25tokrt" in assets["install"] and f"{fw}/partitions/region_00.bin" in assets["install"]
+    assert check_packaging(assets, {f"{fw}/tokenizer.q25tokrt": ASSETS, f"{fw}/partition_map.json": ASSETS,
+                                    f"{v['includedir']}/q25_memory_map.h": f"{ASSETS}-dev"}) == []
+    assert not any(p.endswith(".h") and package_of(assets, p) == ASSETS for p in assets["install"])
+    # the runtime: the target's tune, the Makefile's installs in the usual packages, no -Werror
+    r = runtime["vars"]
+    assert r["LICENSE"] == "MIT" and r["PACKAGE_ARCH"] == r["TUNE_PKGARCH"] != r["MACHINE_ARCH"]
+    assert check_packaging(runtime, {f"{r['bindir']}/q25tok": RUNTIME, f"{r['includedir']}/q25tok.h": f"{RUNTIME}-dev",
+                                     f"{r['libdir']}/libq25tok.a": f"{RUNTIME}-staticdev"}) == []
+    assert "WARNFLAGS=-Wall -Wextra" in r["EXTRA_OEMAKE"] and "Werror" not in r["EXTRA_OEMAKE"]
+    g = group["vars"]
+    # for another MACHINE the packagegroup is skipped with the assets (yocto-check-layer's world)
+    assert g["PACKAGE_ARCH"] == g["MACHINE_ARCH"] and g["COMPATIBLE_MACHINE"] == v["COMPATIBLE_MACHINE"]
+    assert set(g["RDEPENDS:packagegroup-q25"].split()) == {ASSETS, RUNTIME}
+
+
+def test_license_checksum_by_bitbake(case, ws):
+    """BitBake itself fetches, unpacks and checks the licence checksums (do_populate_lic),
+    offline: the layer has no patches, so patch/quilt are assumed provided."""
+    series, board, layer = case
+    bd = ws.build(series, "xilinx")
+    bd.install(board, layer)
+    r = bd.bitbake("-c", "populate_lic", ASSETS, RUNTIME, label=f"do_populate_lic ({board})")
+    assert r.returncode == 0 and not r.errors(), r.output[-3000:]
+    assert re.search(r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded",
+                     r.output), r.output[-3000:]
+    lic = list((bd.path).glob(f"tmp*/deploy/licenses/**/{ASSETS}/MODEL-LICENSE"))
+    assert lic and lic[0].read_bytes() == (layer / "recipes-q25" / ASSETS / "files" / "MODEL-LICENSE").read_bytes()
+
+
+def test_device_tree_bbappend(case, ws):
+    """meta-xilinx's device-tree recipe gets the fragment exactly once for each of the
+    board's MACHINEs (also when a MACHINE carries both names), from this layer, and not for
+    another zynqmp MACHINE."""
+    series, board, layer = case
+    bd, ans = _probe(ws, series, board, layer)
+    if board not in MACHINES:
+        assert not (layer / "dynamic-layers").exists()
+        return
+    dt = ans["device_tree"]
+    ours = str(bd.layer.joinpath(*DT_DIR, "device-tree.bbappend"))
+    assert ours in dt["appends"]
+    for name, res in dt["cases"].items():
+        count = res["EXTRA_DT_INCLUDE_FILES"].split().count(DTSI)
+        if name == "other":
+            assert count == 0 and DTSI not in res["SRC_URI"], res
+            continue
+        assert count == 1, (name, res)
+        assert res["SRC_URI"].split().count(f"file://{DTSI}") == 1, res  # meta-xilinx adds it, once
+        assert res["local"] == str(bd.layer.joinpath(*DT_DIR, "files", DTSI))
+        assert Path(res["local"]).read_bytes() == layer.joinpath(*DT_DIR, "files", DTSI).read_bytes()
+
+
+def test_pv_orders_by_release(tmp_path, builds, qwen25_tiny, ws):
+    """BitBake's own version comparison (opkg/dnf agree on these forms) orders the assets by
+    --layer-release, whatever the content hashes; 1.0+q25.<hash> of older layers sorts lower."""
+    from q25deploy.model.synthetic import write_model
+
+    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    sys.path.insert(0, str(ws.tree(series) / "bitbake" / "lib"))
+    try:
+        from bb.utils import vercmp_string
+    finally:
+        sys.path.pop(0)
+    other = tmp_path / "other.gguf"
+    write_model(other, "tiny", str(Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"), seed=7)
+    pvs = {}
+    for model in (qwen25_tiny, other):
+        for release in (1, 2, 10):
+            out = tmp_path / f"{model.stem}-{release}"
+            assert main(["build", "--target", "qemu", "--model", str(model), "--out", str(out),
+                         "--layer-release", str(release)]) == 0
+            [bb] = (out / LAYER / "recipes-q25" / ASSETS).glob("*.bb")
+            pvs[model.stem, release] = bb.name[len(ASSETS) + 1:-3]
+    for a in (qwen25_tiny.stem, other.stem):
+        for b in (qwen25_tiny.stem, other.stem):
+            assert vercmp_string(pvs[a, 2], pvs[b, 1]) > 0 and vercmp_string(pvs[a, 10], pvs[b, 2]) > 0
+    assert vercmp_string(pvs[other.stem, 1], "1.0+q25.ffffffffffff") > 0
+
+
+# -- a broken layer fails the same checks ------------------------------------------------
+def _broken(tmp_path, builds, board, edit) -> Path:
+    layer = tmp_path / LAYER
+    shutil.copytree(builds[board] / LAYER, layer)
+    [bb] = (layer / "recipes-q25" / ASSETS).glob("*.bb")
+    text = bb.read_text()
+    new = edit(text)
+    assert new != text
+    bb.write_text(new)
+    return layer
+
+
+def test_broken_license_checksum_fails(tmp_path, builds, ws):
+    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    layer = _broken(tmp_path, builds, "qemu", lambda t: re.sub(r"md5=[0-9a-f]{32}", "md5=" + "0" * 32, t))
+    bd = ws.build(series, "xilinx")
+    bd.install("broken-md5", layer)
+    ans = bd.probe([ASSETS], VARS, label="tinfoil probe (broken md5)")
+    assert any("md5" in p for p in check_license(ans["recipes"][ASSETS]))
+    r = bd.bitbake("-c", "populate_lic", ASSETS, label="do_populate_lic (broken md5)")
+    assert r.returncode != 0 and "LIC_FILES_CHKSUM" in r.output, r.output[-3000:]
+
+
+def test_broken_files_fails(tmp_path, builds, ws):
+    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    layer = _broken(tmp_path, builds, "qemu", lambda t: t.replace('FILES:${PN} += "${Q25_INSTALL_DIR}"\n', ""))
+    bd = ws.build(series, "xilinx")
+    bd.install("broken-files", layer)
+    ans = bd.probe([ASSETS], VARS, label="tinfoil probe (missing FILES)")
+    problems = check_packaging(ans["recipes"][ASSETS], {})
+    assert problems and all("in no package" in p for p in problems)
+    assert any("tokenizer.q25tokrt" in p for p in problems)
+
+
+def test_broken_s_workdir_fails(tmp_path, builds, ws):
+    later = [s for s in _selected("Q25_BITBAKE_SERIES", SERIES) if s != "scarthgap"]
+    if not later:
+        pytest.skip("S = ${WORKDIR} is allowed on scarthgap: needs styhead or walnascar in Q25_BITBAKE_SERIES")
+    layer = _broken(tmp_path, builds, "qemu", lambda t: re.sub(r"^S = .*$", 'S = "${WORKDIR}"', t, flags=re.M))
+    _, r, problems = _parse_clean(ws, later[0], "declared", "broken-s", layer)
+    assert r.returncode != 0 and any("Using S = ${WORKDIR} is no longer supported" in p for p in problems), r.output[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board, deps", [("qemu", ""), ("kv260", "xilinx")])
+def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps):
+    """OE-core's yocto-check-layer (README, parse, environment, world, signatures) passes on
+    scarthgap for the qemu layer, and for kv260's with meta-arm + meta-xilinx-core, through
+    tools/check_layer.sh. Minutes each: opt-in."""
+    if not os.environ.get("Q25_YOCTO_CHECK_LAYER"):
+        pytest.skip("yocto-check-layer takes minutes: set Q25_YOCTO_CHECK_LAYER=1 or run tools/check_layer.sh")
+    out = ws.root / f"check-layer-{board}"
+    shutil.rmtree(out, ignore_errors=True)
+    assert main(["build", "--target", board, "--model", str(qwen25_tiny), "--out", str(out),
+                 "--layer-maintainer", "q25deploy test <q25deploy-test@example.org>"]) == 0
+    script = ws.root / "check_layer.sh"
+    shutil.copyfile(Path(__file__).resolve().parents[2] / "tools" / "check_layer.sh", script)
+    ws.tree("scarthgap")
+    ws.chown(out)
+    ws.chown(script)
+    env = {"HOME": ws.home(), "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+           "Q25_YOCTO_SNAPSHOTS": str(snapshots()),
+           "Q25_CHECK_LAYER_WORKDIR": str(ws.root)}
+    t0 = time.monotonic()
+    r = subprocess.run(ws.as_user(["bash", str(script), str(out / LAYER), "scarthgap", *([deps] if deps else [])],
+                                  env), cwd=ws.root, capture_output=True, text=True, timeout=3600, check=False)
+    ws.timings.append((f"scarthgap: yocto-check-layer ({board}{', ' + deps if deps else ''})",
+                       time.monotonic() - t0, ""))
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    assert "INFO: meta-q25" in r.stdout + r.stderr and "PASS" in r.stdout + r.stderr

@@ -1,0 +1,314 @@
+"""Real BitBake for the layer tests (tests/test_bitbake.py): the Yocto snapshots of
+``../shared/yocto`` (beside the repository; ``Q25_YOCTO_SNAPSHOTS`` overrides) unpacked once
+per test session, build directories for MACHINE qemuarm64 / DISTRO nodistro /
+``BB_NO_NETWORK``, and BitBake run as a non-root user (``Q25_BITBAKE_USER``, default
+``q25bb``; created here when missing and running as root), with an en_US.UTF-8 locale.
+
+One build directory per series and layer set ("declared": OE-core + meta-q25; "xilinx":
++ meta-arm, meta-arm-toolchain, meta-xilinx-core); every board's meta-q25 is copied to the
+same path in turn, so the configuration (and the parse cache) stays the same and a board
+change reparses only its own recipes. The "declared" build masks OE-core's recipes (BBMASK):
+OE-core's configuration and classes are all loaded, so what could break there (a layer or
+class meta-q25 needs but does not declare, a bbappend without its recipe, our recipes' own
+parse) still does, without a second cold parse of ~900 recipes per series; the "xilinx"
+build parses everything. ``Q25_BITBAKE_WORKDIR`` keeps the whole tree (and its
+warm cache) for the next run; otherwise it is removed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+from requirements import need, need_program
+
+REPO = Path(__file__).resolve().parents[1]
+SERIES = ("scarthgap", "styhead", "walnascar")
+BOARDS = ("kv260", "zcu104", "qemu")
+LAYER = "meta-q25"
+PROBE = Path(__file__).with_name("bitbake_probe.py")
+DEVICE_TREE = "meta-xilinx/meta-xilinx-core/recipes-bsp/device-tree/device-tree.bb"
+XILINX_LAYERS = ("meta-arm/meta-arm", "meta-arm/meta-arm-toolchain", "meta-xilinx/meta-xilinx-core")
+# tasks that need no compiler and no pseudo can run offline: the layer has no patches
+ASSUME_PROVIDED = "patch-native quilt-native patch-replacement-native"
+HOST_TOOLS = ("gawk", "chrpath", "diffstat", "makeinfo", "cpio", "file", "socat", "zstd", "lz4", "git", "g++",
+              "wget", "xz", "patch")
+HOW = "Debian: the Yocto host packages in .ci/run"
+PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+TIMEOUT = 1200
+
+
+def snapshots() -> Path:
+    return Path(os.environ.get("Q25_YOCTO_SNAPSHOTS") or REPO.parent / "shared" / "yocto")
+
+
+def board_machines() -> list[str]:
+    """Every built-in board's MACHINE names: overrides on qemuarm64 in the build directories,
+    so each board's COMPATIBLE_MACHINE recipe is parsed (not skipped) and can run tasks."""
+    from q25deploy.board.boardfile import load_board
+    from q25deploy.resources import data_dir
+
+    names: list[str] = []
+    for b in BOARDS:
+        names += [m for m in load_board(data_dir("targets") / f"{b}.toml").yocto_machines if m not in names]
+    return [m for m in names if m != "qemuarm64"]
+
+
+@dataclass
+class Result:
+    args: list[str]
+    returncode: int
+    output: str
+    seconds: float
+
+    def errors(self) -> list[str]:
+        return [ln for ln in self.output.splitlines() if ln.startswith("ERROR")]
+
+    def warnings_naming(self, word: str) -> list[str]:
+        return [ln for ln in self.output.splitlines() if ln.startswith("WARNING") and word in ln]
+
+    def parsed(self) -> tuple[int, int] | None:
+        """(cached, parsed) recipe files of a parse, from BitBake's summary line."""
+        m = re.search(r"Parsing of \d+ \.bb files complete \((\d+) cached, (\d+) parsed\)", self.output)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class Workspace:
+    """The session's BitBake trees: series → unpacked snapshot, (series, layers) → build dir."""
+
+    def __init__(self, root: Path, user: str | None, keep: bool):
+        self.root, self.user, self.keep = root, user, keep
+        self.trees: dict[str, Path] = {}
+        self.builds: dict[tuple[str, str], "BuildDir"] = {}
+        self.timings: list[tuple[str, float, str]] = []
+        self._stamp = 0
+
+    @classmethod
+    def create(cls) -> "Workspace":
+        for prog in HOST_TOOLS:
+            need_program(prog, HOW)
+        r = subprocess.run(["locale", "-a"], capture_output=True, text=True, check=False)
+        need(re.search(r"^en_US\.utf-?8$", r.stdout, re.M | re.I) is not None, "locale en_US.UTF-8",
+             "enable it in /etc/locale.gen and run locale-gen (.ci/run does)")
+        user = None
+        if os.geteuid() == 0:  # BitBake refuses root
+            need_program("runuser", "Debian: util-linux")
+            user = os.environ.get("Q25_BITBAKE_USER", "q25bb")
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                subprocess.run(["useradd", "-m", user], check=True, capture_output=True)
+        keep = os.environ.get("Q25_BITBAKE_WORKDIR")
+        if keep:
+            root = Path(keep)
+            root.mkdir(parents=True, exist_ok=True)
+        else:  # not under pytest's tmp: that is private to the user running pytest
+            root = Path(tempfile.mkdtemp(prefix="q25-bitbake-"))
+        os.chmod(root, 0o755)
+        ws = cls(root, user, bool(keep))
+        ws.chown(root)
+        return ws
+
+    def chown(self, path: Path) -> None:
+        if self.user:
+            subprocess.run(["chown", "-R", f"{self.user}:", str(path)], check=True)
+
+    def as_user(self, args: list[str], env: dict[str, str]) -> list[str]:
+        cmd = ["env", "-i", *(f"{k}={v}" for k, v in sorted(env.items())), *args]
+        return ["runuser", "-u", self.user, "--", *cmd] if self.user else cmd
+
+    def home(self) -> str:
+        return pwd.getpwnam(self.user).pw_dir if self.user else os.path.expanduser("~")
+
+    def tree(self, series: str) -> Path:
+        """The series' snapshot, unpacked once (kept when Q25_BITBAKE_WORKDIR is set)."""
+        if series not in self.trees:
+            tarball = snapshots() / f"yocto-{series}.tar.xz"
+            need(tarball.is_file(), f"Yocto snapshot {tarball}", "../shared/yocto beside the repository, or set "
+                 "Q25_YOCTO_SNAPSHOTS")
+            top = self.root / series
+            if not (top / "bitbake" / "bin" / "bitbake").is_file():
+                top.mkdir(exist_ok=True)
+                t0 = time.monotonic()
+                subprocess.run(["tar", "--no-same-owner", "-xJf", str(tarball), "-C", str(top)], check=True,
+                               capture_output=True)
+                self.chown(top)  # the trees must belong to BitBake's user
+                self.timings.append((f"{series}: unpack", time.monotonic() - t0, ""))
+            self.trees[series] = top
+        return self.trees[series]
+
+    def build(self, series: str, layers: str) -> "BuildDir":
+        key = (series, layers)
+        if key not in self.builds:
+            self.builds[key] = BuildDir.create(self, series, layers)
+        return self.builds[key]
+
+    def next_stamp(self) -> int:
+        """An mtime later than every earlier layer copy's: BitBake's cache compares whole seconds."""
+        self._stamp = max(self._stamp + 2, int(time.time()))
+        return self._stamp
+
+    def close(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class BuildDir:
+    ws: Workspace
+    series: str
+    layers: str  # "declared" or "xilinx"
+    path: Path
+    tree: Path
+    installed: str | None = None  # which layer copy is in place
+    probes: dict = field(default_factory=dict)
+
+    @property
+    def layer(self) -> Path:
+        return self.tree / "layers" / self.layers / LAYER
+
+    @classmethod
+    def create(cls, ws: Workspace, series: str, layers: str) -> "BuildDir":
+        tree = ws.tree(series)
+        path = tree / f"build-{layers}"
+        bd = cls(ws, series, layers, path, tree)
+        (path / "conf").mkdir(parents=True, exist_ok=True)
+        (bd.layer.parent).mkdir(parents=True, exist_ok=True)
+        paths = [tree / "openembedded-core" / "meta"]
+        if layers == "xilinx":
+            paths += [tree / p for p in XILINX_LAYERS]
+        paths.append(bd.layer)
+        local = [
+            'MACHINE = "qemuarm64"',
+            'DISTRO = "nodistro"',
+            'BB_NO_NETWORK = "1"',
+            'BB_NUMBER_THREADS = "2"',
+            'BB_NUMBER_PARSE_THREADS = "2"',
+            "# the built-in boards' MACHINE names as overrides of qemuarm64: their COMPATIBLE_MACHINE",
+            "# recipes are parsed and run (the same configuration, and parse cache, for every board)",
+            f'MACHINEOVERRIDES =. "{"".join(m + ":" for m in board_machines())}"',
+            f'ASSUME_PROVIDED += "{ASSUME_PROVIDED}"',
+        ]
+        if layers == "declared":
+            # only meta-q25's own recipes: OE-core's configuration and classes are all there,
+            # its ~900 recipes are parsed (cold, about a minute) in the "xilinx" build
+            local += ['BBMASK += "/openembedded-core/meta/recipes-"']
+        (path / "conf" / "local.conf").write_text("\n".join(local) + "\n")
+        (path / "conf" / "bblayers.conf").write_text(
+            'BBPATH = "${TOPDIR}"\nBBFILES ?= ""\nBBLAYERS = " \\\n'
+            + "".join(f"  {p} \\\n" for p in paths) + '  "\n')
+        ws.chown(tree / "layers")
+        ws.chown(path)
+        return bd
+
+    def env(self) -> dict[str, str]:
+        # the same environment every time: it is part of BitBake's configuration hash
+        home = self.ws.home()
+        return {"HOME": home, "USER": self.ws.user or os.environ.get("USER", ""), "LANG": "en_US.UTF-8",
+                "LC_ALL": "en_US.UTF-8", "PATH": f"{self.tree / 'bitbake' / 'bin'}:{PATH}", "SHELL": "/bin/sh"}
+
+    def install(self, name: str, layer: Path) -> None:
+        """Put a copy of `layer` at the build's meta-q25 path (fresh mtimes: BitBake's cache
+        then reparses exactly the recipes that changed)."""
+        if self.installed == name:
+            return
+        shutil.rmtree(self.layer, ignore_errors=True)
+        shutil.copytree(layer, self.layer, copy_function=shutil.copyfile)
+        stamp = self.ws.next_stamp()
+        for p in [self.layer, *self.layer.rglob("*")]:
+            os.utime(p, (stamp, stamp))
+        self.ws.chown(self.layer)
+        self.installed = name
+        self.probes.clear()
+
+    def run(self, *args: str, label: str = "") -> Result:
+        t0 = time.monotonic()
+        r = subprocess.run(self.ws.as_user(list(args), self.env()), cwd=self.path, capture_output=True, text=True,
+                           timeout=TIMEOUT, check=False)
+        res = Result(list(args), r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
+        counts = res.parsed()
+        self.ws.timings.append((f"{self.series}/{self.layers}: {label or ' '.join(args)}", res.seconds,
+                                f"{counts[0]} cached, {counts[1]} parsed" if counts else ""))
+        return res
+
+    def bitbake(self, *args: str, label: str = "") -> Result:
+        return self.run("bitbake", *args, label=label)
+
+    def probe(self, recipes: list[str], variables: list[str], device_tree: dict | None = None,
+              label: str = "") -> dict:
+        """What `bitbake -e` says of several recipes, in one tinfoil session (tests/bitbake_probe.py)."""
+        key = json.dumps([recipes, variables, device_tree], sort_keys=True)
+        if key in self.probes:
+            return self.probes[key]
+        work = self.path / "q25-probe"
+        work.mkdir(exist_ok=True)
+        shutil.copyfile(PROBE, work / PROBE.name)
+        (work / "request.json").write_text(json.dumps({"recipes": recipes, "vars": variables,
+                                                       "device_tree": device_tree}))
+        (work / "answer.json").unlink(missing_ok=True)
+        self.ws.chown(work)
+        r = self.run("python3", str(work / PROBE.name), str(self.tree / "bitbake" / "lib"),
+                     str(work / "request.json"), str(work / "answer.json"), label=label or "tinfoil probe")
+        assert r.returncode == 0 and not r.errors(), r.output[-4000:]
+        self.probes[key] = json.loads((work / "answer.json").read_text())
+        return self.probes[key]
+
+
+# -- checks on what BitBake says (each returns the problems it finds) ---------------------
+def md5(path: str | Path) -> str:
+    return hashlib.md5(Path(path).read_bytes()).hexdigest()
+
+
+def check_license(info: dict) -> list[str]:
+    """LIC_FILES_CHKSUM: every file:// entry is a SRC_URI file of the recipe with that md5."""
+    problems = []
+    entries = re.findall(r"file://([^;\s]+);md5=([0-9a-f]+)", info["vars"]["LIC_FILES_CHKSUM"] or "")
+    if not entries or not info["vars"]["LICENSE"]:
+        problems.append("no LICENSE / LIC_FILES_CHKSUM")
+    local = {Path(u.split(";")[0][len("file://"):]).name: p for u, p in info["src"] if u.startswith("file://")}
+    for name, want in entries:
+        if not local.get(name):
+            problems.append(f"licence file {name} is not a SRC_URI file")
+        elif md5(local[name]) != want:
+            problems.append(f"licence file {name}: md5 {md5(local[name])}, LIC_FILES_CHKSUM says {want}")
+    return problems
+
+
+def check_sources(info: dict) -> list[str]:
+    return [f"SRC_URI {u}: no such file" for u, p in info["src"] if not p or not Path(p).is_file()]
+
+
+def package_of(info: dict, path: str) -> str | None:
+    """The package a file installed at `path` goes to: the first in PACKAGES whose FILES
+    (globs; a directory holds everything under it) match, as package.bbclass assigns them."""
+    for pkg, files in info["files"]:
+        for pat in files.split():
+            if fnmatch(path, pat) or any(fnmatch(parent, pat) for parent in _parents(path)):
+                return pkg
+    return None
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def check_packaging(info: dict, expected: dict[str, str]) -> list[str]:
+    """Every installed file is in a package (else do_package's installed-vs-shipped), and
+    the ones in `expected` (path → package) in that one."""
+    problems = [f"{p}: installed but in no package (FILES)" for p in info["install"] if package_of(info, p) is None]
+    for path, pkg in expected.items():
+        got = package_of(info, path)
+        if got != pkg:
+            problems.append(f"{path}: in package {got}, expected {pkg}")
+    return problems

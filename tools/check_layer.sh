@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# yocto-check-layer (OE-core's Yocto Project Compatible checks) on an emitted meta-q25, with a
+# Yocto snapshot of ../shared/yocto (MACHINE qemuarm64, nodistro, offline). It parses the
+# world several times and compares task signatures with and without the layer: minutes, so it
+# is not part of the default test run (tests/test_bitbake.py runs it with Q25_YOCTO_CHECK_LAYER=1).
+#
+#   q25deploy build --target qemu --layer-maintainer 'Name <name@example.org>' --out q25-build/qemu
+#   tools/check_layer.sh q25-build/qemu/meta-q25 [SERIES [xilinx]]   # as a non-root user
+#
+# SERIES: scarthgap (default), styhead or walnascar; "xilinx": with meta-arm, meta-arm-toolchain
+# and meta-xilinx-core as dependencies (kv260, zcu104). Q25_YOCTO_SNAPSHOTS: the snapshot folder;
+# Q25_CHECK_LAYER_WORKDIR: where to unpack and build (kept; default: a new temporary folder).
+# Needs the Yocto host packages and an en_US.UTF-8 locale (.ci/run installs them). The exit
+# status is yocto-check-layer's; its log is in the build folder (check-layer.log).
+set -euo pipefail
+if [ $# -lt 1 ]; then sed -n '2,14p' "$0" >&2; exit 2; fi
+if [ "$(id -u)" = 0 ]; then echo "check_layer.sh: BitBake refuses to run as root: run it as a normal user" >&2; exit 2; fi
+layer=$(realpath "$1")
+series=${2:-scarthgap}
+deps=()
+repo=$(cd "$(dirname "$0")/.." && pwd)
+snapshot=${Q25_YOCTO_SNAPSHOTS:-$repo/../shared/yocto}/yocto-$series.tar.xz
+[ -f "$snapshot" ] || { echo "check_layer.sh: no snapshot $snapshot (set Q25_YOCTO_SNAPSHOTS)" >&2; exit 2; }
+[ -f "$layer/conf/layer.conf" ] || { echo "check_layer.sh: $layer is not a layer (no conf/layer.conf)" >&2; exit 2; }
+work=${Q25_CHECK_LAYER_WORKDIR:-$(mktemp -d -t q25-check-layer-XXXXXX)}
+tree=$work/$series
+if [ ! -x "$tree/bitbake/bin/bitbake" ]; then
+    mkdir -p "$tree"
+    tar -xJf "$snapshot" -C "$tree"
+fi
+export LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
+cd "$tree"
+set +u  # oe-init-build-env reads unset variables
+# shellcheck disable=SC1091
+. openembedded-core/oe-init-build-env build-check-layer >/dev/null
+set -u
+if ! grep -q '^# q25deploy check_layer.sh' conf/local.conf; then
+    cat >> conf/local.conf <<'EOF'
+# q25deploy check_layer.sh
+MACHINE = "qemuarm64"
+DISTRO = "nodistro"
+BB_NO_NETWORK = "1"
+BB_NUMBER_THREADS = "2"
+BB_NUMBER_PARSE_THREADS = "2"
+EOF
+fi
+if [ "${3:-}" = xilinx ]; then
+    deps=(--dependency "$tree/meta-arm/meta-arm" "$tree/meta-arm/meta-arm-toolchain" "$tree/meta-xilinx/meta-xilinx-core")
+fi
+echo "check_layer.sh: yocto-check-layer $layer ($series${3:+, $3}, in $tree/build-check-layer)" >&2
+yocto-check-layer --output-log check-layer.log "${deps[@]}" -- "$layer"
