@@ -27,11 +27,7 @@ def add_commands(sub) -> None:
     bd.add_argument("--model-license-file", metavar="FILE",
                     help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
                     "ships for Apache-2.0)")
-    bd.add_argument("--layer-release", metavar="N", type=release_number, default=0,
-                    help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it for "
-                    "every update you ship so package managers see a newer version")
-    bd.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'", type=one_line_text,
-                    help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
+    _add_layer_options(bd.add_argument_group("the BitBake layer"))
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
 
@@ -40,6 +36,14 @@ def add_commands(sub) -> None:
                         "plugins are reported on stderr and left out.")
     tg.add_argument("--json", action="store_true", help="print JSON (targets and failed plugins)")
     tg.set_defaults(func=cmd_targets)
+
+
+def _add_layer_options(group) -> None:
+    group.add_argument("--layer-release", metavar="N", type=release_number, default=0,
+                       help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it "
+                       "for every update you ship so package managers see a newer version")
+    group.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'", type=one_line_text,
+                       help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
 
 
 def cmd_build(a: argparse.Namespace) -> int:

@@ -27,9 +27,11 @@ from yocto import (BOARDS, DEVICE_TREE, LAYER, SERIES, Workspace, board_machines
 DT_DIR = ("dynamic-layers", "xilinx", "recipes-bsp", "device-tree")
 DTSI = "q25-reserved-memory.dtsi"
 ASSETS, RUNTIME, GROUP = "q25-model-assets", "q25-tokenizer-runtime", "packagegroup-q25"
+REGIONS = "q25-regions"  # the boot service that loads the partitions into reserved memory
 VARS = ["LICENSE", "LIC_FILES_CHKSUM", "PACKAGE_ARCH", "MACHINE_ARCH", "TUNE_PKGARCH", "PACKAGES", "PN", "PV",
         "S", "WORKDIR", "UNPACKDIR", "COMPATIBLE_MACHINE", "EXTRA_OEMAKE", "RDEPENDS:packagegroup-q25",
-        "includedir", "bindir", "libdir", "nonarch_base_libdir", "FILE"]
+        "includedir", "bindir", "libdir", "nonarch_base_libdir", "FILE", "sbindir", "sysconfdir",
+        "systemd_system_unitdir"]
 MACHINES = {"kv260": ["k26-smk-kv-sdt", "xilinx-k26-kv"], "zcu104": ["zynqmp-zcu104-sdt-full", "xilinx-zcu104"]}
 
 
@@ -94,16 +96,16 @@ def _probe(ws, series, board, layer):
         ms = MACHINES[board]
         dt = {"recipe": str(bd.tree / DEVICE_TREE), "file": DTSI, "strip": board_machines(),
               "cases": {**{m: ["zynqmp", m] for m in ms}, "all": ["zynqmp", *ms], "other": ["zynqmp", "zynqmp-generic"]}}
-    return bd, bd.probe([ASSETS, RUNTIME, GROUP], VARS, dt, label=f"tinfoil probe ({board})")
+    return bd, bd.probe([ASSETS, RUNTIME, REGIONS, GROUP], VARS, dt, label=f"tinfoil probe ({board})")
 
 
 def test_recipes_environment(case, ws):
-    """What `bitbake -e` gives for the three recipes: licence and checksum against the
-    layer's licence file, every SRC_URI file there, PACKAGE_ARCH, FILES."""
+    """What `bitbake -e` gives for the recipes: licence and checksum against the layer's
+    licence file, every SRC_URI file there, PACKAGE_ARCH, FILES."""
     series, board, layer = case
     bd, ans = _probe(ws, series, board, layer)
-    assets, runtime, group = (ans["recipes"][pn] for pn in (ASSETS, RUNTIME, GROUP))
-    for info in (assets, runtime):
+    assets, runtime, regions, group = (ans["recipes"][pn] for pn in (ASSETS, RUNTIME, REGIONS, GROUP))
+    for info in (assets, runtime, regions):
         assert check_license(info) == [] and check_sources(info) == []
         assert Path(info["vars"]["FILE"]).is_relative_to(bd.layer)
         # S is where the files are unpacked: WORKDIR on scarthgap, UNPACKDIR (refusing S =
@@ -134,7 +136,13 @@ def test_recipes_environment(case, ws):
     g = group["vars"]
     # for another MACHINE the packagegroup is skipped with the assets (yocto-check-layer's world)
     assert g["PACKAGE_ARCH"] == g["MACHINE_ARCH"] and g["COMPATIBLE_MACHINE"] == v["COMPATIBLE_MACHINE"]
-    assert set(g["RDEPENDS:packagegroup-q25"].split()) == {ASSETS, RUNTIME}
+    assert set(g["RDEPENDS:packagegroup-q25"].split()) == {ASSETS, RUNTIME, REGIONS}
+    # the boot service: its script and unit in its own package, for every architecture
+    s = regions["vars"]
+    assert s["LICENSE"] == "MIT" and s["PACKAGE_ARCH"] == "all"
+    assert check_packaging(regions, {f"{s['sbindir']}/q25-regions": REGIONS,
+                                     f"{s['sysconfdir']}/init.d/q25-regions": REGIONS,
+                                     f"{s['systemd_system_unitdir']}/q25-regions.service": REGIONS}) == []
 
 
 def test_license_checksum_by_bitbake(case, ws):
@@ -143,7 +151,7 @@ def test_license_checksum_by_bitbake(case, ws):
     series, board, layer = case
     bd = ws.build(series, "xilinx")
     bd.install(board, layer)
-    r = bd.bitbake("-c", "populate_lic", ASSETS, RUNTIME, label=f"do_populate_lic ({board})")
+    r = bd.bitbake("-c", "populate_lic", ASSETS, RUNTIME, REGIONS, label=f"do_populate_lic ({board})")
     assert r.returncode == 0 and not r.errors(), r.output[-3000:]
     assert re.search(r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded",
                      r.output), r.output[-3000:]
@@ -271,3 +279,25 @@ def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps):
                        time.monotonic() - t0, ""))
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     assert "INFO: meta-q25" in r.stdout + r.stderr and "PASS" in r.stdout + r.stderr
+
+
+def test_a_hostile_model_name_parses_as_plain_data(tmp_path, ws):
+    """GGUF general.name is model data (issue 10): a name made of a newline and an inline
+    Python expression reaches the recipe as text BitBake never evaluates."""
+    from q25deploy.model.synthetic import write_model
+
+    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    marker = tmp_path / "evaluated"  # created only if BitBake ran the model's Python
+    hostile = tmp_path / "hostile.gguf"
+    name = f'q\n${{@bb.utils.mkdirhier("{marker}")}}"\\'
+    write_model(hostile, "tiny", str(Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"), name=name)
+    out = tmp_path / "build"
+    assert main(["build", "--target", "qemu", "--model", str(hostile), "--out", str(out)]) == 0
+    bd = ws.build(series, "declared")
+    bd.install("hostile-name", out / LAYER)
+    r = bd.bitbake("-p", label="bitbake -p (hostile model name)")
+    assert r.returncode == 0 and not r.errors(), r.output[-3000:]
+    ans = bd.probe([ASSETS], VARS + ["SUMMARY"], label="tinfoil probe (hostile model name)")
+    summary = ans["recipes"][ASSETS]["vars"]["SUMMARY"]
+    assert summary.endswith(f'q__{{@bb.utils.mkdirhier(_{marker}_)}}__'), summary
+    assert not marker.exists()

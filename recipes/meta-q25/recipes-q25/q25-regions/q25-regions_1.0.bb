@@ -12,9 +12,10 @@ SRC_URI = "file://LICENSE \
            file://q25-regions.service \
           "
 
-# scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR
-UNPACKDIR ??= "${WORKDIR}"
-S = "${UNPACKDIR}"
+# styhead and later unpack into UNPACKDIR (and refuse S = WORKDIR); scarthgap has no
+# UNPACKDIR and unpacks into WORKDIR. Setting UNPACKDIR here, even weakly, would override
+# bitbake.conf's default on styhead and later (see q25-tokenizer-runtime_1.0.bb)
+S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}"
 
 inherit allarch update-rc.d systemd
 
