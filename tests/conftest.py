@@ -81,3 +81,15 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
         assert main(["build", "--target", t, "--model", str(qwen25_tiny), "--out", str(d)]) == 0
         out[t] = d
     return out
+
+
+@pytest.fixture(scope="session")
+def q25tok(tmp_path_factory) -> Path:
+    """The C runtime's q25tok built for this machine (once per run)."""
+    from q25deploy.build.runtime import build_runtime
+    from requirements import need_program
+
+    need_program("cc", "Debian: gcc")
+    out = tmp_path_factory.mktemp("rt") / "rt"
+    build_runtime(out)
+    return out / "q25tok"

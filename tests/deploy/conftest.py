@@ -12,7 +12,6 @@ from release_builds import qemu_builds
 from requirements import need_program
 from sshd import SSHServer, keygen
 
-from q25deploy.build.runtime import build_runtime
 
 VOCAB = Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"
 
@@ -27,14 +26,6 @@ def ssh(tmp_path_factory):
     yield {"dir": d, "key": key, "servers": servers}
     for s in servers:
         s.stop()
-
-
-@pytest.fixture(scope="package")
-def q25tok(tmp_path_factory) -> Path:
-    need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt") / "rt"
-    build_runtime(out)
-    return out / "q25tok"
 
 
 @pytest.fixture(scope="package")

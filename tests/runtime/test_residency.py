@@ -11,17 +11,7 @@ from pathlib import Path
 import pytest
 
 from q25deploy.build.region_table import TABLE, region_table
-from q25deploy.build.runtime import build_runtime
 
-from requirements import need_program
-
-
-@pytest.fixture(scope="module")
-def q25tok_host(tmp_path_factory) -> Path:
-    need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt-host") / "rt"
-    build_runtime(out)
-    return out / "q25tok"
 
 
 def fake_board(tmp_path: Path, pmap: dict, reserve: bool = True) -> tuple[Path, Path]:
@@ -55,11 +45,11 @@ def test_the_build_writes_the_region_table(builds):
     assert kinds[TABLE] == "region-table"
 
 
-def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok_host):
+def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok):
     b = builds["qemu"]
     pmap = json.loads((b / "partition_map.json").read_text())
     mem, dt = fake_board(tmp_path, pmap)
-    r = run(q25tok_host, "load", "--mem", mem, "--dt", dt, b / TABLE)
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.count(" loaded\n") == len(pmap["regions"])
     data = mem.read_bytes()
@@ -68,7 +58,7 @@ def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok_host):
         assert data[reg["base"]:reg["base"] + len(part)] == part
         assert data[reg["base"] + len(part):reg["base"] + reg["size"]] == bytes(reg["size"] - len(part))
         assert f"sha256 {reg['sha256']} loaded" in r.stdout
-    r = run(q25tok_host, "verify", "--mem", mem, "--dt", dt, b / TABLE)
+    r = run(q25tok, "verify", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 0 and r.stdout.count(" resident\n") == len(pmap["regions"])
     reg = pmap["regions"][0]
     with open(mem, "r+b") as f:  # one bit in DDR changes
@@ -76,22 +66,22 @@ def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok_host):
         byte = f.read(1)[0]
         f.seek(-1, 1)
         f.write(bytes([byte ^ 4]))
-    r = run(q25tok_host, "verify", "--mem", mem, "--dt", dt, b / TABLE)
+    r = run(q25tok, "verify", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 6 and "MISMATCH" in r.stdout
 
 
-def test_load_refuses_a_range_the_running_tree_does_not_reserve(tmp_path, builds, q25tok_host):
+def test_load_refuses_a_range_the_running_tree_does_not_reserve(tmp_path, builds, q25tok):
     b = builds["qemu"]
     pmap = json.loads((b / "partition_map.json").read_text())
     mem, dt = fake_board(tmp_path, pmap, reserve=False)
-    r = run(q25tok_host, "load", "--mem", mem, "--dt", dt, b / TABLE)
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 6 and "REFUSED the running device tree has no" in r.stdout
     assert not mem.read_bytes().strip(b"\0")  # nothing written
     node = dt / "reserved-memory" / pmap["regions"][0]["node"]
     reg = pmap["regions"][0]
     (node / "reg").write_bytes((reg["base"] + 0x200000).to_bytes(8, "big") + reg["size"].to_bytes(8, "big"))
     (node / "no-map").write_bytes(b"")
-    r = run(q25tok_host, "load", "--mem", mem, "--dt", dt, b / TABLE)
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 6 and "reserves another range" in r.stdout
     assert not mem.read_bytes().strip(b"\0")
 
@@ -102,8 +92,8 @@ def test_load_refuses_a_range_the_running_tree_does_not_reserve(tmp_path, builds
     "q25-region0@1 0x1000",                                          # short
     "q25-region0@1 0x1000 0x1000 region_00.bin 10 " + "0" * 64 + " extra",
 ])
-def test_a_malformed_table_is_refused(tmp_path, q25tok_host, line):
+def test_a_malformed_table_is_refused(tmp_path, q25tok, line):
     table = tmp_path / "regions.tab"
     table.write_text("# comment\n" + line + "\n")
-    r = run(q25tok_host, "verify", "--mem", tmp_path / "nomem", "--dt", tmp_path, table)
+    r = run(q25tok, "verify", "--mem", tmp_path / "nomem", "--dt", tmp_path, table)
     assert r.returncode == 6 and "not a region table" in r.stderr
