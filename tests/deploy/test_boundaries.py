@@ -93,18 +93,26 @@ def test_a_tampered_board_state_is_refused(tmp_path, capsys, ssh, models, q25tok
     assert code == 13 and "error" in res[0]
 
 
-def test_a_cut_between_switch_and_state_write_is_settled_by_the_next_run(tmp_path, capsys, ssh, models, q25tok):
-    good, root = ssh["servers"][2], tmp_path / "board"
-    base = root / INSTALL
+def _deploy_b_cut_at(tmp_path, capsys, ssh, good, root, models, q25tok, pattern: str):
+    """Deploy A through ``good``, then B through a board whose connection dies when ``mv``'s
+    destination matches ``pattern``; returns (A's release id, B's exit code, B's results)."""
     code, res, _ = deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)
     release_a = res[0]["release"]
-    # a board whose connection dies while the state file is being put in place
     cut = wrapped_board(tmp_path, ssh, "cut", {"mv": 'for last; do :; done\n'
-                        'case "$last" in *.q25deploy-state.json) kill -9 $PPID; exit 137;; esac\nexec /bin/mv "$@"\n'})
+                        f'case "$last" in {pattern}) kill -9 $PPID; exit 137;; esac\nexec /bin/mv "$@"\n'})
     try:
         code, res, _ = deploy(capsys, ssh, cut, root, models["B"], runtime=q25tok)
     finally:
         cut.stop()
+    return release_a, code, res
+
+
+def test_a_cut_between_switch_and_state_write_is_settled_by_the_next_run(tmp_path, capsys, ssh, models, q25tok):
+    good, root = ssh["servers"][2], tmp_path / "board"
+    base = root / INSTALL
+    # a board whose connection dies while the state file is being put in place
+    release_a, code, res = _deploy_b_cut_at(tmp_path, capsys, ssh, good, root, models, q25tok,
+                                            "*.q25deploy-state.json")
     assert code == 13 and not res[0]["ok"]
     release_b = os.readlink(base / "current").split("/")[1]
     assert release_b != release_a  # switched, but the state still says A
@@ -190,15 +198,8 @@ def test_removing_a_release_never_removes_the_current_one(tmp_path, capsys, ssh,
 def test_a_cut_before_the_switch_is_dropped_and_a_lost_link_restored(tmp_path, capsys, ssh, models, q25tok):
     good, root = ssh["servers"][0], tmp_path / "board"
     base = root / INSTALL
-    code, res, _ = deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)
-    release_a = res[0]["release"]
     # the connection dies at the switch itself: the intent is on the board, current is not moved
-    cut = wrapped_board(tmp_path, ssh, "cut", {"mv": 'for last; do :; done\n'
-                        'case "$last" in */current) kill -9 $PPID; exit 137;; esac\nexec /bin/mv "$@"\n'})
-    try:
-        code, res, _ = deploy(capsys, ssh, cut, root, models["B"], runtime=q25tok)
-    finally:
-        cut.stop()
+    release_a, code, res = _deploy_b_cut_at(tmp_path, capsys, ssh, good, root, models, q25tok, "*/current")
     assert code == 13 and (base / ".q25deploy-intent.json").exists()
     assert os.readlink(base / "current") == f"releases/{release_a}"
     (base / "current").unlink()  # and, say, a BusyBox ln -sfn cut halfway: no link at all
