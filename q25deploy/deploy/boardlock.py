@@ -25,6 +25,7 @@ from typing import Iterator
 import paramiko
 
 from ..errors import DeployError
+from .agent import PLAIN, SERVE, Agent
 from .connection import Board
 
 LOCK_NAME = ".q25deploy.lock"
@@ -32,15 +33,16 @@ LOCK_WAIT = 120  # seconds a deploy waits for another one on the same board
 LOCK_MAX_AGE = 6 * 3600  # seconds: the longest a deploy may hold a board (then the lock is stale)
 BUSY = 75  # the board script's status when the lock is held by someone else (EX_TEMPFAIL)
 
-# $1 lock path, $2 owner, $3 max age; prints "acquired" and holds until stdin closes, or exits BUSY
-HOLD = r'''lock=$1; owner=$2; max=$3
+# $1 lock path, $2 owner, $3 max age; prints "acquired" and serves commands (the agent) until
+# stdin closes, then removes the lock; or exits BUSY
+HOLD = SERVE + r'''lock=$1; owner=$2; max=$3
 mkdir -p "${lock%/*}" || exit 1
 boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
 if ln -s "$me" "$lock" 2>/dev/null; then
   echo acquired
-  cat >/dev/null
-  [ "$(readlink "$lock")" = "$me" ] && rm -f "$lock"
+  q25unlock() { [ "$(readlink "$lock")" = "$me" ] && rm -f "$lock"; }
+  serve
   exit 0
 fi
 cur=$(readlink "$lock") || exit 75
@@ -65,23 +67,6 @@ def owner() -> str:
     return re.sub(r"[^A-Za-z0-9@._-]", "_", who)[:80]
 
 
-def _first_line(chan: paramiko.Channel) -> str:
-    buf = b""
-    while b"\n" not in buf:
-        data = chan.recv(256)
-        if not data:
-            break
-        buf += data
-    return buf.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-
-
-def _close(chan: paramiko.Channel) -> None:
-    try:  # on a dead transport close() raises, and must not hide the real error
-        chan.close()
-    except (paramiko.SSHException, OSError, EOFError):
-        pass
-
-
 def _describe(record: str) -> str:
     parts = record.split(":", 4)
     if len(parts) == 5 and parts[2].isdigit():
@@ -92,20 +77,22 @@ def _describe(record: str) -> str:
 
 @contextmanager
 def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[None]:
-    """Hold the board's lock at ``path`` for the duration of the block."""
+    """Hold the board's lock at ``path`` for the duration of the block; its holder is the
+    session's agent (every ``board.run`` of the block goes through it)."""
     deadline = time.monotonic() + wait
     argv = ["sh", "-c", HOLD, "sh", path, owner(), str(LOCK_MAX_AGE)]
     while True:
-        chan = board.start(argv, LOCK_MAX_AGE)
+        agent = Agent(board.spec.name, board.start(argv, LOCK_MAX_AGE))
         try:
-            line = _first_line(chan)
-        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
-            _close(chan)
+            line = agent.first_line()
+        except EOFError:
+            line = ""  # the script ended first (its status says why)
+        except (paramiko.SSHException, OSError, socket.timeout) as e:
+            agent.close()
             raise DeployError(f"{board.spec.name}: connection lost while taking the board lock: {e}") from None
         if line == "acquired":
             break
-        status = chan.recv_exit_status()
-        _close(chan)
+        status = agent.close()
         if status != BUSY:
             raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {line or 'no output'})")
         if line.startswith("busy ") and time.monotonic() >= deadline:
@@ -113,13 +100,21 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
                               f"waited {wait:g} s, nothing was changed")
         if line.startswith("busy "):
             time.sleep(1.0)
-    try:
+    with board.attached(agent):
         yield
-    finally:
-        try:
-            chan.shutdown_write()  # the board's cat ends, the shell removes the lock
-            chan.recv_exit_status()
-        except (paramiko.SSHException, OSError, EOFError, socket.timeout):
-            pass  # a dead connection: the board side sees it end and removes the lock itself
-        finally:
-            _close(chan)
+
+
+@contextmanager
+def board_session(board: Board) -> Iterator[None]:
+    """Every ``board.run`` of the block through one agent, without the lock (read-only work)."""
+    agent = Agent(board.spec.name, board.start(["sh", "-c", PLAIN, "sh"], LOCK_MAX_AGE))
+    try:
+        line = agent.first_line()
+    except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+        agent.close()
+        raise DeployError(f"{board.spec.name}: cannot start a shell on the board: {e or 'it ended'}") from None
+    if line != "ready":
+        agent.close()
+        raise DeployError(f"{board.spec.name}: the board's shell did not start ({line[:80] or 'no output'})")
+    with board.attached(agent):
+        yield

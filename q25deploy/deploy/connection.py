@@ -6,7 +6,8 @@ loaded and unknown keys are refused (``RejectPolicy``), or recorded in that file
 user said ``--trust-new-host``; a changed key is always refused (paramiko raises before any
 policy is asked). Remote commands are argv lists, quoted with ``shlex`` and wrapped in
 ``timeout``. Payload goes over a raw session channel running ``cat > file`` — paramiko's
-SFTP ``put`` is several times slower than scp.
+SFTP ``put`` is several times slower than scp. Inside a session (``with board.attached(agent)``)
+the short commands go through one board-side agent (see :mod:`.agent`) instead of a channel each.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence
@@ -123,6 +125,17 @@ class Board:
         except (OSError, socket.timeout, EOFError) as e:
             raise DeployError(f"{spec.name}: cannot connect: {e}") from None
         self.transport = client.get_transport()
+        self.agent = None  # the session's agent (see attached)
+
+    @contextmanager
+    def attached(self, agent):
+        """Run every command of the block through ``agent``; it is closed afterwards."""
+        self.agent = agent
+        try:
+            yield agent
+        finally:
+            self.agent = None
+            agent.close()
 
     def __enter__(self) -> "Board":
         return self
@@ -155,36 +168,33 @@ class Board:
     def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT,
             check: bool = True) -> tuple[int, bytes, bytes]:
         """Run argv on the board (quoted, under ``timeout``); returns (status, stdout, stderr)."""
+        if self.agent is not None:
+            status, out, err = self.agent.call(argv, stdin, timeout)
+        else:
+            status, out, err = self._exec(argv, stdin, timeout)
+        if check and status != 0:
+            msg = (err or out).decode("utf-8", "replace").strip().splitlines()
+            raise DeployError(f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
+                              f"{msg[-1] if msg else 'no output'}")
+        return status, out, err
+
+    def _exec(self, argv: Sequence[str], stdin: bytes, timeout: int) -> tuple[int, bytes, bytes]:
         chan = self._channel(argv, timeout)
         try:
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            while True:
-                data = chan.recv(CHUNK)
-                if not data:
-                    break
-                out += data
-            while chan.recv_stderr_ready() or not chan.exit_status_ready():
-                data = chan.recv_stderr(CHUNK)
-                if not data:
-                    break
-                err += data
-            status = chan.recv_exit_status()
+            out, err = _drain(chan)
+            return chan.recv_exit_status(), out, err
         except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
             raise DeployError(f"{self.spec.name}: connection lost during {argv[0]}: {e}") from None
         finally:
             _close(chan)
-        if check and status != 0:
-            msg = (bytes(err) or bytes(out)).decode("utf-8", "replace").strip().splitlines()
-            raise DeployError(f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
-                              f"{msg[-1] if msg else 'no output'}")
-        return status, bytes(out), bytes(err)
 
-    def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> int:
-        """Stream ``size`` bytes into ``dest`` on the board (``cat > dest``); returns bytes sent."""
-        chan = self._channel(["sh", "-c", 'cat > "$1"', "sh", dest], UPLOAD_TIMEOUT)
+    def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> str:
+        """Stream ``size`` bytes into ``dest`` on the board; the board hashes them as it writes
+        them (``tee`` into ``sha256sum``: one pass). Returns the board's sha256 of what it wrote."""
+        chan = self._channel(["sh", "-c", RECEIVE, "sh", dest], UPLOAD_TIMEOUT)
         sent = 0
         buf = bytearray(CHUNK)
         view = memoryview(buf)
@@ -198,12 +208,35 @@ class Board:
                 if progress:
                     progress(n)
             chan.shutdown_write()
+            out, err = _drain(chan)
             status = chan.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
             raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
                               f"{e}") from None
         finally:
             _close(chan)
-        if status != 0:
-            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status})")
-        return sent
+        words = out.split()
+        if status != 0 or err or not words:
+            msg = (err or out).decode("utf-8", "replace").strip().splitlines()
+            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status}: {msg[-1] if msg else 'no output'})")
+        return words[0].decode("ascii", "replace")
+
+
+# $1 the file: written and hashed in one pass (the digest on stdout); a failed write (tee goes on
+# copying to sha256sum) is reported on stderr
+RECEIVE = '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | sha256sum'
+
+
+def _drain(chan) -> tuple[bytes, bytes]:
+    out, err = bytearray(), bytearray()
+    while True:
+        data = chan.recv(CHUNK)
+        if not data:
+            break
+        out += data
+    while chan.recv_stderr_ready() or not chan.exit_status_ready():
+        data = chan.recv_stderr(CHUNK)
+        if not data:
+            break
+        err += data
+    return bytes(out), bytes(err)
