@@ -10,7 +10,6 @@ the board lock) finishes or drops what a cut left, by ``readlink current``.
 
 from __future__ import annotations
 
-import io
 import re
 
 from .. import schema
@@ -25,6 +24,18 @@ ABSENT = 44  # status of the read script when the file does not exist
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # $1 file: its bytes; exit ABSENT when there is none; a symlink or unreadable file is an error
 READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] || exit 44; exec cat "$1"'
+# $1 state, $2 intent: "file <size>" and its bytes, or "none", each; then $3's link target
+SNAPSHOT = ('for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
+            'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
+            'done; readlink "$3" || true')
+# $1 file: standard input into it, on the disk
+WRITE = 'cat > "$1" && { sync "$1" 2>/dev/null || sync; }'
+# $1 temporary link, $2 target, $3 current: an atomic switch where mv has -T, else ln -sfn
+SWITCH = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
+          'if mv -T -f "$1" "$3" 2>/dev/null; then sync; '
+          'else rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic || exit 1; fi')
+NON_ATOMIC = ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
+              "install coreutils' mv on the board for an atomic switch")
 
 
 def _plain(path: str, what: str) -> str:
@@ -72,17 +83,33 @@ class BoardFiles:
         return out
 
     def _write(self, name: str, doc: dict) -> None:
-        data = json_bytes(doc)
-        tmp = self.path(name + ".tmp")
-        self.board.upload(io.BytesIO(data), len(data), tmp)
         # the rename itself must reach the disk too: a power cut after a deploy returned must
         # not bring the old state back (found on the emulated board's ext4 disk)
-        self.board.run(["sh", "-c", 'sync "$1" 2>/dev/null || sync; mv -f "$1" "$2" && sync', "sh", tmp,
-                        self.path(name)])
+        self.board.run(["sh", "-c", WRITE + ' && mv -f "$1" "$2" && sync', "sh", self.path(name + ".tmp"),
+                        self.path(name)], stdin=json_bytes(doc))
+
+    def snapshot(self) -> tuple[dict, dict | None, str | None]:
+        """(state, intent or None, the release ``current`` points at or None) in one command."""
+        status, out, err = self.board.run(["sh", "-c", SNAPSHOT, "sh", self.path(STATE_NAME),
+                                           self.path(INTENT_NAME), self.path("current")], check=False)
+        if status != 0:
+            msg = err.decode("utf-8", "replace").strip().splitlines()
+            raise DeployError(f"{self.board.spec.name}: cannot read {self.base}'s state ({status}: "
+                              f"{msg[-1] if msg else 'no output'}); nothing was changed")
+        docs, rest = [], out
+        for _ in range(2):
+            head, _, rest = rest.partition(b"\n")
+            n = int(head.split()[1]) if head.startswith(b"file ") else -1
+            docs.append(rest[:n] if n >= 0 else None)
+            rest = rest[max(n, 0):]
+        m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
+        return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
 
     def read_state(self) -> dict:
         """The state file, checked; an empty state when there is none (an unreadable one is an error)."""
-        data = self._read(STATE_NAME)
+        return self._state(self._read(STATE_NAME))
+
+    def _state(self, data: bytes | None) -> dict:
         if data is None:
             return {"format": schema.STATE_FORMAT, "current": None, "previous": None, "releases": {}}
         where = f"{self.board.spec.name}: {self.path(STATE_NAME)}"
@@ -95,7 +122,9 @@ class BoardFiles:
         self._write(STATE_NAME, state)
 
     def read_intent(self) -> dict | None:
-        data = self._read(INTENT_NAME)
+        return self._intent(self._read(INTENT_NAME))
+
+    def _intent(self, data: bytes | None) -> dict | None:
         if data is None:
             return None
         where = f"{self.board.spec.name}: {self.path(INTENT_NAME)}"
@@ -117,29 +146,28 @@ class BoardFiles:
         would move into the old release, so there the link is replaced with ``ln -sfn``
         (not atomic: a reader may briefly find no ``current``); returns that warning."""
         self.release_dir(release_id)
-        tmp, cur = self.path(".current.tmp"), self.path("current")
-        script = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
-                  'if mv -T -f "$1" "$3" 2>/dev/null; then sync; exit 0; fi; '
-                  'rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic')
-        _, out, _ = self.board.run(["sh", "-c", script, "sh", tmp, f"releases/{release_id}", cur])
-        if b"non-atomic" in out:
-            return ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
-                    "install coreutils' mv on the board for an atomic switch")
-        return None
+        _, out, _ = self.board.run(["sh", "-c", SWITCH, "sh", self.path(".current.tmp"), f"releases/{release_id}",
+                                    self.path("current")])
+        return NON_ATOMIC if b"non-atomic" in out else None
 
     def commit(self, state: dict) -> str | None:
-        """Make ``state`` true: intent, switch ``current`` to its current release, state, no intent."""
+        """Make ``state`` true: intent, switch ``current`` to its current release, state, no intent
+        (three commands: the intent written, the new state staged, then switch + state + no intent)."""
+        self.release_dir(state["current"])
         self._write(INTENT_NAME, {"format": schema.INTENT_FORMAT, "current": state["current"], "state": state})
-        warning = self.switch(state["current"])
-        self.write_state(state)
-        self.board.run(["rm", "-f", self.path(INTENT_NAME)])
-        return warning
+        state_tmp = self.path(STATE_NAME + ".tmp")
+        self.board.run(["sh", "-c", WRITE, "sh", state_tmp], stdin=json_bytes(state))
+        script = (SWITCH + '; mv -f "$4" "$5" && sync && rm -f "$6"')
+        _, out, _ = self.board.run(["sh", "-c", script, "sh", self.path(".current.tmp"),
+                                    f"releases/{state['current']}", self.path("current"), state_tmp,
+                                    self.path(STATE_NAME), self.path(INTENT_NAME)])
+        return NON_ATOMIC if b"non-atomic" in out else None
 
     def reconcile(self) -> tuple[dict, list[str]]:
         """The board's state after whatever a cut left (call under the lock): an intent whose
         switch happened becomes the state, one whose switch did not is dropped; a missing
         ``current`` link is restored to the state's release. Returns (state, warnings)."""
-        state, intent, link = self.read_state(), self.read_intent(), self.current_link()
+        state, intent, link = self.snapshot()
         warnings: list[str] = []
         if intent is not None:
             if link == intent["current"]:
@@ -158,10 +186,13 @@ class BoardFiles:
                             "left as it is")
         return state, warnings
 
-    def remove_release(self, release_id: str) -> None:
-        """Delete ``releases/<id>`` unless ``current`` points at it (checked on the board)."""
-        self.board.run(["sh", "-c", '[ "$(readlink "$1")" = "$2" ] || rm -rf "$3"', "sh", self.path("current"),
-                        f"releases/{release_id}", self.release_dir(release_id)], check=False)
+    def remove_release(self, *release_ids: str) -> None:
+        """Delete ``releases/<id>`` of each id unless ``current`` points at it (checked on the board)."""
+        if not release_ids:
+            return
+        args = [x for rid in release_ids for x in (f"releases/{rid}", self.release_dir(rid))]
+        self.board.run(["sh", "-c", 'c=$(readlink "$1"); shift; while [ $# -gt 1 ]; do [ "$c" = "$1" ] || '
+                        'rm -rf "$2"; shift 2; done', "sh", self.path("current"), *args], check=False)
 
     def lock(self):
         """The board lock (see :mod:`q25deploy.deploy.boardlock`) as a context manager."""

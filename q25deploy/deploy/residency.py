@@ -6,6 +6,11 @@ of ``current/partitions/regions.tab`` into its no-map region through ``/dev/mem`
 (``--runtime-bin``) or the image's. Both refuse regions the running device tree does not
 reserve (the image predates the build's reserved memory): like the device-tree check, a
 warning, a failure with ``--strict``.
+
+A load that read every region back records ``<boot id> <sha256 of the region table>`` in
+``.q25deploy-loaded``; a later load in the same boot with the same table (an unchanged
+redeploy, a tokenizer-only update) finds the regions already hold their partitions and
+skips the copy. A reboot (another boot id) or another table loads again.
 """
 
 from __future__ import annotations
@@ -16,30 +21,32 @@ from ..build.layout import REGION_TABLE as TABLE
 EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes differ
 
 
+LOADED = ".q25deploy-loaded"
+# $1 current, $2 the image's q25tok, $3 load|verify, $4 region table, $5 memory, $6 device tree,
+# $7 the loaded stamp ("-": none): the release's own q25tok when it has one
+SCRIPT = r'''[ -f "$4" ] || { echo no-table; exit 0; }; q="$1/q25tok"; [ -x "$q" ] || q="$2"
+if [ "$7" != - ]; then
+  want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$4" | cut -d" " -f1)"
+  [ "$(cat "$7" 2>/dev/null)" = "$want" ] && { echo cached; exit 0; }
+  rm -f "$7"
+fi
+"$q" "$3" --mem "$5" --dt "$6" "$4"; st=$?
+if [ $st = 0 ] && [ "$7" != - ]; then echo "$want" > "$7.tmp" && mv -f "$7.tmp" "$7"; fi
+exit $st'''
+
+
 def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, device_tree: str) -> dict:
     """``q25tok load|verify`` on ``current``'s region table through ``memory`` (``/dev/mem``),
-    checked against ``device_tree``; per-region results."""
+    checked against ``device_tree``; per-region results (a load this boot already did: cached)."""
     cur = files.path("current")
-    table = f"{cur}/{TABLE}"
-    script = ('[ -f "$4" ] || { echo no-table; exit 0; }; q="$1/q25tok"; [ -x "$q" ] || q="$2"; '
-              'exec "$q" "$3" --mem "$5" --dt "$6" "$4"')
-    status, out, err = board.run(["sh", "-c", script, "sh", cur, q25tok, command, table,
-                                  memory, device_tree],
-                                 check=False, timeout=600)
+    stamp = files.path(LOADED) if command == "load" else "-"
+    status, out, err = board.run(["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}",
+                                  memory, device_tree, stamp], check=False, timeout=600)
     text = out.decode("utf-8", "replace")
-    if text.strip() == "no-table":
-        return {"state": "no-table", "regions": []}
-    regions = []
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 3 and f[0] == "region":
-            r = {"node": f[1], "state": next((w for w in ("loaded", "resident", "MISMATCH", "REFUSED", "FAILED")
-                                              if w in f), "unknown")}
-            if "sha256" in f and f.index("sha256") + 1 < len(f):
-                r["sha256"] = f[f.index("sha256") + 1]
-            if r["state"] in ("REFUSED", "FAILED"):
-                r["detail"] = line.split(r["state"], 1)[1].strip()
-            regions.append(r)
+    if text.strip() in ("no-table", "cached"):
+        return {"state": "resident" if text.strip() == "cached" else "no-table", "regions": [],
+                **({"cached": True} if text.strip() == "cached" else {})}
+    regions = [r for r in map(_region, text.splitlines()) if r]
     if status == 0 and regions and all(r["state"] in ("loaded", "resident") for r in regions):
         state = "resident"
     elif status == EXIT_REGION and regions and all(r["state"] == "REFUSED" for r in regions):
@@ -53,6 +60,20 @@ def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, d
     if not regions:
         detail = (err or out).decode("utf-8", "replace").strip()[-200:]
     return {"state": state, "regions": regions, "detail": detail}
+
+
+def _region(line: str) -> dict | None:
+    """One ``region <node> … <state> [sha256 <hex>] [detail]`` line of q25tok's report."""
+    f = line.split()
+    if len(f) < 3 or f[0] != "region":
+        return None
+    r = {"node": f[1], "state": next((w for w in ("loaded", "resident", "MISMATCH", "REFUSED", "FAILED") if w in f),
+                                     "unknown")}
+    if "sha256" in f and f.index("sha256") + 1 < len(f):
+        r["sha256"] = f[f.index("sha256") + 1]
+    if r["state"] in ("REFUSED", "FAILED"):
+        r["detail"] = line.split(r["state"], 1)[1].strip()
+    return r
 
 
 def load(board: Board, files, q25tok: str, **paths: str) -> dict:
