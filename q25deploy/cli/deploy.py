@@ -23,7 +23,9 @@ def add_commands(sub) -> None:
     c.add_argument("--target-file", metavar="FILE", help="your own board file")
     c.add_argument("--host", action="append", metavar="[USER@]HOST[:PORT]", help="a board (repeatable)")
     c.add_argument("--hosts-file", metavar="F", help="boards, one [user@]host[:port] per line (# comments)")
-    c.add_argument("--build", metavar="DIR", type=Path, help="the build to deploy (default q25-build/TARGET)")
+    c.add_argument("--build", metavar="DIR", type=Path,
+                   help="the build to deploy (default q25-build/TARGET); smoke and status work from the board's "
+                   "own release without it, and with it also compare the board with that build")
     c.add_argument("--identity", metavar="KEY", help="SSH private key")
     c.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)")
     c.add_argument("--trust-new-host", action="store_true",
@@ -41,11 +43,17 @@ def add_commands(sub) -> None:
     dp.add_argument("--tokenizer-only", action="store_true",
                     help="update only the tokenizer image (refused when its vocabulary differs from the deployed model's)")
     dp.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test")
+    dp.add_argument("--verify-board", action="store_true",
+                    help="also hash the files the board already holds (linked from kept releases) and send again "
+                    "any that differs: repairs a board whose kept files were damaged")
     dp.set_defaults(func=cmd_fleet)
     sm = sub.add_parser("smoke", parents=[conn], help="smoke-test what is deployed on boards",
                         description="Run q25tok on each board and compare its ids with the host codec's; check "
-                        "partition digests and the live device tree's reserved memory.")
+                        "partition digests, the live device tree's reserved memory and that the regions hold the "
+                        "partitions. Without --build the host codec reads the board's own image (fetched once, "
+                        "cached by sha256) and the board's partition map: any workstation can check a board.")
     sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
+    sm.add_argument("--quick", action="store_true", help="skip hashing the partition files on the board")
     sm.set_defaults(func=cmd_fleet)
     st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards",
                         description="Show each board's current and previous release and whether its state file "
@@ -64,13 +72,14 @@ def _fleet(a: argparse.Namespace):
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, a.target, a.target_file)
     report_failures(failures)
-    build_dir = a.build or Path("q25-build") / target.name
-    if not (build_dir / "manifest.json").is_file():
+    build_dir = a.build or (Path("q25-build") / target.name if a.command == "deploy" else None)
+    if build_dir is not None and not (build_dir / "manifest.json").is_file():
         raise UsageError(f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)")
     opts = Options(hosts=a.host or [], hosts_file=a.hosts_file, build_dir=build_dir, identity=a.identity,
                    known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
                    runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
-                   strict=getattr(a, "strict", False))
+                   strict=getattr(a, "strict", False), quick=getattr(a, "quick", False),
+                   verify_board=getattr(a, "verify_board", False))
     return Fleet(opts, target, pm)
 
 
@@ -80,6 +89,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
     fleet = _fleet(a)
     prog = Progress()
+    fleet.on_bytes = prog.sent if prog.enabled else None
     results = fleet.run(a.command, progress=prog.step)
     prog.done()
     if a.command == "status":

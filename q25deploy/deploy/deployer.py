@@ -8,22 +8,26 @@ On the board, under ``<remote-root><install dir>``:
     .q25deploy-state.json     what is deployed: current, previous, files and digests, time
     .q25deploy-intent.json    the state a switch in progress leads to (see boardfiles)
     .q25deploy.lock           held while a deploy or rollback runs (see boardlock)
+    .q25deploy-loaded         the boot and region table the reserved regions were loaded for (residency)
 
-A deploy stages everything next to its destination, has the board verify every sha256,
-``sync``s, renames the staged release into place, switches ``current`` and only then
-updates the state (an intent record first, so a cut between the two is finished or
-dropped by the next run); a cut connection or a failed verify leaves the current release
-as it was. Every path goes through ``BoardFiles.path``: nothing outside the install
+A deploy stages everything next to its destination: what the board lacks is sent, a few
+files at a time, each hashed by the board as it writes it (one pass: ``tee`` into
+``sha256sum``); what a kept release already holds is hard-linked. When every digest matched
+it ``sync``s, renames the staged release into place, switches ``current`` and only then
+updates the state (an intent record first, so a cut between the two is finished or dropped
+by the next run); a cut connection or a wrong digest leaves the current release as it was.
+The short commands of a deploy run through the lock holder's agent (one channel, see
+:mod:`.agent`). Every path goes through ``BoardFiles.path``: nothing outside the install
 directory is touched. The previous release is kept for rollback; after a deploy a failed
-smoke test rolls back at once.
+smoke test rolls back at once, a passed one prunes older releases.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import posixpath
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -61,20 +65,30 @@ def _record(release: Release, when: str) -> dict:
             "image": release.image}
 
 
+UPLOAD_CHANNELS = 3  # files sent at once, each on its own channel (the board hashes each as it writes it)
+# $1 the directory to check, $2 its free space: "<machine> <df -Pk line or statfs a S>". BusyBox df
+# skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's INITRAMFS packaging)
+# `df -P` fails with "can't find mount point"; statfs through `stat -f` works there (and with coreutils)
+PREFLIGHT = ('mkdir -p "$1" || exit 1; printf "%s " "$(uname -m)"; '
+             'df -Pk "$2" 2>/dev/null | tail -n 1 || stat -f -c "statfs %a %S" "$2"')
+# $1 staging, the directories in it, "--", then "ln" pairs (existing, staged): a fresh staging
+# directory with the kept files linked
+PREPARE = ('s=$1; shift; rm -rf "$s" && mkdir -p "$s" || exit 1; while [ $# -gt 0 ] && [ "$1" != -- ]; do '
+           'mkdir -p "$1" || exit 1; shift; done; shift; while [ $# -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done')
+# $1 staging, $2 release dir; stdin release.json: described, synced, renamed into place (rdir does
+# not exist when mv runs, so plain mv is rename(2): BusyBox's mv has no -T)
+PROMOTE = ('cat > "$1/release.json" || exit 1; if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
+           'sync; if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2" || exit 1; fi; sync')
+
+
 def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_bytes: int) -> None:
-    _, out, _ = board.run(["uname", "-m"])
-    arch = out.decode().strip()
+    _, out, _ = board.run(["sh", "-c", PREFLIGHT, "sh", files.path("releases"), files.base], check=False)
+    words = out.decode("utf-8", "replace").split()
+    arch = words[0] if words else "unknown"
     if expect_arch and arch != expect_arch:
         raise DeployError(f"{board.spec.name}: the board is {arch}, the build is for {expect_arch}")
-    board.run(["mkdir", "-p", files.path("releases")])
-    # BusyBox df skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's
-    # INITRAMFS packaging) `df -P` fails with "can't find mount point"; statfs through
-    # `stat -f` works there (and with coreutils)
-    _, out, _ = board.run(["sh", "-c", 'df -Pk "$1" 2>/dev/null || stat -f -c "statfs %a %S" "$1"', "sh", files.base],
-                          check=False)
     try:
-        last = out.decode().strip().splitlines()[-1].split()
-        avail = int(last[1]) * int(last[2]) if last[0] == "statfs" else int(last[3]) * 1024
+        avail = int(words[-2]) * int(words[-1]) if words[-3] == "statfs" else int(words[4]) * 1024
     except (IndexError, ValueError):
         raise DeployError(f"{board.spec.name}: cannot read free space under {files.base} (df -Pk, stat -f)") from None
     if avail < need_bytes:
@@ -82,32 +96,40 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 
 
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
-           smoke: Callable[[], dict], progress: Callable[[str], None] = lambda s: None,
-           load: Callable[[], dict] | None = None, state: dict | None = None) -> HostResult:
+           smoke: Callable[[bool], dict], progress: Callable[[str], None] = lambda s: None,
+           load: Callable[[], dict] | None = None, state: dict | None = None, verify_links: bool = False,
+           sent: Callable[[int], None] | None = None) -> HostResult:
     """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it):
-    stage what the board lacks, verify it there, promote it, switch, smoke-test, then prune
-    older releases or roll back. ``load`` puts the current release's partitions into their
-    reserved regions (after the switch, and again after switching back)."""
+    stage what the board lacks (hashed on the board as it is written), promote it, switch,
+    smoke-test, then prune older releases or roll back. ``load`` puts the current release's
+    partitions into their reserved regions (after the switch, and again after switching back);
+    ``smoke(quick)``: quick after this deploy proved the files. ``verify_links``: the board
+    also hashes the files it links from kept releases and any that differ is sent again."""
     res = HostResult(board.spec.name, release=release.id)
     if state is None:
         state, res.warnings = files.reconcile()
     res.previous = state.get("current")
-    if state.get("current") == release.id and board.run(["test", "-d", files.release_dir(release.id)],
-                                                         check=False)[0] == 0:
-        progress("already deployed: nothing to send")
-        return _check_deployed(res, state, smoke, load)
-    transfer = plan_transfer(release, state)
-    preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
-    staging = _stage(board, files, release, transfer, res, progress)
-    _verify_and_promote(board, files, release, staging)
-    return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
+    try:
+        if state.get("current") == release.id and not verify_links and \
+                board.run(["test", "-d", files.release_dir(release.id)], check=False)[0] == 0:
+            progress("already deployed: nothing to send")
+            return _check_deployed(res, state, smoke, load)
+        transfer = plan_transfer(release, state)
+        preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
+        staging = _stage(board, files, release, transfer, res, progress, verify_links, sent)
+        board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id)], stdin=release.description)
+        return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
+    except DeployError as e:  # the result keeps what was sent before it failed
+        res.error = " ".join(str(e).split())
+        return res
 
 
-def _check_deployed(res: HostResult, state: dict, smoke: Callable[[], dict], load) -> HostResult:
-    """The release is already current: load its regions again (a reboot empties them) and smoke-test."""
+def _check_deployed(res: HostResult, state: dict, smoke, load) -> HostResult:
+    """The release is already current: load its regions again if this boot has not (a reboot
+    empties them) and smoke-test it."""
     if load:
         res.residency = load()
-    res.smoke = smoke()
+    res.smoke = smoke(True, res.residency)
     res.ok = res.smoke["ok"]
     res.previous = state.get("previous")
     if not res.ok:
@@ -115,51 +137,61 @@ def _check_deployed(res: HostResult, state: dict, smoke: Callable[[], dict], loa
     return res
 
 
-def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: HostResult, progress) -> str:
-    """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded."""
+def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: HostResult, progress,
+           verify_links: bool, sent) -> str:
+    """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded and
+    hashed as they are written; a digest that differs fails the deploy (``current`` untouched)."""
     staging = files.path(f"releases/.incoming-{release.id}")
 
     def staged(rel: str) -> str:  # every path checked: a release file never leaves the staging directory
         return files.path(f"releases/.incoming-{release.id}/{rel}")
 
-    board.run(["rm", "-rf", staging])
-    dirs = sorted({posixpath.dirname(staged(f.rel)) for f in release.files} | {staging})
-    board.run(["mkdir", "-p", *dirs])
-    if transfer.links:
-        pairs = []
-        for f, existing in transfer.links:
-            pairs += [files.path(existing), staged(f.rel)]
-        board.run(["sh", "-c", 'while [ $# -gt 0 ]; do ln "$1" "$2" || exit 1; shift 2; done', "sh", *pairs])
-    for f in transfer.uploads:
+    pairs = [p for f, existing in transfer.links for p in (files.path(existing), staged(f.rel))]
+    dirs = sorted({posixpath.dirname(staged(f.rel)) for f in release.files} - {staging})
+    board.run(["sh", "-c", PREPARE, "sh", staging, *dirs, "--", *pairs])
+    uploads = list(transfer.uploads)
+    if verify_links and transfer.links:
+        repair = _bad_links(board, [f for f, _ in transfer.links], staged, progress)
+        uploads += repair
+        res.warnings += [f"{f.rel}: the board's kept copy differed from its sha256; sent again" for f in repair]
+    res.files_linked = len(transfer.links) - (len(uploads) - len(transfer.uploads))
+
+    def one(f) -> tuple:
         progress(f"sending {f.rel} ({f.size:,} bytes)")
         with f.open() as src:
-            res.bytes_sent += board.upload(src, f.size, staged(f.rel))
+            digest = board.upload(src, f.size, staged(f.rel), progress=sent)
+        res.bytes_sent += f.size
         res.files_sent += 1
-    res.files_linked = len(transfer.links)
-    board.upload(io.BytesIO(release.description), len(release.description), staged("release.json"))
-    if any(f.rel == "q25tok" for f in release.files):
-        board.run(["chmod", "0755", staged("q25tok")])
+        return f, digest
+
+    try:
+        with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
+            bad = [f.rel for f, digest in pool.map(one, sorted(uploads, key=lambda f: -f.size)) if digest != f.sha256]
+    except DeployError:
+        board.run(["rm", "-rf", staging], check=False)
+        raise
+    if bad:
+        board.run(["rm", "-rf", staging], check=False)
+        raise DeployError(f"{board.spec.name}: verify failed on the board ({', '.join(bad)}: the bytes written "
+                          "differ from the build's sha256); the current release is unchanged")
     return staging
 
 
-def _verify_and_promote(board: Board, files: BoardFiles, release: Release, staging: str) -> None:
-    """The board checks every staged file (uploaded and linked) against the release's digests,
-    then the staged directory becomes ``releases/<id>``; a failure leaves ``current`` as it was."""
-    checklist = "".join(f"{f.sha256}  {f.rel}\n" for f in release.files).encode()
-    # (plain -c: GNU's --strict/--quiet are not in BusyBox's sha256sum)
-    status, out, err = board.run(["sh", "-c", 'cd "$1" && sha256sum -c -', "sh", staging],
-                                 stdin=checklist, check=False)
-    if status != 0:
-        board.run(["rm", "-rf", staging], check=False)
-        lines = (out + err).decode("utf-8", "replace").strip().splitlines()
-        bad = [ln for ln in lines if "FAIL" in ln] or lines
-        raise DeployError(f"{board.spec.name}: verify failed on the board ({bad[0] if bad else status}); "
-                          "the current release is unchanged")
-    board.run(["sync"])
-    # rdir does not exist when mv runs, so plain mv is rename(2) (BusyBox's mv has no -T)
-    board.run(["sh", "-c", 'if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2"; fi', "sh", staging,
-               files.release_dir(release.id)])
-    board.run(["sync"])
+def _bad_links(board: Board, linked: list, staged, progress) -> list:
+    """The linked files whose bytes on the board no longer match their digest: sent again
+    (``tee`` truncates the shared file, which repairs the kept release too)."""
+    progress(f"hashing {len(linked)} kept file(s) on the board")
+    _, out, _ = board.run(["sha256sum", *[staged(f.rel) for f in linked]], check=False, timeout=3600)
+    got = {}
+    for line in out.decode("utf-8", "replace").splitlines():
+        digest, _, path = line.partition("  ")
+        got[path] = digest
+    bad = [f for f in linked if got.get(staged(f.rel)) != f.sha256]
+    for f in bad:
+        if f.local is None and f.origin is None:
+            raise DeployError(f"{board.spec.name}: {f.rel} on the board differs from its digest and is not in "
+                              "this build: deploy the whole build to repair it")
+    return bad
 
 
 def _switch_and_test(files: BoardFiles, release: Release, state: dict, res: HostResult, *, smoke, load,
@@ -177,14 +209,13 @@ def _switch_and_test(files: BoardFiles, release: Release, state: dict, res: Host
         progress("loading the partitions into reserved memory")
         res.residency = load()
     progress("smoke test")
-    res.smoke = smoke()
+    res.smoke = smoke(True, res.residency)  # this deploy has just proven every file it sent: not hashed again
     if res.smoke["ok"]:
         res.ok = True
-        prune = set(new_state["releases"]) - keep
-        if prune:
+        prune = sorted(set(new_state["releases"]) - keep)
+        if prune:  # older releases go (never the one current points at)
             files.write_state({**new_state, "releases": {r: i for r, i in new_state["releases"].items() if r in keep}})
-            for rid in prune:  # older releases go (never the one current points at)
-                files.remove_release(rid)
+            files.remove_release(*prune)
         return res
     if old_current and old_current != release.id and old_current in state.get("releases", {}):
         res.warnings += [w for w in [files.commit(state)] if w]
@@ -234,12 +265,9 @@ def rollback(board: Board, files: BoardFiles, state: dict | None = None,
 
 
 def status(board: Board, files: BoardFiles) -> dict:
-    state = files.read_state()
-    _, out, _ = board.run(["readlink", files.path("current")], check=False)
-    link = out.decode().strip()
+    state, pending, link = files.snapshot()  # a pending switch: the next deploy or rollback settles it
     cur = state.get("current")
-    pending = files.read_intent()  # a switch an earlier run was cut in: the next deploy or rollback settles it
     return {"host": board.spec.name, "current": cur, "previous": state.get("previous"),
-            "current_link": link or None, "consistent": ((link == f"releases/{cur}") if cur else link == "")
-            and pending is None, "pending_switch": pending["current"] if pending else None,
+            "current_link": f"releases/{link}" if link else None, "consistent": link == cur and pending is None,
+            "pending_switch": pending["current"] if pending else None,
             "release": state.get("releases", {}).get(cur or "")}

@@ -10,13 +10,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from .. import schema
-from ..build import layout
 from ..build.layout import RUNTIME_BIN
 from ..common import file_sha256
-from ..errors import DeployError, Q25Error, SchemaError, UsageError
+from ..errors import DeployError, Q25Error, UsageError
 from ..builddir import BuildDir
 from ..schema import BuildInfo
+from . import board_release
+from .boardlock import board_session
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .release import Release, release_from_build, tokenizer_only
@@ -30,7 +30,7 @@ ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
 class Options:
     hosts: list[str]
     hosts_file: str | None
-    build_dir: Path
+    build_dir: Path | None  # smoke and status work from the board's own release without one
     identity: str | None
     known_hosts: str | None
     trust_new_host: bool
@@ -39,6 +39,8 @@ class Options:
     jobs: int
     tokenizer_only: bool = False
     strict: bool = False
+    quick: bool = False  # smoke: skip the partition hashes
+    verify_board: bool = False  # deploy: hash the board's kept files too, send again what differs
 
 
 def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
@@ -76,6 +78,7 @@ class Fleet:
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
         self._codec = None
         self._lock = threading.Lock()
+        self.on_bytes: Callable[[str, int], None] | None = None  # (host, bytes) as an upload goes
 
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
     @cached_property
@@ -126,24 +129,12 @@ class Fleet:
             .replace("{user}", spec.user)
         return BoardFiles(board, root, self.install_dir)
 
-    def _smoke(self, board, files, release_files: dict, image: str) -> dict:
+    def _smoke(self, board, files, release_files, image: str, codec, quick: bool, residency=None) -> dict:
         q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
-        return smoke_test(board, files, codec=self.codec(), partition_map=self._release_map(files),
-                          image_name=image, q25tok=q25tok, strict=self.opts.strict, extra_checks=self.extra_checks,
-                          board_paths=self.board_paths)
-
-    def _release_map(self, files: BoardFiles) -> dict:
-        """The partition map of the release the board runs (its own copy, through the schema): after
-        a tokenizer-only update, or with the build of another model of the same vocabulary, the
-        board's partitions are those of its release, not of the build in hand."""
-        data = files.read(f"current/{layout.PARTITION_MAP}")
-        if data is None:
-            return self.partition_map
-        where = f"{files.board.spec.name}: {files.path(f'current/{layout.PARTITION_MAP}')}"
-        try:
-            return schema.parse_partition_map(schema.loads(data, where), where)
-        except SchemaError as e:
-            raise DeployError(str(e)) from None
+        pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
+        return smoke_test(board, files, codec=codec, partition_map=pmap, image_name=image, q25tok=q25tok,
+                          strict=self.opts.strict, extra_checks=self.extra_checks, board_paths=self.board_paths,
+                          quick=quick, residency=residency)
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
@@ -153,23 +144,44 @@ class Fleet:
                 rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
                 arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
                 names = {f.rel for f in rel.files}
-                res = deploy(board, files, rel, expect_arch=arch, state=state, load=self._load(board, files),
-                             smoke=lambda: self._smoke(board, files, names, rel.image))
+
+                def run(verify_links: bool) -> HostResult:
+                    return deploy(board, files, rel, expect_arch=arch, state=state, load=self._load(board, files),
+                                  verify_links=verify_links, sent=self.sent(spec),
+                                  smoke=lambda quick, resident: self._smoke(board, files, names, rel.image,
+                                                                            self.codec(), quick, resident))
+
+                res = run(self.opts.verify_board)
+                if not res.ok and not self.opts.verify_board and _mismatch(res):
+                    # a region read back differs from its partition: a kept file the plan linked may
+                    # have rotted on the board; hash what is linked and send again what differs
+                    first = res
+                    state, _ = files.reconcile()
+                    res = run(True)
+                    res.bytes_sent += first.bytes_sent
+                    res.warnings.insert(0, f"first attempt failed ({first.error}); retried with the board's "
+                                           "kept files hashed")
                 res.warnings[:0] = notes
                 return res
 
     def smoke_one(self, spec: HostSpec) -> HostResult:
-        with self._connect(spec) as board:
+        with self._connect(spec) as board, board_session(board):
             files = self._files(board)
             state = files.read_state()
-            cur = state.get("releases", {}).get(state.get("current") or "")
-            if not cur:
-                raise DeployError(f"{spec.name}: nothing is deployed")
-            if cur["vocab_fingerprint"] != self.summary.vocab_fingerprint:
-                raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
-                                  "pass the build it was deployed from")
+            cur = board_release.current_record(files, state)
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
-            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt")
+            if self.opts.build_dir:
+                if cur["vocab_fingerprint"] != self.summary.vocab_fingerprint:
+                    raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
+                                      "pass the build it was deployed from, or no --build")
+                if cur.get("model_sha256") != self.summary.model_sha256:
+                    res.warnings.append(f"the board runs another model ({str(cur.get('model_sha256'))[:12]}…) "
+                                        f"than {self.opts.build_dir} (same vocabulary)")
+                codec = self.codec()
+            else:
+                codec = board_release.board_codec(files, cur)
+            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", codec,
+                                    self.opts.quick)
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
@@ -178,6 +190,9 @@ class Fleet:
         # the release's own q25tok when it has one, else the image's
         return lambda: load_regions(board, files, self.runtime, **self.board_paths)
 
+    def sent(self, spec: HostSpec):
+        return (lambda n: self.on_bytes(spec.name, n)) if self.on_bytes else None
+
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
             files = self._files(board)
@@ -185,7 +200,7 @@ class Fleet:
                 return rollback(board, files, load=self._load(board, files))
 
     def status_one(self, spec: HostSpec) -> dict:
-        with self._connect(spec) as board:
+        with self._connect(spec) as board, board_session(board):
             files = self._files(board)
             result = status(board, files)
             if result["current"]:  # are the current release's partitions in their regions?
@@ -195,7 +210,7 @@ class Fleet:
     # -- all hosts ------------------------------------------------------------------------
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
         release = self.build_release() if action == "deploy" else None
-        if action in ("deploy", "smoke"):
+        if action in ("deploy", "smoke") and self.opts.build_dir:
             self.summary, self.partition_map  # read once, before the worker threads
 
         def one(spec: HostSpec):
@@ -215,6 +230,11 @@ class Fleet:
 
         with ThreadPoolExecutor(max_workers=max(1, self.opts.jobs)) as pool:
             return list(pool.map(one, self.hosts))
+
+
+def _mismatch(res: HostResult) -> bool:
+    """A deploy whose regions, read back after the load, differ from their partitions."""
+    return any(r.get("state") == "MISMATCH" for r in (res.residency or {}).get("regions", []))
 
 
 def render_results(results: list[HostResult]) -> str:

@@ -1,0 +1,79 @@
+"""What a board runs, read from the board itself: its partition map and its tokenizer image
+(for the host codec the smoke test compares with), so ``smoke`` and ``status`` need no local
+build. The image is fetched once and kept in the cache folder under its sha256 (checked
+against the board's state file each time it is used)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from .. import schema
+from ..build import layout
+from ..common import cache_dir
+from ..errors import DeployError, SchemaError
+from .boardfiles import BoardFiles
+
+
+def current_record(files: BoardFiles, state: dict) -> dict:
+    """The state file's record of the release ``current`` is (files, digests, vocabulary)."""
+    cur = state.get("releases", {}).get(state.get("current") or "")
+    if not cur:
+        raise DeployError(f"{files.board.spec.name}: nothing is deployed")
+    return cur
+
+
+def partition_map(files: BoardFiles, fallback: dict | None = None) -> dict:
+    """The partition map of the release the board runs (its own copy, through the schema): after
+    a tokenizer-only update, or with the build of another model of the same vocabulary, the
+    board's partitions are those of its release, not of the build in hand."""
+    data = files.read(f"current/{layout.PARTITION_MAP}")
+    if data is None:
+        if fallback is None:
+            raise DeployError(f"{files.board.spec.name}: the current release has no {layout.PARTITION_MAP}")
+        return fallback
+    where = f"{files.board.spec.name}: {files.path(f'current/{layout.PARTITION_MAP}')}"
+    try:
+        return schema.parse_partition_map(schema.loads(data, where), where)
+    except SchemaError as e:
+        raise DeployError(str(e)) from None
+
+
+def image_bytes(files: BoardFiles, record: dict) -> bytes:
+    """The board's current tokenizer image, checked against the state's sha256: from the cache
+    when a run fetched it before, else read from the board once and cached."""
+    image = record.get("image") or "tokenizer.q25tokrt"
+    entry = record["files"].get(image)
+    if not entry:
+        raise DeployError(f"{files.board.spec.name}: the state file lists no {image} for the current release")
+    digest = entry[0]
+    cached = cache_dir() / "board-images" / f"{digest}.q25tokrt"
+    try:
+        data = cached.read_bytes()
+        if hashlib.sha256(data).hexdigest() == digest:
+            return data
+    except OSError:
+        pass
+    data = files.read(f"current/{image}")
+    if data is None or hashlib.sha256(data).hexdigest() != digest:
+        raise DeployError(f"{files.board.spec.name}: current/{image} on the board does not match its sha256 in "
+                          "the state file (smoke with --build, or deploy again)")
+    try:  # the cache is a convenience: a read-only home still works
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, cached)
+    except OSError:
+        pass
+    return data
+
+
+def board_codec(files: BoardFiles, record: dict):
+    """A host codec of the image the board runs."""
+    from ..tokenizer.codec import Codec
+    from ..tokenizer.image.reader import open_image
+
+    return Codec(open_image(image_bytes(files, record), name=f"{files.board.spec.name}:{record.get('image')}"))
+
+
+__all__ = ["board_codec", "current_record", "image_bytes", "partition_map"]

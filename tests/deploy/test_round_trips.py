@@ -1,0 +1,121 @@
+"""Issue 12 against real sshd boards: few round trips (every short command through one agent
+channel, a channel per uploaded file), nothing proven twice, smoke and status from the
+board's own release without a build, and a damaged kept file repaired (issue 11, defect 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from deploy_helpers import INSTALL, deploy
+from sshd import USER
+
+from q25deploy.cli import main
+from q25deploy.deploy.connection import Board
+
+
+@pytest.fixture
+def channels(monkeypatch):
+    """Every SSH channel a command opens, by its first word (a spy: the channels are real)."""
+    opened: list[str] = []
+    real = Board._channel
+
+    def spy(self, argv, timeout):
+        opened.append(argv[0] if argv[0] != "sh" else argv[2].split()[0][:12])
+        return real(self, argv, timeout)
+
+    monkeypatch.setattr(Board, "_channel", spy)
+    return opened
+
+
+def board_only(capsys, ssh, srv, root, action, *extra):
+    """smoke / status with no build at all (any workstation with the board file and a key)."""
+    kh = srv.known_hosts(root.parent / f"known_hosts_{srv.port}")
+    argv = [action, "--target", "qemu", "--host", f"{USER}@127.0.0.1:{srv.port}", "--identity", str(ssh["key"]),
+            "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+    capsys.readouterr()
+    code = main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_one_channel_per_session_plus_one_per_uploaded_file(tmp_path, capsys, ssh, models, q25tok, channels):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0 and len(channels) == 1 + res[0]["files_sent"], channels
+    channels.clear()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)  # unchanged: one exec
+    assert code == 0 and res[0]["bytes_sent"] == 0 and len(channels) == 1, channels
+    channels.clear()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="status")
+    assert code == 0 and res[0]["consistent"] and len(channels) == 1, channels
+    channels.clear()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
+    assert code == 0 and len(channels) == 1 + res[0]["files_sent"], channels
+
+
+def test_smoke_and_status_from_the_boards_own_release(tmp_path, capsys, ssh, models, q25tok, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    srv, root = ssh["servers"][1], tmp_path / "board"
+    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    code, res = board_only(capsys, ssh, srv, root, "smoke")
+    assert code == 0 and res[0]["ok"], res
+    names = [c["name"] for c in res[0]["smoke"]["checks"]]
+    assert "partition sha256" in names and sum(n.startswith("encode") for n in names) >= 7
+    cached = list((tmp_path / "cache" / "q25deploy" / "board-images").iterdir())
+    assert len(cached) == 1 and cached[0].read_bytes() == (root / INSTALL / "current" / "tokenizer.q25tokrt").read_bytes()
+    code, res = board_only(capsys, ssh, srv, root, "smoke", "--quick")
+    assert code == 0 and "partition sha256" not in [c["name"] for c in res[0]["smoke"]["checks"]]
+    code, res = board_only(capsys, ssh, srv, root, "status")
+    assert code == 0 and res[0]["consistent"] and res[0]["release"]["vocab_fingerprint"]
+    # a damaged image on the board is caught against the state's digest, not trusted
+    cached[0].unlink()
+    image = root / INSTALL / "current" / "tokenizer.q25tokrt"
+    data = bytearray(image.read_bytes())
+    data[100] ^= 1
+    image.write_bytes(bytes(data))
+    code, res = board_only(capsys, ssh, srv, root, "smoke")
+    assert code == 13 and "does not match its sha256" in res[0]["error"]
+    # with --build of another model of the same vocabulary: compared, and said
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], action="smoke")
+    assert any("another model" in w for w in res[0]["warnings"]), res
+
+
+def test_a_tokenizer_only_update_does_not_hash_the_unchanged_partitions(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--tokenizer-only", runtime=q25tok)
+    image = models["B"] / "tokenizer" / "tokenizer.q25tokrt"
+    assert code == 0 and res[0]["ok"] and res[0]["bytes_sent"] < image.stat().st_size + 65536, res  # no partition
+    names = [c["name"] for c in res[0]["smoke"]["checks"]]
+    assert "partition sha256" not in names and sum(n.startswith("encode") for n in names) >= 7
+
+
+def test_a_damaged_kept_file_is_sent_again_and_counted(tmp_path, capsys, ssh, models, q25tok):
+    """Defect 3: a file in a kept release rots on the board; a deploy that would link it hashes
+    the kept files (--verify-board), sends the damaged one again (repairing the kept copy too:
+    it is the same inode) and says how many bytes went."""
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    release_a = res[0]["release"]
+    rt = root / INSTALL / "releases" / release_a / "q25tok"
+    rt.chmod(0o755)
+    data = bytearray(rt.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    rt.write_bytes(bytes(data))
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--verify-board", runtime=q25tok)
+    assert code == 0 and res[0]["ok"], res
+    assert res[0]["bytes_sent"] == sum(f.stat().st_size for f in _sent_files(models["B"])) + q25tok.stat().st_size
+    assert res[0]["files_linked"] == 0 and any("q25tok" in w for w in res[0]["warnings"])  # linked no more: sent
+    assert rt.read_bytes() == q25tok.read_bytes()  # the kept release is whole again
+    assert os.stat(rt).st_ino == os.stat(root / INSTALL / "current" / "q25tok").st_ino
+
+
+def _sent_files(build):
+    """The release files of ``build`` whose bytes differ from model A's (the partitions and map)."""
+    def digests(b):
+        return {a["path"]: (a["sha256"], a["size"]) for a in json.loads((b / "manifest.json").read_text())["artifacts"]}
+
+    a, b = digests(build.parent / "A"), digests(build)
+    names = {"tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"}
+    return [build / p for p, v in b.items() if (p in names or p.startswith("partitions/")) and a.get(p) != v]
