@@ -70,7 +70,7 @@ UPLOAD_CHANNELS = 3  # files sent at once, each on its own channel (the board ha
 # skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's INITRAMFS packaging)
 # `df -P` fails with "can't find mount point"; statfs through `stat -f` works there (and with coreutils)
 PREFLIGHT = ('mkdir -p "$1" || exit 1; printf "%s " "$(uname -m)"; '
-             'df -Pk "$2" 2>/dev/null | tail -n 1 || stat -f -c "statfs %a %S" "$2"')
+             'd=$(df -Pk "$2" 2>/dev/null) && echo "$d" | tail -n 1 || stat -f -c "statfs %a %S" "$2"')
 # $1 staging, the directories in it, "--", then "ln" pairs (existing, staged): a fresh staging
 # directory with the kept files linked
 PREPARE = ('s=$1; shift; rm -rf "$s" && mkdir -p "$s" || exit 1; while [ $# -gt 0 ] && [ "$1" != -- ]; do '
