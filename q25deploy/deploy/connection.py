@@ -193,7 +193,7 @@ class Board:
 
     def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> str:
         """Stream ``size`` bytes into ``dest`` on the board; the board hashes them as it writes
-        them (``tee`` into ``sha256sum``: one pass). Returns the board's sha256 of what it wrote."""
+        them (``tee`` into a sha256: one pass). Returns the board's sha256 of what it wrote."""
         chan = self._channel(["sh", "-c", RECEIVE, "sh", dest], UPLOAD_TIMEOUT)
         sent = 0
         buf = bytearray(CHUNK)
@@ -222,10 +222,15 @@ class Board:
         return words[0].decode("ascii", "replace")
 
 
-# $1 the file: written and hashed in one pass (the digest on stdout); a failed write (tee goes on
-# copying to sha256sum) is reported on stderr
-RECEIVE = '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | sha256sum'
-
+# the board's fastest sha256 as $h (reads stdin, prints the hex digest first): OpenSSL's uses the
+# CPU's SHA instructions (the A53's ARMv8 crypto extensions, SHA-NI), several times BusyBox's or
+# coreutils' sha256sum, which is the fallback
+HASHER = 'if command -v openssl >/dev/null 2>&1; then h="openssl dgst -sha256 -r"; else h=sha256sum; fi; '
+# $1 the file: written and hashed in one pass (the digest first on stdout); a failed write (tee goes
+# on copying to the hash) is reported on stderr
+RECEIVE = HASHER + '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | $h'
+# each argument (a file) hashed: "<hex> <file>" lines; a file that cannot be read: no line
+HASH_FILES = HASHER + 'for f; do d=$($h < "$f") && echo "${d%% *} $f"; done'
 
 def _drain(chan) -> tuple[bytes, bytes]:
     out, err = bytearray(), bytearray()

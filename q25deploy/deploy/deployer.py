@@ -12,7 +12,7 @@ On the board, under ``<remote-root><install dir>``:
 
 A deploy stages everything next to its destination: what the board lacks is sent, a few
 files at a time, each hashed by the board as it writes it (one pass: ``tee`` into
-``sha256sum``); what a kept release already holds is hard-linked. When every digest matched
+``sha256``); what a kept release already holds is hard-linked. When every digest matched
 it ``sync``s, renames the staged release into place, switches ``current`` and only then
 updates the state (an intent record first, so a cut between the two is finished or dropped
 by the next run); a cut connection or a wrong digest leaves the current release as it was.
@@ -33,7 +33,7 @@ from typing import Callable
 
 from ..errors import DeployError
 from .boardfiles import STATE_NAME, BoardFiles
-from .connection import Board
+from .connection import HASH_FILES, Board
 from .release import STATE_FORMAT, Release, plan_transfer
 
 __all__ = ["STATE_NAME", "BoardFiles", "HostResult", "deploy", "rollback", "status"]
@@ -181,11 +181,9 @@ def _bad_links(board: Board, linked: list, staged, progress) -> list:
     """The linked files whose bytes on the board no longer match their digest: sent again
     (``tee`` truncates the shared file, which repairs the kept release too)."""
     progress(f"hashing {len(linked)} kept file(s) on the board")
-    _, out, _ = board.run(["sha256sum", *[staged(f.rel) for f in linked]], check=False, timeout=3600)
-    got = {}
-    for line in out.decode("utf-8", "replace").splitlines():
-        digest, _, path = line.partition("  ")
-        got[path] = digest
+    _, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *[staged(f.rel) for f in linked]], check=False,
+                          timeout=3600)
+    got = dict(reversed(line.split(" ", 1)) for line in out.decode("utf-8", "replace").splitlines() if " " in line)
     bad = [f for f in linked if got.get(staged(f.rel)) != f.sha256]
     for f in bad:
         if f.local is None and f.origin is None:

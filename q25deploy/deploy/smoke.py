@@ -17,7 +17,7 @@ from typing import Sequence
 
 from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
-from .connection import Board
+from .connection import HASH_FILES, Board
 from .deployer import BoardFiles
 from .residency import verify
 
@@ -104,9 +104,9 @@ def _check_ids(board: Board, report: _Report, codec: Codec, q25tok: str, image: 
 
 def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dict]) -> None:
     if regions:
-        argv = ["sh", "-c", 'cd "$1" && shift && sha256sum "$@"', "sh", cur, *[r["file"] for r in regions]]
-        status, out, _ = board.run(argv, check=False)
-        got = {line.split()[1]: line.split()[0] for line in out.decode().splitlines() if len(line.split()) == 2}
+        paths = {posixpath.join(cur, r["file"]): r["file"] for r in regions}
+        status, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *paths], check=False, timeout=3600)
+        got = {paths.get(p): d for d, _, p in (ln.partition(" ") for ln in out.decode().splitlines())}
         bad = [r["file"] for r in regions if got.get(r["file"]) != r["sha256"]]
         report.check("partition sha256", status == 0 and not bad, ", ".join(bad))
 

@@ -115,7 +115,7 @@ def test_failing_smoke_test_rolls_back(tmp_path, capsys, ssh, models, q25tok):
     liar = tmp_path / "q25tok"
     subprocess.run(["cc", str(src), "-o", str(liar)], check=True)
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=liar)
-    assert code == 13 and res[0]["rolled_back"] and not res[0]["smoke"]["ok"]
+    assert code == 13 and res[0]["rolled_back"] and not res[0]["smoke"]["ok"], res
     base = root / "lib" / "firmware" / "q25"
     assert os.readlink(base / "current") == f"releases/{release_a}"
     assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
