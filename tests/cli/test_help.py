@@ -27,7 +27,7 @@ COMMANDS = [path for path, _ in walk(build_parser())]
 def test_the_walk_finds_every_command():
     assert {("inspect",), ("build",), ("targets",), ("deploy",), ("smoke",), ("status",), ("rollback",),
             ("export", "tokenizer"), ("export", "tensors"), ("tokenize",), ("detokenize",),
-            ("runtime", "build")} <= set(COMMANDS)
+            ("runtime", "build"), ("qemu", "up"), ("qemu", "down"), ("qemu", "status")} <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "q25deploy")
