@@ -116,10 +116,11 @@ def _take_state_dir(state_dir: Path) -> bool:
 
 
 def describe(state_dir: Path, state: State, *, running: bool) -> dict:
+    """What ``up``/``status``/``down`` report (paths as the state directory was given)."""
     files = Files.in_dir(state_dir)
     return {"state_dir": str(state_dir), "running": running, "pid": state.pid, "port": state.port,
-            "host": f"{state.user}@127.0.0.1:{state.port}", "serial_log": str(files.serial_log),
-            "monitor": str(files.monitor), "known_hosts": str(files.pidfile.with_name(KNOWN_HOSTS))}
+            "host": f"{state.user}@127.0.0.1:{state.port}", "serial_log": str(state_dir / files.serial_log.name),
+            "monitor": str(state_dir / files.monitor.name), "known_hosts": str(state_dir / KNOWN_HOSTS)}
 
 
 def _up_text(r: dict, target: str, build: Path | None) -> str:
