@@ -50,6 +50,7 @@ def test_qemu_up_deploy_smoke_down(board_root, board_client_key, board_machine, 
         assert Path(up["known_hosts"]).read_text().split() == eb.known_hosts_line(port).split()
         code, res = q25(capsys, "smoke", *conn, "--strict")
         assert code == 0 and res[0]["smoke"]["ok"], res
+        assert_status_svg_shows_residency(capsys, conn, build, tmp_path)
         assert_guest_reaches_nothing_outside(board_client_key, up)
     finally:
         code, down = q25(capsys, "qemu", "down", "--state-dir", state, "--json")
@@ -76,3 +77,40 @@ def assert_guest_reaches_nothing_outside(key: Path, up: dict) -> None:
         with pytest.raises(socket.timeout):
             listener.accept()
     assert "rc=0" not in answer, answer
+
+
+def region_fills(svg: Path) -> list[str]:
+    import xml.etree.ElementTree as ET
+
+    return [r.get("fill") for r in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}rect")
+            if r.get("class") == "region"]
+
+
+def assert_status_svg_shows_residency(capsys, conn: list, build: Path, tmp_path: Path) -> None:
+    """status --svg colours the regions with what q25tok verify reads back on the board: all
+    resident after the deploy; a byte changed behind our back (BusyBox devmem) makes its
+    region "differs"."""
+    from q25deploy.board.svg import RESIDENCY
+
+    regions = json.loads((build / "partition_map.json").read_text())["regions"]
+    code, res = q25(capsys, "status", *conn, "--svg", tmp_path / "map.svg")
+    assert code == 0 and res[0]["residency"] == "resident" and res[0]["svg"] == str(tmp_path / "map.svg"), res
+    assert region_fills(tmp_path / "map.svg") == [RESIDENCY["resident"][1]] * len(regions)
+    host = conn[conn.index("--host") + 1]
+    base = regions[0]["base"]
+    capsys.readouterr()
+    table = [str(a) for a in ["status", *conn, "--svg", tmp_path / "table.svg"] if a != "--json"]
+    assert main(table) == 0 and f"regions resident map {tmp_path / 'table.svg'}" in capsys.readouterr().out
+    import paramiko
+
+    key, known_hosts = conn[conn.index("--identity") + 1], conn[conn.index("--known-hosts") + 1]
+    c = paramiko.SSHClient()
+    c.load_host_keys(known_hosts)
+    c.connect("127.0.0.1", int(host.rsplit(":", 1)[1]), "root", key_filename=str(key), look_for_keys=False,
+              allow_agent=False)
+    with c:
+        _, out, _ = c.exec_command(f"v=$(devmem {base:#x} 8) && devmem {base:#x} 8 $(( v ^ 1 )) && echo ok")
+        assert out.read().decode().strip() == "ok"
+    code, res = q25(capsys, "status", *conn, "--svg", tmp_path / "map.svg")
+    assert code == 0 and res[0]["residency"] == "failed", res
+    assert region_fills(tmp_path / "map.svg")[0] == RESIDENCY["differs"][1]
