@@ -6,13 +6,12 @@ could not tell. One file per board: with several boards FILE names each with ``{
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from ..board.boardfile import Board
 from ..board.plan import MemoryPlan, Placement, Region
+from ..common import atomic_file
 from ..errors import OutputError, UsageError
 
 HOST_FIELD = "{host}"
@@ -57,18 +56,11 @@ def region_residency(pmap: dict, status: dict) -> dict[int, str]:
 
 def write_svg(path: Path, text: str) -> None:
     """Write ``path`` atomically (a temporary file beside it, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with atomic_file(path) as f:
+            f.write(text.encode())
     except OSError as e:
         raise OutputError(f"{path}: cannot write the memory map: {e.strerror or e}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_status_svgs(paths: dict[str, Path], results: list[dict], board: Board, pmap: dict) -> None:

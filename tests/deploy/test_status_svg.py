@@ -6,7 +6,6 @@ apart and renders (rsvg-convert). The real board: tests/plugins/qemu/test_qemu_b
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
