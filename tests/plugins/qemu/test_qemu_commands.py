@@ -51,13 +51,15 @@ def one_error(err: str) -> str:
     return lines[0]
 
 
-def test_usage_errors_exit_2(capsys, tmp_path, build, junk):
+def test_usage_errors_exit_2_and_a_board_without_qemu_11(capsys, tmp_path, build, junk):
     code, _, err = q25(capsys, "qemu", "up", "--build", tmp_path / "none", "--kernel", junk)
     assert code == 2 and "no reserved-memory.dtsi there (run q25deploy build --target qemu" in one_error(err)
     code, _, err = q25(capsys, "qemu", "up", "--build", build)
     assert code == 2 and "give --kernel FILE" in one_error(err)
     code, _, err = q25(capsys, "qemu", "up", "--build", build, "--kernel", tmp_path / "vmlinuz")
     assert code == 2 and one_error(err).endswith("--kernel " + str(tmp_path / "vmlinuz") + ": no such file")
+    code, _, err = q25(capsys, "qemu", "up", "--target", "kv260", "--build", build, "--kernel", junk)
+    assert code == 11 and "no [qemu] table: 'kv260' is not an emulated board" in one_error(err)
     (build / "build.json").write_text(json.dumps({"target": "kv260"}))
     code, _, err = q25(capsys, "qemu", "up", "--build", build, "--kernel", junk)
     assert code == 2 and "is a build for 'kv260', not 'qemu'" in one_error(err)
