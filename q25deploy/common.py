@@ -1,13 +1,15 @@
-"""Three small helpers every subpackage shares, so there is one of each: a file's sha256,
-canonical JSON (for files and for content keys), and sizes for people."""
+"""Small helpers every subpackage shares, so there is one of each: a file's sha256, canonical
+JSON (for files and for content keys), sizes for people, and a file written atomically."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 CHUNK = 1 << 22
 
@@ -50,3 +52,22 @@ def cache_dir() -> Path:
     """q25deploy's cache folder: ``$XDG_CACHE_HOME/q25deploy`` or ``~/.cache/q25deploy``."""
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "q25deploy"
+
+
+@contextmanager
+def atomic_file(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """``path`` written through a temporary file beside it, synced and renamed over it when
+    the block ends without an exception (else removed): readers see the old file or the whole
+    new one. ``OSError`` propagates (callers name what failed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -31,7 +31,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")  # a plain file name (
 _PARTITION = re.compile(r"partitions/region_[0-9]{2,4}\.bin")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,127}")  # a device-tree node name
 BUILD_FILES = frozenset({layout.BUILD_INFO, layout.PARTITION_MAP, layout.REGION_TABLE, layout.MEMORY_HEADER,
-                         layout.DTSI, layout.SVG})
+                         layout.DTSI, layout.SVG, layout.UBOOT_SCRIPT})
 LAYER_DIR = "meta-q25"
 RELEASE_JSON = "release.json"
 

@@ -25,6 +25,8 @@ import pytest
 import emulated_board as eb
 from requirements import need_program, unavailable
 
+from q25deploy.errors import Q25Error
+
 # read before the session's private XDG_CACHE_HOME replaces it (conftest.private_cache)
 BOARD_CACHE = eb.default_cache_dir()
 
@@ -131,12 +133,12 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine):
                                     dropbear_args=tuple(dropbear_args), extra_files=dict(extra_files or {}))
             initrds[ikey] = eb.assemble_initramfs(board_root, work / "initramfs.cpio", spec)
         dtb = eb.make_dtb(work / "board.dtb", board_machine, dtsi)
-        q = eb.boot(work, kernel=eb.kernel_image(board_root), initrd=initrds[ikey], dtb=dtb, machine=board_machine,
-                    disk=disk)
+        q = eb.boot(work, board_machine, eb.Boot(eb.kernel_image(board_root).absolute(), initrds[ikey].absolute(),
+                                                 (disk.absolute(),) if disk else (), dtb, port=eb.free_port()))
         started.append(q)
         try:
             secs = eb.wait_for_ssh(q, timeout=float(os.environ.get("Q25_BOARD_BOOT_TIMEOUT", "180")))
-        except eb.BoardError as e:
+        except Q25Error as e:
             q.stop()
             pytest.fail(f"the emulated board ({flavour}) did not come up: {e}", pytrace=False)
         kh = work / "known_hosts"

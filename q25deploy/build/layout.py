@@ -13,6 +13,7 @@ REGION_TABLE = "partitions/regions.tab"  # the partition map for C: q25tok load/
 MEMORY_HEADER = "q25_memory_map.h"
 DTSI = "reserved-memory.dtsi"
 SVG = "memory-map.svg"
+UBOOT_SCRIPT = "uboot/q25-regions.cmd"  # loads the partitions into their regions from U-Boot (boot.scr)
 TOKENIZER_DIR = "tokenizer"
 IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"
 IMAGE_MANIFEST = f"{TOKENIZER_DIR}/{IMAGE_MANIFEST_NAME}"

@@ -27,6 +27,7 @@ from .layer import DEVICE_TREE_DIR, LayerFile, Licence, assets_recipe_pv, layer_
     model_assets_files, model_license, smoke_test_case, static_files
 from .payload import Piece, check_plain_names
 from .region_table import KIND as REGION_TABLE_KIND, region_table
+from .uboot_script import KIND as UBOOT_SCRIPT_KIND, uboot_script
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,14 @@ def partition_map(target: Target, p: Plan, model_sha256: str, info: ModelInfo, t
 
 def board_files(target: Target, p: Plan, pmap: dict) -> list[tuple[str, bytes, str]]:
     """The plan for other tools: (path, bytes, kind) of the region table (``q25tok load`` on the
-    board), the C header, the dtsi and the picture."""
+    board), the C header, the dtsi, the picture and the U-Boot script (the regions loaded before
+    Linux)."""
     return [
         (layout.REGION_TABLE, region_table(pmap).encode(), REGION_TABLE_KIND),
         (layout.MEMORY_HEADER, memory_header(target.board, p.memory).encode(), "memory-map-header"),
         (layout.DTSI, p.dtsi.encode(), "reserved-memory-dtsi"),
         (layout.SVG, memory_svg(target.board, p.memory).encode(), "memory-map-svg"),
+        (layout.UBOOT_SCRIPT, uboot_script(pmap, p.layout.install_dir).encode(), UBOOT_SCRIPT_KIND),
     ]
 
 

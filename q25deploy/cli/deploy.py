@@ -58,6 +58,9 @@ def add_commands(sub) -> None:
     st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards",
                         description="Show each board's current and previous release and whether its state file "
                         "and current link agree; exit 13 when a board cannot be read or they disagree.")
+    st.add_argument("--svg", metavar="FILE", help="also write the build's memory map coloured with what each board "
+                    "reports of its regions (resident, differs, missing, unknown); with several boards FILE must "
+                    "contain {host}: one file per board (needs --build)")
     st.set_defaults(func=cmd_fleet)
     rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release",
                          description="Switch each board's current link back to the previous release kept on it "
@@ -88,11 +91,16 @@ def cmd_fleet(a: argparse.Namespace) -> int:
     from .progress import Progress
 
     fleet = _fleet(a)
+    svgs = _svg_paths(a, fleet)
     prog = Progress()
     fleet.on_bytes = prog.sent if prog.enabled else None
     results = fleet.run(a.command, progress=prog.step)
     prog.done()
     if a.command == "status":
+        if svgs:
+            from ..deploy.status_svg import write_status_svgs
+
+            write_status_svgs(svgs, results, fleet.target.board, fleet.partition_map)
         print(json.dumps(results, indent=2) if a.json else "\n".join(map(_status_line, results)))
         return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
     if a.json:
@@ -102,9 +110,20 @@ def cmd_fleet(a: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_DEPLOY
 
 
+def _svg_paths(a: argparse.Namespace, fleet) -> dict:
+    """``status --svg``: each board's file, checked before any board is contacted."""
+    if not getattr(a, "svg", None):
+        return {}
+    if fleet.opts.build_dir is None:
+        raise UsageError("status --svg draws a build's memory map: give --build")
+    from ..deploy.status_svg import svg_paths
+
+    return svg_paths(a.svg, [h.name for h in fleet.hosts])
+
+
 def _status_line(r: dict) -> str:
     if "error" in r:
         return f"{r['host']:<28} error: {r['error']}"
     return (f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
-            f"{' regions ' + r['residency'] if r.get('residency') else ''}"
+            f"{' regions ' + r['residency'] if r.get('residency') else ''}{' map ' + r['svg'] if r.get('svg') else ''}"
             f"{'' if r['consistent'] else ' (state and current link disagree)'}")

@@ -56,7 +56,7 @@ EXIT_MEANINGS: dict[int, str] = {
     11: "bad board file",
     12: "the model's licence is unknown (for the layer's recipe)",
     13: "a board failed (deploy, smoke, rollback, status); the other boards are unaffected",
-    70: "internal error (a bug; Q25DEPLOY_DEBUG=1 shows the traceback)",
+    70: "internal error (a bug in q25deploy or in a plugin; Q25DEPLOY_DEBUG=1 shows the traceback)",
     130: "interrupted",
 }
 
@@ -92,7 +92,9 @@ def epilog() -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; with ``plugin_commands`` also the commands plugins add (which
+    loads every plugin: see :func:`wants_plugin_commands`)."""
     p = argparse.ArgumentParser(
         prog="q25deploy",
         description="Take a Qwen2.5 model (GGUF file or Ollama model) onto Zynq UltraScale+ boards.",
@@ -105,7 +107,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for group in COMMAND_GROUPS:
         group.add_commands(sub)
+    if plugin_commands:
+        from .plugin_commands import add_plugin_commands
+
+        add_plugin_commands(sub, p.prog)
     return p
+
+
+def core_commands() -> frozenset[str]:
+    """The command words the core itself has."""
+    return frozenset(_choices(build_parser(plugin_commands=False)))
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict:
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def wants_plugin_commands(argv: Sequence[str]) -> bool:
+    """Whether parsing ``argv`` needs the plugins' commands: the command word is not a core
+    command (a plugin's, or a typo whose error lists them all), or it is the top-level help.
+    A core command never loads plugins to parse (start-up time)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None:
+        return "-h" in argv or "--help" in argv
+    return word not in core_commands()
 
 
 def exit_code_for(err: Q25Error) -> int:
@@ -120,7 +145,8 @@ def _one_line(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(plugin_commands=wants_plugin_commands(argv))
     args = parser.parse_args(argv)
     validate(args)  # usage errors argparse cannot see (MODEL and --model differ): exit 2
     func: Callable[[argparse.Namespace], int] = args.func
@@ -135,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug, not bad input: one line, full trace only on request
         if os.environ.get("Q25DEPLOY_DEBUG"):
             raise
-        return _report(f"internal error: {type(e).__name__}: {_one_line(str(e))} "
+        plugin = getattr(func, "plugin", None)  # a plugin's command: name the plugin
+        where = f"plugin {plugin!r} failed in {args.command!r}" if plugin else "internal error"
+        return _report(f"{where}: {type(e).__name__}: {_one_line(str(e))} "
                        "(set Q25DEPLOY_DEBUG=1 for a traceback)", EXIT_INTERNAL)
 
 

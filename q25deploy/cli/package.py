@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..common import atomic_file
 from ..errors import OutputError, UsageError
 from ..ota.settings import ota_settings
 from .common import report_failures
@@ -55,10 +55,8 @@ def _write(a: argparse.Namespace, plan: OtaPlan, settings: dict, out: Path) -> d
     from ..ota import mender, swupdate
 
     sign = _signer(a)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
-        with os.fdopen(fd, "wb") as f, tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+        with atomic_file(out) as f, tempfile.TemporaryDirectory(dir=out.parent) as scratch:
             if a.format == "mender":
                 types = tuple(a.device_type or [settings["mender_device_type"]])
                 h = mender.write_artifact(f, plan, types, scratch=Path(scratch), sign=sign)
@@ -67,15 +65,8 @@ def _write(a: argparse.Namespace, plan: OtaPlan, settings: dict, out: Path) -> d
                 revs = tuple(a.hw_revision or [settings["swupdate_hw_revision"]])
                 swupdate.write_swu(f, plan, revs, sign=sign)
                 info = {"hardware_compatibility": list(revs)}
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
     except OSError as e:
         raise OutputError(f"{out}: cannot write the artifact: {e.strerror or e}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return info
 
 

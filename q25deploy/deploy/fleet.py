@@ -204,7 +204,8 @@ class Fleet:
             files = self._files(board)
             result = status(board, files)
             if result["current"]:  # are the current release's partitions in their regions?
-                result["residency"] = verify_regions(board, files, self.runtime, **self.board_paths)["state"]
+                verified = verify_regions(board, files, self.runtime, **self.board_paths)
+                result["residency"], result["regions"] = verified["state"], verified["regions"]
             return result
 
     # -- all hosts ------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The plugin system boards are added through: the ``q25deploy_`` hook specifications, the
 manager factory (entry points, failure isolation) and the core defaults.
 
-Exports ``hookimpl``, ``TargetSpec`` and ``ImageLayout`` for plugin authors; ``manager.make_plugin_manager``."""
+Exports ``hookimpl``, ``TargetSpec``, ``ImageLayout`` and ``CommandSpec`` for plugin authors;
+``manager.make_plugin_manager``; ``commands.CommandContext`` (what a plugin command's ``run`` gets)."""
 
-from .hookspecs import ImageLayout, TargetSpec, hookimpl
+from .hookspecs import CommandSpec, ImageLayout, TargetSpec, hookimpl
 
-__all__ = ["ImageLayout", "TargetSpec", "hookimpl"]
+__all__ = ["CommandSpec", "ImageLayout", "TargetSpec", "hookimpl"]

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..board.boardfile import Board
     from ..board.plan import MemoryPlan, Partition, Region, TensorLike
+    from .commands import CommandContext
 
 PROJECT = "q25deploy"
 ENTRY_POINT_GROUP = "q25deploy"
@@ -48,6 +51,27 @@ class ImageLayout:
     # the model there and deploy puts its releases there (the one source of that path)
     filename: str = "tokenizer.q25tokrt"
     runtime: str = "/usr/bin/q25tok"  # where the board's image has q25tok (smoke tests run it)
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command a plugin adds to the ``q25deploy`` command line (``q25deploy NAME ...``).
+
+    ``add_arguments(parser)`` adds the command's options, or sub-commands of its own
+    (``parser.add_subparsers``); it must not set the default ``func``. ``run(args, context)``
+    does the work and returns the exit code (``None`` is 0); it raises
+    :class:`q25deploy.errors.Q25Error` subclasses for what the user can fix (the CLI turns
+    them into one line and their exit code) and reaches the plugin manager and targets through
+    the :class:`~q25deploy.plugin.commands.CommandContext`. Keep the module that holds the spec
+    light: it is imported to build the parser.
+    """
+
+    name: str  # the command word: lowercase letters, digits and '-', not a core command's
+    help: str  # one line in ``q25deploy --help``
+    description: str  # the first paragraph of ``q25deploy NAME --help``
+    add_arguments: Callable[["argparse.ArgumentParser"], None]
+    run: Callable[["argparse.Namespace", "CommandContext"], "int | None"]
+    epilog: str = ""  # the text under ``q25deploy NAME --help`` (exit codes, examples)
 
 
 @hookspec
@@ -109,3 +133,15 @@ def q25deploy_layer_files(target: str, board: "Board", build: Mapping[str, Any])
 def q25deploy_smoke_checks(target: str, board: "Board") -> Sequence[tuple[str, str]] | None:
     """*collect*: extra smoke-test commands ``(name, shell command)`` run on the board
     after the built-in checks; a non-zero exit fails the smoke test."""
+
+
+@hookspec
+def q25deploy_cli_commands() -> Sequence[CommandSpec]:
+    """*collect*: the commands this plugin adds to the command line.
+
+    Each plugin returns a list of :class:`CommandSpec`. A plugin whose hook raises, returns
+    something else, names a command the core or an earlier plugin already has, or whose
+    ``add_arguments`` raises is reported by name and its command left out; the other commands
+    keep working. Called only when the command line needs plugin commands (``q25deploy
+    --help``, or a command word the core does not have).
+    """

@@ -32,7 +32,8 @@ class Target:
     description: str
 
 
-def _err(e: BaseException) -> str:
+def describe_error(e: BaseException) -> str:
+    """An exception as one line: ``TypeName: message``."""
     return " ".join(f"{type(e).__name__}: {e}".split())
 
 
@@ -55,7 +56,7 @@ def make_plugin_manager(entry_points: bool = True) -> tuple[pluggy.PluginManager
             except Exception as e:  # a broken third-party plugin must not take the CLI down
                 if pm.has_plugin(ep.name):
                     pm.unregister(name=ep.name)
-                failures.append(PluginFailure(ep.name, _err(e)))
+                failures.append(PluginFailure(ep.name, describe_error(e)))
     return pm, failures
 
 
@@ -79,7 +80,7 @@ def registered_targets(pm: pluggy.PluginManager, failures: list[PluginFailure]) 
                 if not isinstance(spec, TargetSpec):
                     raise TypeError(f"q25deploy_register_targets returned {spec!r}, not a TargetSpec")
         except Exception as e:
-            failures.append(PluginFailure(impl.plugin_name, _err(e)))
+            failures.append(PluginFailure(impl.plugin_name, describe_error(e)))
             continue
         for spec in specs:
             if spec.name in out:

@@ -1,18 +1,11 @@
 """Plugins for real: the built-ins through their entry points, an out-of-tree plugin and a
-broken one installed with pip into a scratch site directory, driven through the CLI."""
+broken one installed with pip into a scratch site directory (conftest.py), driven through the CLI."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
-from requirements import need_program
 
 from q25deploy.plugin import hookspecs
 from q25deploy.plugin.manager import (
@@ -57,25 +50,8 @@ def test_plugin_override_applies_to_its_own_target_only():
                                                                   plan=plan_memory([], zc.board))
 
 
-@pytest.fixture(scope="module")
-def plugin_site(tmp_path_factory):
-    """The example and broken plugins, pip-installed into a directory of their own."""
-    site = tmp_path_factory.mktemp("site")
-    for name in ("ultra96", "broken"):
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                        "--target", str(site), str(HERE / "plugins" / name)], check=True,
-                       capture_output=True)
-    return site
-
-
-def q25(site, *args, cwd=None):
-    exe = shutil.which("q25deploy") or need_program("q25deploy", "pip install . puts the console script on PATH")
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, check=False)
-
-
-def test_targets_lists_the_out_of_tree_plugin_and_survives_a_broken_one(plugin_site):
-    r = q25(plugin_site, "targets", "--json")
+def test_targets_lists_the_out_of_tree_plugin_and_survives_a_broken_one(q25_site):
+    r = q25_site("targets", "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     by_name = {t["name"]: t["plugin"] for t in data["targets"]}
@@ -85,8 +61,8 @@ def test_targets_lists_the_out_of_tree_plugin_and_survives_a_broken_one(plugin_s
     assert r.stderr.count("\n") == 1 and "plugin 'broken' failed" in r.stderr
 
 
-def test_build_for_the_out_of_tree_board(plugin_site, tmp_path, qwen25_tiny):
-    r = q25(plugin_site, "build", "--target", "ultra96", "--model", qwen25_tiny, "--out", tmp_path / "u96", "--json")
+def test_build_for_the_out_of_tree_board(q25_site, tmp_path, qwen25_tiny):
+    r = q25_site("build", "--target", "ultra96", "--model", qwen25_tiny, "--out", tmp_path / "u96", "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["plugin"] == "ultra96"
