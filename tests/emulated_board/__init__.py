@@ -1,0 +1,30 @@
+"""An emulated Cortex-A53 board: QEMU ``virt`` booting Debian's arm64 kernel with a BusyBox
+initramfs and an SSH server (dropbear or OpenSSH), reachable on 127.0.0.1 only.
+
+Built from Debian's arm64 packages without installing anything into the host
+(``apt-get download`` + ``dpkg-deb -x`` into a cache directory). The pieces are separate,
+pure-ish functions so that they can later back ``q25deploy qemu up|down``:
+
+- :func:`fetch_packages`  — download and extract the arm64 packages (cached across runs);
+- :func:`assemble_initramfs` — a newc cpio (written here, no ``cpio`` tool needed) with
+  BusyBox, the virtio modules (insmod'ed by ``/init`` in dependency order), the SSH server,
+  its libraries, a fixed host key and an authorized key;
+- :func:`make_dtb` — QEMU's own device tree for the same machine/cpu/memory/smp, random
+  seeds removed, plus a ``/include/`` of a build's ``reserved-memory.dtsi``, compiled by dtc;
+- :func:`boot` / :func:`wait_for_ssh` / :meth:`QemuBoard.stop` — daemonised QEMU with a
+  pidfile and a serial log, SSH forwarded from 127.0.0.1:<port>.
+
+Nothing here talks to anything but apt (package downloads) and loopback.
+"""
+
+from __future__ import annotations
+
+from .elf import library_closure, module_depends, modules_in_order
+from .initramfs import Cpio, InitramfsSpec, assemble_initramfs, host_key_files, known_hosts_line
+from .packages import FLAVOURS, BoardError, default_cache_dir, fetch_packages, kernel_image, kernel_release
+from .qemu import Machine, QemuBoard, boot, free_port, make_disk, make_dtb, monitor, read_physical, wait_for_ssh
+
+__all__ = ["FLAVOURS", "BoardError", "Cpio", "InitramfsSpec", "Machine", "QemuBoard", "assemble_initramfs", "boot",
+           "default_cache_dir", "fetch_packages", "free_port", "host_key_files", "kernel_image", "kernel_release",
+           "known_hosts_line", "library_closure", "make_disk", "make_dtb", "module_depends", "modules_in_order",
+           "monitor", "read_physical", "wait_for_ssh"]
