@@ -8,7 +8,9 @@ pure-ish functions so that they can later back ``q25deploy qemu up|down``:
 - :func:`fetch_packages`  — download and extract the arm64 packages (cached across runs);
 - :func:`assemble_initramfs` — a newc cpio (written here, no ``cpio`` tool needed) with
   BusyBox, the virtio modules (insmod'ed by ``/init`` in dependency order), the SSH server,
-  its libraries, a fixed host key and an authorized key;
+  its libraries, a fixed host key and an authorized key for every user: root, and users
+  who are not root with Debian's real sudo and doas (``users.py``: ``q25`` gains root
+  without a password, ``q25pw`` only with one, ``nobody2`` not at all);
 - :func:`make_dtb` — QEMU's own device tree for the same machine/cpu/memory/smp, random
   seeds removed, plus a ``/include/`` of a build's ``reserved-memory.dtsi``, compiled by dtc;
 - :func:`boot` / :func:`wait_for_ssh` / :meth:`QemuBoard.stop` — daemonised QEMU with a
@@ -23,8 +25,9 @@ from .elf import library_closure, module_depends, modules_in_order
 from .initramfs import Cpio, InitramfsSpec, assemble_initramfs, host_key_files, known_hosts_line
 from .packages import FLAVOURS, BoardError, default_cache_dir, fetch_packages, kernel_image, kernel_release
 from .qemu import Machine, QemuBoard, boot, free_port, make_disk, make_dtb, monitor, read_physical, wait_for_ssh
+from .users import DEPLOY_USER, USERS
 
-__all__ = ["FLAVOURS", "BoardError", "Cpio", "InitramfsSpec", "Machine", "QemuBoard", "assemble_initramfs", "boot",
-           "default_cache_dir", "fetch_packages", "free_port", "host_key_files", "kernel_image", "kernel_release",
-           "known_hosts_line", "library_closure", "make_disk", "make_dtb", "module_depends", "modules_in_order",
-           "monitor", "read_physical", "wait_for_ssh"]
+__all__ = ["DEPLOY_USER", "FLAVOURS", "USERS", "BoardError", "Cpio", "InitramfsSpec", "Machine", "QemuBoard",
+           "assemble_initramfs", "boot", "default_cache_dir", "fetch_packages", "free_port", "host_key_files",
+           "kernel_image", "kernel_release", "known_hosts_line", "library_closure", "make_disk", "make_dtb",
+           "module_depends", "modules_in_order", "monitor", "read_physical", "wait_for_ssh"]

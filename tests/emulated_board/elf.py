@@ -60,30 +60,35 @@ def modules_in_order(root: Path, wanted=MODULES) -> list[Path]:
     return order
 
 
-def _needed(path: Path) -> list[str]:
+def _dynamic(path: Path) -> tuple[list[str], list[str]]:
+    """(DT_NEEDED names, DT_RUNPATH directories) of a shared object or executable."""
     data = path.read_bytes()
     secs = _elf_sections(data)
     dyn, dynstr = secs.get(".dynamic", b""), secs.get(".dynstr", b"")
-    out = []
+    needed, runpath = [], []
     for i in range(0, len(dyn) - 15, 16):
         tag, val = struct.unpack_from("<qQ", dyn, i)
         if tag == 0:
             break
+        text = dynstr[val:dynstr.index(b"\0", val)].decode() if tag in (1, 29) else ""
         if tag == 1:  # DT_NEEDED
-            out.append(dynstr[val:dynstr.index(b"\0", val)].decode())
-    return out
+            needed.append(text)
+        elif tag == 29:  # DT_RUNPATH (sudo finds libsudo_util in /usr/libexec/sudo through it)
+            runpath += [d.strip("/") for d in text.split(":") if d.startswith("/")]
+    return needed, runpath
 
 
 def library_closure(root: Path, binaries: list[str]) -> list[str]:
-    """Paths (relative to root) of the shared libraries the binaries need, transitively."""
+    """Paths (relative to root) of the shared libraries the binaries (and plugins) need, transitively."""
     found: dict[str, str] = {}
     todo = list(binaries)
     while todo:
         rel = todo.pop()
-        for lib in _needed(root / rel):
+        needed, runpath = _dynamic(root / rel)
+        for lib in needed:
             if lib in found:
                 continue
-            for d in LIB_DIRS:
+            for d in (*runpath, *LIB_DIRS):
                 if (root / d / lib).exists():
                     found[lib] = f"{d}/{lib}"
                     todo.append(found[lib])
@@ -91,5 +96,3 @@ def library_closure(root: Path, binaries: list[str]) -> list[str]:
             else:
                 raise BoardError(f"{rel} needs {lib}, which none of the board's packages has")
     return sorted(found.values())
-
-

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .elf import library_closure, modules_in_order
 from .packages import FLAVOURS, BoardError
+from .users import add_users
 
 GUEST_IP, GUEST_GW = "10.0.2.15/24", "10.0.2.2"  # QEMU user network
 HOST_KEY_SEED = hashlib.sha256(b"q25deploy emulated board host key").digest()  # fixed: stable known_hosts
@@ -57,37 +58,37 @@ class Cpio:
         self.ino = 1
         self.names: set[str] = set()
 
-    def _entry(self, name: str, mode: int, data: bytes = b"", nlink: int = 1) -> None:
+    def _entry(self, name: str, mode: int, data: bytes = b"", nlink: int = 1, owner=(0, 0)) -> None:
         name = name.strip("/")
         if name in self.names:
             return
         self.names.add(name)
         raw = name.encode() + b"\0"
         head = b"070701" + b"".join(f"{v:08x}".encode() for v in (
-            self.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, 0, 0, len(raw), 0))
+            self.ino, mode, *owner, nlink, 0, len(data), 0, 0, 0, 0, len(raw), 0))
         self.ino += 1
         self.parts += [head, raw, b"\0" * (-(110 + len(raw)) % 4), data, b"\0" * (-len(data) % 4)]
 
-    def dir(self, name: str, mode: int = 0o755) -> None:
-        parts = name.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            self._entry("/".join(parts[:i]), stat.S_IFDIR | mode, nlink=2)
+    def dir(self, name: str, mode: int = 0o755, owner=(0, 0)) -> None:
+        """A directory (``owner``: uid, gid) and its missing parents (root's, 0755)."""
+        self._parent(name)
+        self._entry(name, stat.S_IFDIR | mode, nlink=2, owner=owner)
 
     def _parent(self, name: str) -> None:
         parent = os.path.dirname(name.strip("/"))
         if parent:
             self.dir(parent)
 
-    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+    def file(self, name: str, data: bytes, mode: int = 0o644, owner=(0, 0)) -> None:
         self._parent(name)
-        self._entry(name, stat.S_IFREG | mode, data)
+        self._entry(name, stat.S_IFREG | mode, data, owner=owner)
 
     def symlink(self, name: str, target: str) -> None:
         self._parent(name)
         self._entry(name, stat.S_IFLNK | 0o777, target.encode())
 
-    def copy(self, root: Path, rel: str, dest: str | None = None) -> None:
-        """A file from the extracted packages; a symlink is copied with its target."""
+    def copy(self, root: Path, rel: str, dest: str | None = None, mode: int | None = None) -> None:
+        """A file from the extracted packages (its mode, or ``mode``); a symlink is copied with its target."""
         src = root / rel
         dest = dest or rel
         if src.is_symlink():
@@ -95,9 +96,9 @@ class Cpio:
             self.symlink(dest, target)
             resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target)) if not target.startswith("/") \
                 else target.lstrip("/")
-            self.copy(root, resolved)
+            self.copy(root, resolved, mode=mode)
         else:
-            self.file(dest, src.read_bytes(), src.stat().st_mode & 0o7777)
+            self.file(dest, src.read_bytes(), src.stat().st_mode & 0o7777 if mode is None else mode)
 
     def bytes(self) -> bytes:
         trailer = Cpio()
@@ -142,8 +143,8 @@ INITTAB = """::sysinit:/etc/init.d/rcS
 SSHD_CONFIG = """Port 22
 HostKey /etc/ssh/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
-AuthorizedKeysFile /etc/ssh/authorized_keys
-StrictModes no
+AuthorizedKeysFile .ssh/authorized_keys
+StrictModes yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
@@ -157,22 +158,16 @@ MaxStartups 64
 @dataclass
 class InitramfsSpec:
     flavour: str  # "dropbear" or "openssh"
-    authorized_keys: str  # OpenSSH public key lines for root
+    authorized_keys: str  # OpenSSH public key lines for every user (root and the others, see users.py)
     disk_mount: str = "/lib/firmware/q25"  # where a virtio disk, if any, is mounted
     dropbear_args: tuple[str, ...] = ()  # e.g. ("-W", "1048576"): a bigger receive window
     extra_files: dict[str, bytes] = field(default_factory=dict)  # path -> content (0755 under bin/ and init.d/)
 
 
-def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
-    """Write the board's initramfs (an uncompressed newc cpio: QEMU and the kernel take it
-    as is) to ``out``."""
-    if spec.flavour not in FLAVOURS:
-        raise BoardError(f"unknown board flavour {spec.flavour!r} (known: {', '.join(FLAVOURS)})")
-    c = Cpio()
-    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "var/log",
-              "lib/modules"):
+def _system(c: Cpio, root: Path, spec: InitramfsSpec) -> None:
+    """BusyBox, the kernel modules, /init and the files of /etc every board has."""
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "run", "var/log", "lib/modules"):
         c.dir(d)
-    c.dir("root", 0o700)
     c.dir("tmp", 0o1777)
     c.copy(root, "bin/busybox")
     c.symlink("bin/sh", "busybox")
@@ -184,40 +179,43 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     init = (INIT.replace("@GUEST_IP@", GUEST_IP).replace("@GUEST_GW@", GUEST_GW)
             .replace("@DISK_MOUNT@", spec.disk_mount))
     c.file("init", init.encode(), 0o755)
-    c.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534:sshd:/run/sshd:/bin/false\n")
-    c.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
-    c.file("etc/shadow", b"root:*:19000:0:99999:7:::\nsshd:*:19000:0:99999:7:::\n", 0o600)
     c.file("etc/shells", b"/bin/sh\n")
     c.file("etc/hostname", b"q25-board\n")
     c.file("etc/nsswitch.conf", b"passwd: files\ngroup: files\nshadow: files\nhosts: files\n")
     c.file("etc/hosts", b"127.0.0.1 localhost q25-board\n")
+    c.file("etc/init.d/rcS", RCS.encode(), 0o755)
+
+
+def _ssh_server(c: Cpio, spec: InitramfsSpec) -> tuple[str, str]:
+    """The server's host key and configuration; returns (its binary, its inittab command)."""
     keys = host_key_files()
     if spec.flavour == "dropbear":
-        binaries = ["usr/sbin/dropbear"]
         c.file("etc/dropbear/dropbear_ed25519_host_key", keys["dropbear"], 0o600)
-        c.dir("root/.ssh", 0o700)
-        c.file("root/.ssh/authorized_keys", spec.authorized_keys.encode(), 0o600)
-        server = " ".join(["/usr/sbin/dropbear", "-F", "-E", "-s", "-p", "22",
-                           "-r", "/etc/dropbear/dropbear_ed25519_host_key", *spec.dropbear_args])
-    else:
-        binaries = ["usr/sbin/sshd"]
-        c.file("etc/ssh/ssh_host_ed25519_key", keys["openssh"], 0o600)
-        c.file("etc/ssh/authorized_keys", spec.authorized_keys.encode(), 0o644)
-        c.file("etc/ssh/sshd_config", SSHD_CONFIG.encode())
-        c.dir("run/sshd", 0o755)
-        c.dir("var/empty", 0o755)
-        server = "/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"
-    for b in binaries:
-        c.copy(root, b)
+        return "usr/sbin/dropbear", " ".join(["/usr/sbin/dropbear", "-F", "-E", "-s", "-p", "22", "-r",
+                                              "/etc/dropbear/dropbear_ed25519_host_key", *spec.dropbear_args])
+    c.file("etc/ssh/ssh_host_ed25519_key", keys["openssh"], 0o600)
+    c.file("etc/ssh/sshd_config", SSHD_CONFIG.encode())
+    c.dir("run/sshd", 0o755)
+    c.dir("var/empty", 0o755)
+    # /init mounts a tmpfs on /run: sshd's privilege-separation directory is made there by
+    # the server line (busybox init runs it through sh)
+    return "usr/sbin/sshd", "/bin/sh -c 'mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config'"
+
+
+def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
+    """Write the board's initramfs (an uncompressed newc cpio: QEMU and the kernel take it
+    as is) to ``out``."""
+    if spec.flavour not in FLAVOURS:
+        raise BoardError(f"unknown board flavour {spec.flavour!r} (known: {', '.join(FLAVOURS)})")
+    c = Cpio()
+    _system(c, root, spec)
+    binary, server = _ssh_server(c, spec)
+    c.copy(root, binary)
+    binaries = [binary, *add_users(c, root, spec.authorized_keys)]
     c.copy(root, "lib/ld-linux-aarch64.so.1")
     for lib in library_closure(root, binaries):
         c.copy(root, lib)
-    # /init mounts a tmpfs on /run: sshd's privilege-separation directory is made there by
-    # the server line (busybox init runs it through sh)
-    if spec.flavour == "openssh":
-        server = f"/bin/sh -c 'mkdir -p /run/sshd && exec {server}'"
     c.file("etc/inittab", INITTAB.replace("@SSH_SERVER@", server).encode())
-    c.file("etc/init.d/rcS", RCS.encode(), 0o755)
     for path, data in spec.extra_files.items():
         c.file(path, data, 0o755 if "/bin/" in f"/{path}" or "/init.d/" in f"/{path}" else 0o644)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -225,5 +223,3 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     tmp.write_bytes(c.bytes())
     tmp.rename(out)
     return out
-
-

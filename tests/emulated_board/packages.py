@@ -13,6 +13,9 @@ from pathlib import Path
 ARCH = "arm64"
 KERNEL_META = "linux-image-cloud-arm64"  # resolves to linux-image-6.1.0-N-cloud-arm64
 BASE_PACKAGES = ("busybox-static", "libc6", "libcrypt1", "zlib1g")
+# sudo and doas for the users who are not root (users.py), with PAM and their libraries
+USER_PACKAGES = ("sudo", "opendoas", "libpam0g", "libpam-modules", "libaudit1", "libcap-ng0", "libselinux1",
+                 "libpcre2-8-0")
 FLAVOUR_PACKAGES = {
     "dropbear": ("dropbear-bin", "libtomcrypt1", "libtommath1", "libgmp10"),
     "openssh": ("openssh-server", "libwrap0", "libaudit1", "libcap-ng0", "libpam0g", "libsystemd0", "libcap2",
@@ -61,7 +64,7 @@ def fetch_packages(cache: Path, flavours=FLAVOURS) -> Path:
     """Download (``apt-get download``) and extract (``dpkg-deb -x``) the arm64 packages of the
     board into ``cache``; returns the extracted root. A cache that holds them is used as is,
     without asking apt (the second run is offline)."""
-    names = sorted({*BASE_PACKAGES, *(p for f in flavours for p in FLAVOUR_PACKAGES[f])})
+    names = sorted({*BASE_PACKAGES, *USER_PACKAGES, *(p for f in flavours for p in FLAVOUR_PACKAGES[f])})
     key = hashlib.sha256(json.dumps(names).encode()).hexdigest()[:12]
     cache.mkdir(parents=True, exist_ok=True)
     index = cache / f"packages-{key}.json"
