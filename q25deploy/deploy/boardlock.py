@@ -25,6 +25,7 @@ from typing import Iterator
 import paramiko
 
 from ..errors import DeployError
+from .become import hint as become_hint
 from .connection import Board
 
 LOCK_NAME = ".q25deploy.lock"
@@ -75,6 +76,15 @@ def _first_line(chan: paramiko.Channel) -> str:
     return buf.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
 
 
+def _last_error_line(chan: paramiko.Channel) -> str:
+    """The last line the board wrote to stderr (already received: the command has exited)."""
+    data = b""
+    while chan.recv_stderr_ready():
+        data += chan.recv_stderr(4096)
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1].strip() if lines else "no output"
+
+
 def _close(chan: paramiko.Channel) -> None:
     try:  # on a dead transport close() raises, and must not hide the real error
         chan.close()
@@ -105,9 +115,11 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
         if line == "acquired":
             break
         status = chan.recv_exit_status()
+        said = line or _last_error_line(chan)
         _close(chan)
         if status != BUSY:
-            raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {line or 'no output'})")
+            raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {said})"
+                              + become_hint(board.spec.user, board.become, said))  # not root, no --become: say so
         if line.startswith("busy ") and time.monotonic() >= deadline:
             raise DeployError(f"{board.spec.name}: busy: another deploy holds {path}: {_describe(line[5:])}; "
                               f"waited {wait:g} s, nothing was changed")

@@ -17,6 +17,7 @@ from ..common import file_sha256
 from ..errors import DeployError, Q25Error, SchemaError, UsageError
 from ..builddir import BuildDir
 from ..schema import BuildInfo
+from .become import check as check_become, prefix as become_prefix
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .release import Release, release_from_build, tokenizer_only
@@ -39,6 +40,7 @@ class Options:
     jobs: int
     tokenizer_only: bool = False
     strict: bool = False
+    become: str | None = None  # --become: overrides the board file's [ssh] become
 
 
 def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
@@ -74,6 +76,8 @@ class Fleet:
         self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
                              for c in (res or [])]
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
+        self.become = opts.become or target.board.ssh_become
+        become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
         self._codec = None
         self._lock = threading.Lock()
 
@@ -116,8 +120,14 @@ class Fleet:
 
     # -- per host -------------------------------------------------------------------------
     def _connect(self, spec: HostSpec) -> Board:
-        return Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
-                     trust_new_host=self.opts.trust_new_host)
+        board = Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
+                      trust_new_host=self.opts.trust_new_host, become=self.become)
+        try:
+            check_become(board)  # a board that would ask for a password is refused here, in one line
+        except DeployError:
+            board.close()
+            raise
+        return board
 
     def _files(self, board: Board) -> BoardFiles:
         # {host} {port} {user} give each board its own root when several share a machine
