@@ -8,7 +8,7 @@ sshd on loopback (started here), with a qemu build of the 0.5B-shaped model (398
 - `deploy --tokenizer-only` when the image is already there;
 - a full `deploy` (verify and smoke included) vs `scp` of the same files (goal: at least 0.8x);
 - an unchanged redeploy and `status` vs two SSH round trips (`ssh host true` twice; goal: at most);
-- `smoke` alone.
+- `smoke` alone (full, --quick, and --quick without a build: the board's own image).
 Best of N.
 
     python3 bench/bench_deploy.py [--repeat 3]      (as root: sshd logs in root)
@@ -59,7 +59,8 @@ class Bench:
         return min(times)
 
     def q25(self, action: str, build: Path, *extra: str) -> dict:
-        argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{self.srv.port}", "--build", str(build),
+        argv = [action, "--target", "qemu", "--host", f"root@127.0.0.1:{self.srv.port}",
+                *(["--build", str(build)] if build else []),
                 "--identity", str(self.key), "--known-hosts", str(self.kh), "--remote-root", str(self.root),
                 "--json", *extra]
         with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -106,7 +107,10 @@ def deploy_rows(b: Bench, build: Path, other: Path, runtime: Path) -> list[tuple
     rows = [("deploy (full release, verify + smoke)", full, "scp of the same files", b.best(lambda: b.scp(*release))),
             ("unchanged redeploy", b.best(lambda: b.q25("deploy", build, *rt)), "2 SSH round trips", trips),
             ("status", b.best(lambda: b.q25("status", build)), "2 SSH round trips", trips),
-            ("smoke", b.best(lambda: b.q25("smoke", build)), "-", 0.0)]
+            ("smoke (full: partitions hashed on the board)", b.best(lambda: b.q25("smoke", build)), "-", 0.0),
+            ("smoke --quick", b.best(lambda: b.q25("smoke", build, "--quick")), "2 SSH round trips", trips),
+            ("smoke --quick, no build (the board's own image)", b.best(lambda: b.q25("smoke", None, "--quick")),
+             "2 SSH round trips", trips)]
     # tokenizer-only: a new image each time (alternate between the two alignments)
     state = {"next": other}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import paramiko
@@ -35,10 +35,11 @@ BOARD_CACHE = eb.default_cache_dir()
 class TestBoard:
     flavour: str
     qemu: eb.QemuBoard
-    key: Path  # the client's private key (root's authorized key on the board)
+    key: Path  # the client's private key (every user's authorized key on the board)
     known_hosts: Path
     boot_seconds: float
     dtsi: Path | None  # the fragment in its device tree
+    user: str = "root"  # who logs in (emulated_board.users: q25 has sudo/doas without a password)
 
     @property
     def port(self) -> int:
@@ -46,13 +47,17 @@ class TestBoard:
 
     @property
     def host(self) -> str:
-        return f"root@127.0.0.1:{self.port}"
+        return f"{self.user}@127.0.0.1:{self.port}"
+
+    def login(self, user: str) -> "TestBoard":
+        """The same board, logged in as ``user`` (by ``sh``, ``put`` and ``q25``)."""
+        return replace(self, user=user)
 
     def client(self) -> paramiko.SSHClient:
         c = paramiko.SSHClient()
         c.load_host_keys(str(self.known_hosts))
         c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect("127.0.0.1", self.port, "root", key_filename=str(self.key), look_for_keys=False,
+        c.connect("127.0.0.1", self.port, self.user, key_filename=str(self.key), look_for_keys=False,
                   allow_agent=False, timeout=30, banner_timeout=60, auth_timeout=60)
         return c
 

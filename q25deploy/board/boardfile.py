@@ -63,6 +63,7 @@ class Board:
     memory_device: str = "/dev/mem"  # physical memory, for loading the reserved regions
     ssh_user: str = "root"
     ssh_port: int = 22
+    ssh_become: str = "none"  # how a login that is not root gains root: none, sudo or doas (BECOME_METHODS)
     yocto_machines: tuple[str, ...] = ()  # Yocto MACHINE names, the main one first
     qemu: dict = field(default_factory=dict)
     ota: dict = field(default_factory=dict)  # [ota]: engines for the layer, device type, hw revision
@@ -96,12 +97,14 @@ SCHEMA: dict[str, Any] = {
     "layout": {"region_alignment": _INT, "tensor_alignment": _INT, "region_max_size": _INT,
                "region_headroom": _INT, "max_model_share": _FLOAT, "image_alignment": _INT},
     "install": {"path": _STR, "runtime": _STR},
-    "ssh": {"user": _STR, "port": _INT},
+    "ssh": {"user": _STR, "port": _INT, "become": _STR},
     "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
     "ota": {"mender": _BOOL, "swupdate": _BOOL, "mender_device_type": _STR, "swupdate_hw_revision": _STR},
 }
 REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
 _MACHINE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+#: ``[ssh] become``: none (the login is root), or ``sudo -n`` / ``doas -n`` before every remote command
+BECOME_METHODS = ("none", "sudo", "doas")
 
 
 def _check(value: Any, schema: Any, where: str, fail) -> None:
@@ -229,6 +232,8 @@ def _check_text(raw: dict, fail) -> None:
         fail("ssh.port", "must be 1..65535")
     if not _USER.fullmatch(ssh.get("user", "root")):
         fail("ssh.user", f"{ssh['user']!r} is not a user name")
+    if ssh.get("become", "none") not in BECOME_METHODS:
+        fail("ssh.become", f"{ssh['become']!r}: use one of {', '.join(BECOME_METHODS)}")
 
 
 def _machines(b: dict, fail) -> tuple[str, ...]:
@@ -270,6 +275,7 @@ def board_from_dict(raw: dict, source: str) -> Board:
         memory_device=b.get("memory_device", "/dev/mem"),
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
+        ssh_become=ssh.get("become", "none"),
         yocto_machines=_machines(b, fail),
         qemu=dict(raw.get("qemu", {})),
         ota=dict(raw.get("ota", {})),

@@ -33,6 +33,9 @@ def add_commands(sub) -> None:
     c.add_argument("--remote-root", metavar="DIR", default="", help="put the install directory under DIR on the board (a data partition, a chroot, tests); the "
                    "board file's q25tok and /proc/device-tree stay at their system paths; {host}, {port} and "
                    "{user} are replaced per board")
+    c.add_argument("--become", metavar="sudo|doas|none",
+                   help="a login that is not root gains root with sudo -n or doas -n for every board command "
+                   "(needs a NOPASSWD rule for it on the board; default: the board file's [ssh] become, else none)")
     c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
     c.add_argument("--jobs", type=positive_int, default=4, metavar="N", help="boards in parallel (default 4)")
     c.add_argument("--json", action="store_true", help="per-host results as JSON")
@@ -82,7 +85,7 @@ def _fleet(a: argparse.Namespace):
                    known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
                    runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
                    strict=getattr(a, "strict", False), quick=getattr(a, "quick", False),
-                   verify_board=getattr(a, "verify_board", False))
+                   verify_board=getattr(a, "verify_board", False), become=a.become)
     return Fleet(opts, target, pm)
 
 

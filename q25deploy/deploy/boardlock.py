@@ -26,6 +26,7 @@ import paramiko
 
 from ..errors import DeployError
 from .agent import PLAIN, SERVE, Agent
+from .become import hint as become_hint
 from .connection import Board
 
 LOCK_NAME = ".q25deploy.lock"
@@ -67,6 +68,15 @@ def owner() -> str:
     return re.sub(r"[^A-Za-z0-9@._-]", "_", who)[:80]
 
 
+def _last_error_line(chan: paramiko.Channel) -> str:
+    """The last line the board wrote to stderr (already received: the command has exited)."""
+    data = b""
+    while chan.recv_stderr_ready():
+        data += chan.recv_stderr(4096)
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1].strip() if lines else "no output"
+
+
 def _describe(record: str) -> str:
     parts = record.split(":", 4)
     if len(parts) == 5 and parts[2].isdigit():
@@ -92,9 +102,12 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
             raise DeployError(f"{board.spec.name}: connection lost while taking the board lock: {e}") from None
         if line == "acquired":
             break
-        status = agent.close()
+        status = agent.chan.recv_exit_status()
+        said = line or _last_error_line(agent.chan)
+        agent.close()
         if status != BUSY:
-            raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {line or 'no output'})")
+            raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {said})"
+                              + become_hint(board.spec.user, board.become, said))  # not root, no --become: say so
         if line.startswith("busy ") and time.monotonic() >= deadline:
             raise DeployError(f"{board.spec.name}: busy: another deploy holds {path}: {_describe(line[5:])}; "
                               f"waited {wait:g} s, nothing was changed")

@@ -5,9 +5,10 @@ replace both before connecting: the known_hosts file (``--known-hosts`` or the u
 loaded and unknown keys are refused (``RejectPolicy``), or recorded in that file when the
 user said ``--trust-new-host``; a changed key is always refused (paramiko raises before any
 policy is asked). Remote commands are argv lists, quoted with ``shlex`` and wrapped in
-``timeout``. Payload goes over a raw session channel running ``cat > file`` — paramiko's
-SFTP ``put`` is several times slower than scp. Inside a session (``with board.attached(agent)``)
-the short commands go through one board-side agent (see :mod:`.agent`) instead of a channel each.
+``timeout``, behind ``sudo -n``/``doas -n`` for a login that is not root (:mod:`.become`).
+Payload goes over a raw session channel running ``tee`` into a hash; inside a session (``with
+board.attached(agent)``) the short commands go through one board-side agent (see :mod:`.agent`)
+instead of a channel each. paramiko's SFTP ``put`` is several times slower than scp.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import paramiko
 from fabric import Connection
 
 from ..errors import DeployError, HostKeyError, UsageError
+from .become import hint as become_hint, prefix as become_prefix
 
 COMMAND_TIMEOUT = 120
 UPLOAD_TIMEOUT = 3600
@@ -97,8 +99,9 @@ class Board:
     """A connected board. Use as a context manager."""
 
     def __init__(self, spec: HostSpec, *, identity: str | None, known_hosts: str | None, trust_new_host: bool,
-                 connect_timeout: float = 15.0) -> None:
+                 connect_timeout: float = 15.0, become: str = "none") -> None:
         self.spec = spec
+        self.become, self._become = become, become_prefix(become)  # sudo -n / doas -n for a login that is not root
         kwargs = {"look_for_keys": identity is None, "allow_agent": identity is None, "banner_timeout": connect_timeout,
                   "auth_timeout": connect_timeout, "channel_timeout": connect_timeout, "transport_factory": _transport}
         if identity:
@@ -151,7 +154,7 @@ class Board:
 
     # -- commands ---------------------------------------------------------------------------
     def _channel(self, argv: Sequence[str], timeout: int):
-        cmd = shlex.join(["timeout", str(timeout), *argv])
+        cmd = shlex.join([*self._become, "timeout", str(timeout), *argv])
         try:
             chan = self.transport.open_session(window_size=16 << 20, max_packet_size=32768)
             chan.settimeout(timeout + 30)
@@ -174,8 +177,9 @@ class Board:
             status, out, err = self._exec(argv, stdin, timeout)
         if check and status != 0:
             msg = (err or out).decode("utf-8", "replace").strip().splitlines()
+            last = msg[-1] if msg else "no output"
             raise DeployError(f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
-                              f"{msg[-1] if msg else 'no output'}")
+                              f"{last}{become_hint(self.spec.user, self.become, last)}")
         return status, out, err
 
     def _exec(self, argv: Sequence[str], stdin: bytes, timeout: int) -> tuple[int, bytes, bytes]:

@@ -16,6 +16,7 @@ from ..errors import DeployError, Q25Error, UsageError
 from ..builddir import BuildDir
 from ..schema import BuildInfo
 from . import board_release
+from .become import check as check_become, prefix as become_prefix
 from .boardlock import board_session
 from .connection import Board, HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
@@ -41,6 +42,7 @@ class Options:
     strict: bool = False
     quick: bool = False  # smoke: skip the partition hashes
     verify_board: bool = False  # deploy: hash the board's kept files too, send again what differs
+    become: str | None = None  # --become: overrides the board file's [ssh] become
 
 
 def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
@@ -76,6 +78,8 @@ class Fleet:
         self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
                              for c in (res or [])]
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
+        self.become = opts.become or target.board.ssh_become
+        become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
         self._codec = None
         self._lock = threading.Lock()
         self.on_bytes: Callable[[str, int], None] | None = None  # (host, bytes) as an upload goes
@@ -119,8 +123,14 @@ class Fleet:
 
     # -- per host -------------------------------------------------------------------------
     def _connect(self, spec: HostSpec) -> Board:
-        return Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
-                     trust_new_host=self.opts.trust_new_host)
+        board = Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
+                      trust_new_host=self.opts.trust_new_host, become=self.become)
+        try:
+            check_become(board)  # a board that would ask for a password is refused here, in one line
+        except DeployError:
+            board.close()
+            raise
+        return board
 
     def _files(self, board: Board) -> BoardFiles:
         # {host} {port} {user} give each board its own root when several share a machine

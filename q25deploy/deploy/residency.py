@@ -15,6 +15,7 @@ skips the copy. A reboot (another boot id) or another table loads again.
 
 from __future__ import annotations
 
+from .become import hint as become_hint
 from .connection import Board
 
 from ..build.layout import REGION_TABLE as TABLE
@@ -59,6 +60,7 @@ def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, d
                        if r["state"] not in ("loaded", "resident"))
     if not regions:
         detail = (err or out).decode("utf-8", "replace").strip()[-200:]
+    detail += become_hint(board.spec.user, board.become, detail)  # /dev/mem is root's
     return {"state": state, "regions": regions, "detail": detail}
 
 

@@ -37,6 +37,12 @@ def test_yocto_machines_one_or_several(tmp_path):
     assert (b.yocto_machines, b.yocto_machine) == ((), "")
 
 
+def test_ssh_become_defaults_to_none(tmp_path):
+    assert load_board(TARGETS / "kv260.toml").ssh_become == "none"
+    b = load_board(write(tmp_path, VALID.replace('user = "root"', 'user = "petalinux"\nbecome = "sudo"')))
+    assert (b.ssh_user, b.ssh_become) == ("petalinux", "sudo")
+
+
 def test_qemu_has_the_emulated_machine():
     b = load_board(TARGETS / "qemu.toml")
     assert b.banks[0].base == 0x40000000 and b.qemu["machine"] == "virt" and b.qemu["cpu"] == "cortex-a53"
@@ -64,6 +70,8 @@ def write(tmp_path, text):
     (lambda t: t.replace("base = 0x7ff00000", "base = 0x17ff00000"), "not inside one memory bank"),
     (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "lib/../x"'), "install.path"),
     (lambda t: t.replace("port = 22", "port = 70000"), "ssh.port"),
+    (lambda t: t.replace("port = 22", 'port = 22\nbecome = "su"'), "ssh.become: 'su': use one of none, sudo, doas"),
+    (lambda t: t.replace("port = 22", "port = 22\nbecome = true"), "ssh.become: must be a string"),
     (lambda t: t.replace("[install]", "[install]\n").replace('path = "/lib/firmware/q25"', ""), "install.path: is required"),
     (lambda t: t + "\n[board\n", "not valid TOML"),
     # what reaches recipes, dts, C and shell must be safe there

@@ -29,6 +29,12 @@ def test_no_host_is_a_usage_error(capsys, builds):
     assert code == 2 and "--host" in err
 
 
+def test_an_unknown_become_method_is_a_usage_error(capsys, builds):
+    code, err = run(capsys, "smoke", "--target", "qemu", "--build", builds["qemu"], "--host", "127.0.0.1:9",
+                    "--become", "su")
+    assert code == 2 and "--become 'su': use one of none, sudo, doas" in err and len(err.strip().splitlines()) == 1
+
+
 def test_jobs_zero_is_refused(capsys, builds):
     with pytest.raises(SystemExit) as e:
         main(["deploy", "--target", "qemu", "--build", str(builds["qemu"]), "--host", "a", "--jobs", "0"])

@@ -42,7 +42,7 @@ def board_only(capsys, ssh, srv, root, action, *extra):
 def test_one_channel_per_session_plus_one_per_uploaded_file(tmp_path, capsys, ssh, models, q25tok, channels):
     srv, root = ssh["servers"][0], tmp_path / "board"
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
-    assert code == 0 and len(channels) == 1 + res[0]["files_sent"], channels
+    assert code == 0 and len(channels) == 1 + res[0]["files_sent"], (channels, res)
     channels.clear()
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)  # unchanged: one exec
     assert code == 0 and res[0]["bytes_sent"] == 0 and len(channels) == 1, channels
@@ -51,7 +51,7 @@ def test_one_channel_per_session_plus_one_per_uploaded_file(tmp_path, capsys, ss
     assert code == 0 and res[0]["consistent"] and len(channels) == 1, channels
     channels.clear()
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
-    assert code == 0 and len(channels) == 1 + res[0]["files_sent"], channels
+    assert code == 0 and len(channels) == 1 + res[0]["files_sent"], (channels, res)
 
 
 def test_smoke_and_status_from_the_boards_own_release(tmp_path, capsys, ssh, models, q25tok, monkeypatch):

@@ -1,6 +1,6 @@
 """Residency on the host: `q25tok load` / `verify` of a build's region table, with a sparse
 file standing in for /dev/mem (``--mem``) and a device-tree directory for the running tree
-(``--dt``). The same on the emulated board's real /dev/mem: test_emulated_board.py."""
+(``--dt``). The same on the emulated board's real /dev/mem: tests/deploy/emulated/test_board_regions.py."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_emulated_board import INSTALL, build_b, dropbear_only, fresh, q25, resident  # noqa: F401,F811 (a fixture)
+from board_checks import INSTALL, dropbear_only, fresh, q25, resident
 
 pytestmark = pytest.mark.board
 
