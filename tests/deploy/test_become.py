@@ -64,9 +64,14 @@ def test_every_command_runs_behind_sudo_n(tmp_path, capsys, ssh, models, q25tok)
         assert code == 0 and len(log.read_text().splitlines()) == len(calls)  # none: no sudo at all
     finally:
         board.stop()
-    assert len(calls) > 20 and all(c.startswith("-n -- timeout ") for c in calls)
-    assert any(".q25deploy.lock" in c for c in calls) and any('cat > "$1"' in c for c in calls)
-    assert any(c.startswith("-n -- timeout 120 true") for c in calls[:1])  # the probe comes first
+    # the probe, the agent that holds the lock and runs every short command, one per file sent
+    assert len(calls) == 2 + uploads(calls) and all(c.startswith("-n -- timeout ") for c in calls)
+    assert any(".q25deploy.lock" in c and "serve" in c for c in calls) and any('tee "$1"' in c for c in calls)
+    assert calls[0].startswith("-n -- timeout 120 true")  # the probe comes first
+
+
+def uploads(calls) -> int:
+    return sum('tee "$1"' in c for c in calls)
 
 
 def test_a_board_that_asks_for_a_password_is_refused_before_anything_is_written(tmp_path, capsys, ssh, models,
