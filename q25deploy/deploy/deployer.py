@@ -168,13 +168,21 @@ def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: Hos
         with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
             bad = [f.rel for f, digest in pool.map(one, sorted(uploads, key=lambda f: -f.size)) if digest != f.sha256]
     except DeployError:
-        board.run(["rm", "-rf", staging], check=False)
+        _drop(board, staging)
         raise
     if bad:
-        board.run(["rm", "-rf", staging], check=False)
+        _drop(board, staging)
         raise DeployError(f"{board.spec.name}: verify failed on the board ({', '.join(bad)}: the bytes written "
                           "differ from the build's sha256); the current release is unchanged")
     return staging
+
+
+def _drop(board: Board, staging: str) -> None:
+    """Remove a failed staging directory if the board still answers (else the next run does)."""
+    try:
+        board.run(["rm", "-rf", staging], check=False)
+    except DeployError:
+        pass  # a cut connection: the error that matters is the one being raised
 
 
 def _bad_links(board: Board, linked: list, staged, progress) -> list:
