@@ -5,19 +5,19 @@ per test session, build directories for MACHINE qemuarm64 / DISTRO nodistro /
 ``q25bb``; created here when missing and running as root), with an en_US.UTF-8 locale.
 
 One build directory per series and layer set ("declared": OE-core + meta-q25; "xilinx":
-+ meta-arm, meta-arm-toolchain, meta-xilinx-core); every board's meta-q25 is copied to the
-same path in turn, so the configuration (and the parse cache) stays the same and a board
-change reparses only its own recipes. The "declared" build masks OE-core's recipes (BBMASK):
-OE-core's configuration and classes are all loaded, so what could break there (a layer or
-class meta-q25 needs but does not declare, a bbappend without its recipe, our recipes' own
-parse) still does, without a second cold parse of ~900 recipes per series; the "xilinx"
-build parses everything. ``Q25_BITBAKE_WORKDIR`` keeps the whole tree (and its
-warm cache) for the next run; otherwise it is removed at the end of the session.
++ meta-arm, meta-arm-toolchain, meta-xilinx-core; any other name: "declared" plus the layer
+directories a test gives, e.g. a stand-in for a layer the snapshots lack); every board's
+meta-q25 is copied to the same path in turn, so the configuration (and the parse cache) stays
+the same and a board change reparses only its own recipes. The "declared" build masks
+OE-core's recipes (BBMASK): OE-core's configuration and classes are all loaded, so what
+could break there (a layer or class meta-q25 needs but does not declare, a bbappend without
+its recipe, our recipes' own parse) still does, without a second cold parse of ~900 recipes
+per series; the "xilinx" build parses everything. ``Q25_BITBAKE_WORKDIR`` keeps the whole
+tree (and its warm cache) for the next run; otherwise it is removed at the end of the session.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pwd
@@ -27,7 +27,6 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from pathlib import Path
 
 from requirements import need, need_program
@@ -46,6 +45,11 @@ HOST_TOOLS = ("gawk", "chrpath", "diffstat", "makeinfo", "cpio", "file", "socat"
 HOW = "Debian: the Yocto host packages in .ci/run"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 TIMEOUT = 1200
+
+
+def selected(var: str, default: tuple[str, ...]) -> list[str]:
+    """``Q25_BITBAKE_SERIES`` / ``Q25_BITBAKE_BOARDS`` (space-separated), else all of them."""
+    return os.environ.get(var, " ".join(default)).split()
 
 
 def snapshots() -> Path:
@@ -147,10 +151,11 @@ class Workspace:
             self.trees[series] = top
         return self.trees[series]
 
-    def build(self, series: str, layers: str) -> "BuildDir":
+    def build(self, series: str, layers: str, extra: tuple[Path, ...] = ()) -> "BuildDir":
+        """The build directory of a layer set; ``extra``: more layers (with a new set name)."""
         key = (series, layers)
         if key not in self.builds:
-            self.builds[key] = BuildDir.create(self, series, layers)
+            self.builds[key] = BuildDir.create(self, series, layers, extra)
         return self.builds[key]
 
     def next_stamp(self) -> int:
@@ -167,7 +172,7 @@ class Workspace:
 class BuildDir:
     ws: Workspace
     series: str
-    layers: str  # "declared" or "xilinx"
+    layers: str  # "declared", "xilinx", or a test's name for "declared" + its extra layers
     path: Path
     tree: Path
     installed: str | None = None  # which layer copy is in place
@@ -178,7 +183,7 @@ class BuildDir:
         return self.tree / "layers" / self.layers / LAYER
 
     @classmethod
-    def create(cls, ws: Workspace, series: str, layers: str) -> "BuildDir":
+    def create(cls, ws: Workspace, series: str, layers: str, extra: tuple[Path, ...] = ()) -> "BuildDir":
         tree = ws.tree(series)
         path = tree / f"build-{layers}"
         bd = cls(ws, series, layers, path, tree)
@@ -187,7 +192,7 @@ class BuildDir:
         paths = [tree / "openembedded-core" / "meta"]
         if layers == "xilinx":
             paths += [tree / p for p in XILINX_LAYERS]
-        paths.append(bd.layer)
+        paths += [*extra, bd.layer]
         local = [
             'MACHINE = "qemuarm64"',
             'DISTRO = "nodistro"',
@@ -199,7 +204,7 @@ class BuildDir:
             f'MACHINEOVERRIDES =. "{"".join(m + ":" for m in board_machines())}"',
             f'ASSUME_PROVIDED += "{ASSUME_PROVIDED}"',
         ]
-        if layers == "declared":
+        if layers != "xilinx":
             # only meta-q25's own recipes: OE-core's configuration and classes are all there,
             # its ~900 recipes are parsed (cold, about a minute) in the "xilinx" build
             local += ['BBMASK += "/openembedded-core/meta/recipes-"',
@@ -264,53 +269,3 @@ class BuildDir:
         assert r.returncode == 0 and not r.errors(), r.output[-4000:]
         self.probes[key] = json.loads((work / "answer.json").read_text())
         return self.probes[key]
-
-
-# -- checks on what BitBake says (each returns the problems it finds) ---------------------
-def md5(path: str | Path) -> str:
-    return hashlib.md5(Path(path).read_bytes()).hexdigest()
-
-
-def check_license(info: dict) -> list[str]:
-    """LIC_FILES_CHKSUM: every file:// entry is a SRC_URI file of the recipe with that md5."""
-    problems = []
-    entries = re.findall(r"file://([^;\s]+);md5=([0-9a-f]+)", info["vars"]["LIC_FILES_CHKSUM"] or "")
-    if not entries or not info["vars"]["LICENSE"]:
-        problems.append("no LICENSE / LIC_FILES_CHKSUM")
-    local = {Path(u.split(";")[0][len("file://"):]).name: p for u, p in info["src"] if u.startswith("file://")}
-    for name, want in entries:
-        if not local.get(name):
-            problems.append(f"licence file {name} is not a SRC_URI file")
-        elif md5(local[name]) != want:
-            problems.append(f"licence file {name}: md5 {md5(local[name])}, LIC_FILES_CHKSUM says {want}")
-    return problems
-
-
-def check_sources(info: dict) -> list[str]:
-    return [f"SRC_URI {u}: no such file" for u, p in info["src"] if not p or not Path(p).is_file()]
-
-
-def package_of(info: dict, path: str) -> str | None:
-    """The package a file installed at `path` goes to: the first in PACKAGES whose FILES
-    (globs; a directory holds everything under it) match, as package.bbclass assigns them."""
-    for pkg, files in info["files"]:
-        for pat in files.split():
-            if fnmatch(path, pat) or any(fnmatch(parent, pat) for parent in _parents(path)):
-                return pkg
-    return None
-
-
-def _parents(path: str) -> list[str]:
-    parts = path.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def check_packaging(info: dict, expected: dict[str, str]) -> list[str]:
-    """Every installed file is in a package (else do_package's installed-vs-shipped), and
-    the ones in `expected` (path → package) in that one."""
-    problems = [f"{p}: installed but in no package (FILES)" for p in info["install"] if package_of(info, p) is None]
-    for path, pkg in expected.items():
-        got = package_of(info, path)
-        if got != pkg:
-            problems.append(f"{path}: in package {got}, expected {pkg}")
-    return problems

@@ -5,7 +5,9 @@ Mender: recipe ``q25-ota-mender`` installs the board script as the update module
 ``/usr/share/mender/modules/v3/q25-release``. SWUpdate: recipe ``q25-ota-swupdate``
 installs ``/etc/hwrevision`` ("BOARD REVISION", what ``hardware-compatibility`` is checked
 against) and a ``swupdate_%.bbappend`` with the handler configuration the ``.swu`` needs.
-Templates live in the repository's ``recipes/ota``.
+The bbappend lives under ``dynamic-layers/swupdate`` (BBFILES_DYNAMIC in conf/layer.conf):
+it is active only when meta-swupdate (collection ``swupdate``) is in BBLAYERS, so a layer
+set without it still parses. Templates live in the repository's ``recipes/ota``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from .plan import check_name
 from .scripts import board_script
 
 RECIPES = "recipes-q25/q25-ota"
+# meta-swupdate's recipe is appended only when that layer is present
+SWUPDATE_APPEND_DIR = "dynamic-layers/swupdate/recipes-support/swupdate"
 
 
 def _template(rel: str) -> str:
@@ -42,8 +46,8 @@ def ota_layer_files(board) -> list[LayerFile]:
         out.append(LayerFile(f"{RECIPES}/q25-ota-swupdate_1.0.bb",
                              render(_template(f"{RECIPES}/q25-ota-swupdate.bb.in"), values).encode()))
         out.append(LayerFile(f"{RECIPES}/files/hwrevision", f"{check_name(board.name, 'board name')} {rev}\n".encode()))
-        append = "recipes-support/swupdate/swupdate_%.bbappend"
+        append = f"{SWUPDATE_APPEND_DIR}/swupdate_%.bbappend"
         out.append(LayerFile(append, render(_template(append + ".in"), values).encode()))
-        cfg = "recipes-support/swupdate/files/q25-handlers.cfg"
+        cfg = f"{SWUPDATE_APPEND_DIR}/files/q25-handlers.cfg"
         out.append(LayerFile(cfg, _template(cfg).encode()))
     return out

@@ -21,8 +21,8 @@ import pytest
 
 from q25deploy.cli import main
 
-from yocto import (BOARDS, DEVICE_TREE, LAYER, SERIES, Workspace, board_machines, check_license, check_packaging,
-                   check_sources, md5, package_of, snapshots)
+from yocto import BOARDS, DEVICE_TREE, LAYER, SERIES, board_machines, selected, snapshots
+from yocto_checks import check_license, check_packaging, check_sources, md5, package_of
 
 DT_DIR = ("dynamic-layers", "xilinx", "recipes-bsp", "device-tree")
 DTSI = "q25-reserved-memory.dtsi"
@@ -35,33 +35,7 @@ VARS = ["LICENSE", "LIC_FILES_CHKSUM", "PACKAGE_ARCH", "MACHINE_ARCH", "TUNE_PKG
 MACHINES = {"kv260": ["k26-smk-kv-sdt", "xilinx-k26-kv"], "zcu104": ["zynqmp-zcu104-sdt-full", "xilinx-zcu104"]}
 
 
-def _selected(var: str, default: tuple[str, ...]) -> list[str]:
-    return os.environ.get(var, " ".join(default)).split()
-
-
-MATRIX = [(s, b) for s in _selected("Q25_BITBAKE_SERIES", SERIES) for b in _selected("Q25_BITBAKE_BOARDS", BOARDS)]
-
-
-class _Timings:
-    """Every BitBake run's time in pytest's terminal summary (cold and warm parses)."""
-
-    def __init__(self, w: Workspace):
-        self.w = w
-
-    def pytest_terminal_summary(self, terminalreporter):
-        tr, w = terminalreporter, self.w
-        tr.write_sep("-", f"BitBake timings ({w.root}{', kept' if w.keep else ', removed'})")
-        for what, seconds, note in w.timings:
-            tr.write_line(f"{seconds:7.1f} s  {what}{'  (' + note + ')' if note else ''}")
-        tr.write_line(f"{sum(t for _, t, _ in w.timings):7.1f} s  total")
-
-
-@pytest.fixture(scope="session")
-def ws(request):
-    w = Workspace.create()
-    request.config.pluginmanager.register(_Timings(w), "q25-bitbake-timings")
-    yield w
-    w.close()
+MATRIX = [(s, b) for s in selected("Q25_BITBAKE_SERIES", SERIES) for b in selected("Q25_BITBAKE_BOARDS", BOARDS)]
 
 
 @pytest.fixture(scope="module", params=MATRIX, ids=[f"{s}-{b}" for s, b in MATRIX])
@@ -187,7 +161,7 @@ def test_pv_orders_by_release(tmp_path, builds, qwen25_tiny, ws):
     --layer-release, whatever the content hashes; 1.0+q25.<hash> of older layers sorts lower."""
     from q25deploy.model.synthetic import write_model
 
-    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    series = selected("Q25_BITBAKE_SERIES", SERIES)[0]
     sys.path.insert(0, str(ws.tree(series) / "bitbake" / "lib"))
     try:
         from bb.utils import vercmp_string
@@ -222,7 +196,7 @@ def _broken(tmp_path, builds, board, edit) -> Path:
 
 
 def test_broken_license_checksum_fails(tmp_path, builds, ws):
-    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    series = selected("Q25_BITBAKE_SERIES", SERIES)[0]
     layer = _broken(tmp_path, builds, "qemu", lambda t: re.sub(r"md5=[0-9a-f]{32}", "md5=" + "0" * 32, t))
     bd = ws.build(series, "xilinx")
     bd.install("broken-md5", layer)
@@ -233,7 +207,7 @@ def test_broken_license_checksum_fails(tmp_path, builds, ws):
 
 
 def test_broken_files_fails(tmp_path, builds, ws):
-    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    series = selected("Q25_BITBAKE_SERIES", SERIES)[0]
     layer = _broken(tmp_path, builds, "qemu", lambda t: t.replace('FILES:${PN} += "${Q25_INSTALL_DIR}"\n', ""))
     bd = ws.build(series, "xilinx")
     bd.install("broken-files", layer)
@@ -244,7 +218,7 @@ def test_broken_files_fails(tmp_path, builds, ws):
 
 
 def test_broken_s_workdir_fails(tmp_path, builds, ws):
-    later = [s for s in _selected("Q25_BITBAKE_SERIES", SERIES) if s != "scarthgap"]
+    later = [s for s in selected("Q25_BITBAKE_SERIES", SERIES) if s != "scarthgap"]
     if not later:
         pytest.skip("S = ${WORKDIR} is allowed on scarthgap: needs styhead or walnascar in Q25_BITBAKE_SERIES")
     layer = _broken(tmp_path, builds, "qemu", lambda t: re.sub(r"^S = .*$", 'S = "${WORKDIR}"', t, flags=re.M))
@@ -286,7 +260,7 @@ def test_a_hostile_model_name_parses_as_plain_data(tmp_path, ws):
     Python expression reaches the recipe as text BitBake never evaluates."""
     from q25deploy.model.synthetic import write_model
 
-    series = _selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    series = selected("Q25_BITBAKE_SERIES", SERIES)[0]
     marker = tmp_path / "evaluated"  # created only if BitBake ran the model's Python
     hostile = tmp_path / "hostile.gguf"
     name = f'q\n${{@bb.utils.mkdirhier("{marker}")}}"\\'

@@ -32,6 +32,7 @@ def test_default_layer_has_no_ota_parts(builds):
     for target in ("kv260", "zcu104", "qemu"):
         layer = builds[target] / "meta-q25"
         assert not (layer / "recipes-q25" / "q25-ota").exists() and not (layer / "recipes-support").exists()
+        assert not (layer / "dynamic-layers" / "swupdate").exists()
 
 
 def test_ota_parts_when_asked(ota_layer):
@@ -42,9 +43,14 @@ def test_ota_parts_when_asked(ota_layer):
     assert (ota / "files" / "hwrevision").read_text() == "kv260 1.0\n"
     md5 = hashlib.md5((ota / "files" / "LICENSE").read_bytes()).hexdigest()
     assert f"file://LICENSE;md5={md5}" in mender and f"file://LICENSE;md5={md5}" in (ota / "q25-ota-swupdate_1.0.bb").read_text()
-    append = (ota_layer / "recipes-support" / "swupdate" / "swupdate_%.bbappend").read_text()
+    # meta-swupdate's recipe is appended only when that layer is in BBLAYERS (BBFILES_DYNAMIC)
+    swu = ota_layer / "dynamic-layers" / "swupdate" / "recipes-support" / "swupdate"
+    append = (swu / "swupdate_%.bbappend").read_text()
     assert 'SRC_URI:append:k26-smk-kv-sdt = " file://q25-handlers.cfg"' in append
-    assert "CONFIG_SIGALG_CMS=y" in (ota_layer / "recipes-support" / "swupdate" / "files" / "q25-handlers.cfg").read_text()
+    assert "CONFIG_SIGALG_CMS=y" in (swu / "files" / "q25-handlers.cfg").read_text()
+    assert not (ota_layer / "recipes-support").exists()
+    conf = (ota_layer / "conf" / "layer.conf").read_text()
+    assert 'BBFILES_DYNAMIC += "swupdate:${LAYERDIR}/dynamic-layers/swupdate/recipes-*/*/*.bbappend"' in conf
 
 
 @pytest.mark.parametrize("release", ["scarthgap", "walnascar"])

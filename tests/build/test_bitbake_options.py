@@ -1,0 +1,102 @@
+"""Layer parts a board file turns on, under real BitBake (tests/yocto.py): SWUpdate's
+bbappend (``[ota] swupdate = true``), active only when meta-swupdate is in BBLAYERS
+(BBFILES_DYNAMIC), so a layer set without it still parses.
+
+The snapshots hold no meta-swupdate: a stand-in layer with its collection name
+(``swupdate``, as meta-swupdate's conf/layer.conf names it) and a ``swupdate`` recipe
+shows the bbappend reaching that recipe when the layer is there. One series (the first of
+``Q25_BITBAKE_SERIES``) is enough: BBFILES_DYNAMIC works alike in all three."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from q25deploy.cli import main
+
+from yocto import LAYER, SERIES, selected
+
+TARGETS = Path(__file__).resolve().parents[2] / "targets"
+SWU_DIR = ("dynamic-layers", "swupdate", "recipes-support", "swupdate")
+OTA_VARS = ["FILE", "SRC_URI", "FILESEXTRAPATHS", "RDEPENDS:q25-ota-swupdate"]
+
+
+def _series() -> str:
+    return selected("Q25_BITBAKE_SERIES", SERIES)[0]
+
+
+@pytest.fixture(scope="module")
+def swupdate_layer(tmp_path_factory, qwen25_tiny) -> Path:
+    """kv260's layer with ``[ota] swupdate = true``."""
+    d = tmp_path_factory.mktemp("swupdate-layer")
+    board = d / "kv260-swupdate.toml"
+    board.write_text((TARGETS / "kv260.toml").read_text().replace("swupdate = false", "swupdate = true"))
+    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
+                 "--out", str(d / "b")]) == 0
+    layer = d / "b" / LAYER
+    assert layer.joinpath(*SWU_DIR, "swupdate_%.bbappend").is_file()
+    return layer
+
+
+def _stand_in(ws, series: str) -> Path:
+    """A layer with meta-swupdate's collection name and a swupdate recipe that builds nothing."""
+    d = ws.tree(series) / "layers" / "meta-swupdate-stand-in"
+    (d / "conf").mkdir(parents=True, exist_ok=True)
+    (d / "conf" / "layer.conf").write_text(
+        '# stand-in for meta-swupdate in the q25deploy tests: its collection name and recipe name only\n'
+        'BBPATH .= ":${LAYERDIR}"\nBBFILES += "${LAYERDIR}/recipes-*/*/*.bb"\n'
+        'BBFILE_COLLECTIONS += "swupdate"\nBBFILE_PATTERN_swupdate = "^${LAYERDIR}/"\n'
+        'BBFILE_PRIORITY_swupdate = "6"\nLAYERDEPENDS_swupdate = "core"\n'
+        f'LAYERSERIES_COMPAT_swupdate = "{series}"\n')
+    recipe = d / "recipes-support" / "swupdate" / "swupdate_1.0.bb"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text('SUMMARY = "stand-in for meta-swupdate\'s swupdate"\nLICENSE = "MIT"\n'
+                      'LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"\n'
+                      'INHIBIT_DEFAULT_DEPS = "1"\n')
+    ws.chown(d)
+    return d
+
+
+def test_swupdate_append_without_meta_swupdate_parses(ws, swupdate_layer):
+    """Only the layers meta-q25 declares (no meta-swupdate): `bitbake -p` is clean, and the
+    recipe q25-ota-swupdate is there (its RDEPENDS on swupdate only matters when built)."""
+    bd = ws.build(_series(), "declared")
+    bd.install("kv260-swupdate", swupdate_layer)
+    r = bd.bitbake("-p", label="bitbake -p (swupdate = true, no meta-swupdate)")
+    problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
+    assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
+    ans = bd.probe(["q25-ota-swupdate"], OTA_VARS, label="tinfoil probe (q25-ota-swupdate)")
+    assert "swupdate" in ans["recipes"]["q25-ota-swupdate"]["vars"]["RDEPENDS:q25-ota-swupdate"].split()
+
+
+def test_a_static_swupdate_append_does_not_parse_without_meta_swupdate(ws, swupdate_layer, tmp_path):
+    """The layout before: the bbappend in recipes-support/ is a dangling append without
+    meta-swupdate, and BitBake stops (what the dynamic layer avoids)."""
+    layer = tmp_path / LAYER
+    shutil.copytree(swupdate_layer, layer)
+    shutil.move(layer.joinpath(*SWU_DIR[:2], "recipes-support"), layer / "recipes-support")
+    bd = ws.build(_series(), "declared")
+    bd.install("kv260-swupdate-static", layer)
+    r = bd.bitbake("-p", label="bitbake -p (static swupdate bbappend, no meta-swupdate)")
+    # "ERROR: No recipes in default available for:" and the bbappend's path on the next line
+    assert r.returncode != 0 and any("No recipes" in e for e in r.errors()), r.output[-3000:]
+    assert "recipes-support/swupdate/swupdate_%.bbappend" in r.output
+
+
+def test_swupdate_append_reaches_meta_swupdate_recipe(ws, swupdate_layer):
+    """With a layer of collection "swupdate" in BBLAYERS the bbappend is active: the
+    swupdate recipe of MACHINE k26-smk-kv-sdt gets q25-handlers.cfg from meta-q25."""
+    series = _series()
+    bd = ws.build(series, "swupdate-stand-in", extra=(_stand_in(ws, series),))
+    bd.install("kv260-swupdate", swupdate_layer)
+    r = bd.bitbake("-p", label="bitbake -p (swupdate = true, stand-in meta-swupdate)")
+    problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
+    assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
+    ans = bd.probe(["swupdate"], OTA_VARS, label="tinfoil probe (swupdate + meta-q25)")
+    src = dict(ans["recipes"]["swupdate"]["src"])
+    cfg = bd.layer.joinpath(*SWU_DIR, "files", "q25-handlers.cfg")
+    assert src.get("file://q25-handlers.cfg") == str(cfg), src
+    assert Path(src["file://q25-handlers.cfg"]).read_bytes() == swupdate_layer.joinpath(
+        *SWU_DIR, "files", "q25-handlers.cfg").read_bytes()
