@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import emulated_board as eb  # noqa: E402
 from sshd import keygen  # noqa: E402
-from ssh_throughput import client_cpu, connect, cpu_seconds, download, negotiated, upload  # noqa: E402
+from ssh_throughput import client_cpu, connect, cpu_seconds, download, in_parallel, negotiated, upload  # noqa: E402
 
 from q25deploy.board.boardfile import load_board  # noqa: E402
 from q25deploy.deploy.connection import Board, HostSpec  # noqa: E402
@@ -175,20 +174,11 @@ def _timed(fn) -> float:
 def two_connections(tg: Target, pair: list[str], payload: memoryview) -> float:
     ts = [tg.transport(*pair) for _ in range(2)]
     half = len(payload) // 2
-    out: list[float] = []
-    threads = [threading.Thread(target=lambda t=t, v=v: out.append(upload(t, v)))
-               for t, v in zip(ts, (payload[:half], payload[half:]))]
-    t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    elapsed = time.perf_counter() - t0
-    for t in ts:
-        t.close()
-    if len(out) != 2:
-        raise paramiko.SSHException("an upload of the two connections failed")
-    return elapsed
+    try:
+        return in_parallel([lambda t=t, v=v: upload(t, v) for t, v in zip(ts, (payload[:half], payload[half:]))])
+    finally:
+        for t in ts:
+            t.close()
 
 
 def scp(tg: Target, path: Path) -> float:  # into the board's RAM root filesystem, overwritten each time

@@ -51,7 +51,8 @@ def window_function(bbappend: str) -> str:
 def apply_window(function: str, default_file: Path, window: int, shell: tuple[str, ...] = ("sh",)) -> None:
     """Run the bbappend's function on a copy of the defaults file, as do_install does
     (bbfatal, from BitBake's logging, fails the task)."""
-    script = 'bbfatal() { echo "$*" >&2; exit 1; }\n' + function + f"{FUNCTION} {shlex.quote(str(default_file))} {window}\n"
+    call = f"{FUNCTION} {shlex.quote(str(default_file))} {window}\n"
+    script = 'bbfatal() { echo "$*" >&2; exit 1; }\n' + function + call
     subprocess.run([*shell, "-c", script], check=True, capture_output=True, text=True)
 
 

@@ -1,6 +1,7 @@
-"""Raw SSH throughput with paramiko, for the emulated board's tests and
-bench/bench_ssh_transport.py: a transport with one cipher and MAC, uploads into
-``cat > /dev/null`` over one or several channels, a download, and CPU time of a process."""
+"""Raw SSH throughput with paramiko, for bench/bench_ssh_transport.py (beside
+emulated_board.py, which boots what it measures, as sshd.py serves bench_deploy.py): a
+transport offering one cipher and MAC, uploads into ``cat > /dev/null`` over one or several
+channels, a download, and the CPU time of a process."""
 
 from __future__ import annotations
 
@@ -36,36 +37,48 @@ def connect(port: int, key: Path, known_hosts: Path, cipher: str | None = None, 
     return t
 
 
+def in_parallel(jobs) -> float:
+    """Run the callables in threads at once; seconds until all are done (the first error is
+    raised again)."""
+    errors: list[BaseException] = []
+
+    def run(job):
+        try:
+            job()
+        except BaseException as e:  # noqa: BLE001 - raised again below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
 def upload(t: paramiko.Transport, payload: memoryview, channels: int = 1, *, window: int = 16 << 20) -> float:
     """Seconds to push the payload into `cat > /dev/null`, split over N channels."""
     chans = [t.open_session(window_size=window, max_packet_size=32768) for _ in range(channels)]
     for c in chans:
         c.exec_command("cat > /dev/null")
     part = -(-len(payload) // channels)
-    errors: list[BaseException] = []
 
     def send(c, view):
-        try:
-            for i in range(0, len(view), CHUNK):
-                c.sendall(view[i:i + CHUNK])
-            c.shutdown_write()
-            if c.recv_exit_status() != 0:
-                raise RuntimeError("cat failed on the board")
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for i in range(0, len(view), CHUNK):
+            c.sendall(view[i:i + CHUNK])
+        c.shutdown_write()
+        if c.recv_exit_status() != 0:
+            raise RuntimeError("cat failed on the board")
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=send, args=(c, payload[i * part:(i + 1) * part])) for i, c in enumerate(chans)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    elapsed = time.perf_counter() - t0
-    for c in chans:
-        c.close()
-    if errors:
-        raise errors[0]
-    return elapsed
+    try:
+        return in_parallel([lambda c=c, i=i: send(c, payload[i * part:(i + 1) * part]) for i, c in enumerate(chans)])
+    finally:
+        for c in chans:
+            c.close()
 
 
 def download(t: paramiko.Transport, nbytes: int) -> float:
