@@ -1,18 +1,21 @@
 """Run by tests/yocto.py inside a BitBake build directory, as the build's (non-root) user,
 with the series' own python3 and bitbake/lib: one tinfoil session (the parse cache of the
 preceding ``bitbake -p``) answers what ``bitbake -e RECIPE`` would, for several recipes and
-for meta-xilinx's device-tree recipe under extra MACHINE overrides.
+for meta-xilinx's device-tree recipe (or another recipe file: "device_tree" with "vars")
+under extra MACHINE overrides.
 
     python3 bitbake_probe.py BITBAKE_LIB REQUEST.json ANSWER.json
 
 REQUEST: {"recipes": [PN, ...], "vars": [NAME, ...],
           "device_tree": null | {"recipe": PATH, "file": "q25-reserved-memory.dtsi",
                                  "strip": [OVERRIDE, ...],  # from the build's MACHINEOVERRIDES
-                                 "cases": {NAME: [OVERRIDE, ...], ...}}}
+                                 "cases": {NAME: [OVERRIDE, ...], ...},
+                                 "vars": [NAME, ...]}}  # optional: any recipe's variables
 ANSWER:  {"recipes": {PN: {"file": PATH, "vars": {NAME: VALUE}, "files": [[PKG, FILES], ...],
                            "src": [[URL, LOCALPATH or null], ...], "install": [DEST, ...]}},
           "device_tree": {"appends": [...], "cases": {NAME: {"EXTRA_DT_INCLUDE_FILES": ...,
-                                                            "SRC_URI": ..., "local": PATH}}}}
+                                                            "SRC_URI": ..., "local": PATH,
+                                                            "vars": {NAME: VALUE}}}}}
 """
 
 import json
@@ -68,6 +71,8 @@ def device_tree(tf, req):
         config = bb.data.createCopy(tf.config_data)
         kept = [o for o in config.getVar("MACHINEOVERRIDES").split(":") if o and o not in req["strip"]]
         config.setVar("MACHINEOVERRIDES", ":".join([*overrides, *kept]))
+        # the same recipe under other overrides: other task hashes than the cooker's parse, on purpose
+        config.setVar("BB_HASH_IGNORE_MISMATCH", "1")
         d = tf.parse_recipe_file(fn, appends=True, config_data=config)
         src = (d.getVar("SRC_URI") or "").split()
         url = next((u for u in src if re.fullmatch(r"file://" + re.escape(req["file"]) + r"(;.*)?", u)), None)
@@ -75,6 +80,7 @@ def device_tree(tf, req):
             "EXTRA_DT_INCLUDE_FILES": d.getVar("EXTRA_DT_INCLUDE_FILES") or "",
             "SRC_URI": d.getVar("SRC_URI") or "",
             "local": local_paths(d, [url])[0][1] if url else None,
+            "vars": {n: d.getVar(n) for n in req.get("vars", [])},
         }
     return {"appends": appends, "cases": cases}
 

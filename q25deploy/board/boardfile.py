@@ -64,6 +64,7 @@ class Board:
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_become: str = "none"  # how a login that is not root gains root: none, sudo or doas (BECOME_METHODS)
+    dropbear_receive_window: int = 0  # bytes; > 0: the layer sets dropbear's -W (0: dropbear as built)
     yocto_machines: tuple[str, ...] = ()  # Yocto MACHINE names, the main one first
     qemu: dict = field(default_factory=dict)
     ota: dict = field(default_factory=dict)  # [ota]: engines for the layer, device type, hw revision
@@ -97,10 +98,11 @@ SCHEMA: dict[str, Any] = {
     "layout": {"region_alignment": _INT, "tensor_alignment": _INT, "region_max_size": _INT,
                "region_headroom": _INT, "max_model_share": _FLOAT, "image_alignment": _INT},
     "install": {"path": _STR, "runtime": _STR},
-    "ssh": {"user": _STR, "port": _INT, "become": _STR},
+    "ssh": {"user": _STR, "port": _INT, "become": _STR, "dropbear_receive_window": _INT},
     "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
     "ota": {"mender": _BOOL, "swupdate": _BOOL, "mender_device_type": _STR, "swupdate_hw_revision": _STR},
 }
+DROPBEAR_MAX_WINDOW = 10 * 1024 * 1024  # dropbear's MAX_RECV_WINDOW (2022.83 to 2025.88)
 REQUIRED = ("board.name", "board.arch", "memory.banks", "install.path")
 _MACHINE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 #: ``[ssh] become``: none (the login is root), or ``sudo -n`` / ``doas -n`` before every remote command
@@ -248,6 +250,14 @@ def _machines(b: dict, fail) -> tuple[str, ...]:
     return tuple(machines)
 
 
+def _receive_window(ssh: dict, fail) -> int:
+    window = ssh.get("dropbear_receive_window", 0)
+    if not 0 <= window <= DROPBEAR_MAX_WINDOW:
+        fail("ssh.dropbear_receive_window", f"must be 0 (dropbear as built) or up to {DROPBEAR_MAX_WINDOW} "
+             f"(dropbear's maximum), got {window}")
+    return window
+
+
 def board_from_dict(raw: dict, source: str) -> Board:
     def fail(where: str, msg: str):
         raise BoardFileError(f"{source}: {where}: {msg}")
@@ -276,6 +286,7 @@ def board_from_dict(raw: dict, source: str) -> Board:
         ssh_user=ssh.get("user", "root"),
         ssh_port=ssh.get("port", 22),
         ssh_become=ssh.get("become", "none"),
+        dropbear_receive_window=_receive_window(ssh, fail),
         yocto_machines=_machines(b, fail),
         qemu=dict(raw.get("qemu", {})),
         ota=dict(raw.get("ota", {})),

@@ -62,15 +62,38 @@ def parse_host(text: str, default_user: str, default_port: int) -> HostSpec:
     return HostSpec(host, user or default_user, int(port))
 
 
-# AES-GCM first: encryption and integrity in one C call per packet, which is what lets a
-# Python sender keep up with scp; CTR/CBC stay as fallbacks for boards without GCM
+# Ciphers, MACs, windows: measured on the emulated A53 board (bench/bench_ssh_transport.py,
+# issue 11 defect 7; figures in docs/boards.md). AES-GCM first: encryption and integrity in
+# one C call per packet; to OpenSSH 9.2 it uploads 10.4 MB/s (board CPU 144 ms/MB). Dropbear
+# (2022.83 to 2025.88) is built without GCM and paramiko has no chacha20-poly1305, so with
+# dropbear it is CTR + HMAC: aes128-ctr before aes256-ctr (less board CPU), and hmac-sha1 is
+# no faster than hmac-sha2-256 there (board CPU 186-253 vs 190-219 ms/MB over two runs with
+# -W 1 MiB and 4 MiB: the noise of a shared host), so SHA-2 comes first (dropbear 2025.88
+# drops hmac-sha1 by default); encrypt-then-MAC first for servers that have it. Compression
+# off: weights do not compress and zlib would cost the board's CPU.
 CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr", "aes192-ctr")
+MACS = ("hmac-sha2-256-etm@openssh.com", "hmac-sha2-256", "hmac-sha2-512-etm@openssh.com", "hmac-sha2-512",
+        "hmac-sha1")
+# Our receive windows govern only what the board sends us (command output, reads: 64 MiB vs
+# paramiko's 2 MiB measured alike, 4.0 vs 3.7 MB/s); an upload is paced by the board's
+# window, which dropbear keeps at 24 KiB unless started with -W: Board.upload 2.8 MB/s at
+# 24 KiB, 6.0 at -W 1 MiB, 6.8 at 4 MiB (the layer's dropbear bbappend, board file [ssh]
+# dropbear_receive_window). The packet size is the largest dropbear takes (32768).
+CLIENT_WINDOW = 64 << 20  # the transport's default, for every channel we open without one
+CHANNEL_WINDOW = 16 << 20
+MAX_PACKET = 32768
+
+
+def _preferred(ours: tuple[str, ...], available) -> list[str]:
+    return [c for c in ours if c in available] + [c for c in available if c not in ours]
 
 
 def _transport(sock, **kwargs) -> paramiko.Transport:
-    t = paramiko.Transport(sock, default_window_size=64 << 20, default_max_packet_size=32768, **kwargs)
+    t = paramiko.Transport(sock, default_window_size=CLIENT_WINDOW, default_max_packet_size=MAX_PACKET, **kwargs)
     opts = t.get_security_options()
-    opts.ciphers = [c for c in CIPHERS if c in opts.ciphers] + [c for c in opts.ciphers if c not in CIPHERS]
+    opts.ciphers = _preferred(CIPHERS, opts.ciphers)
+    opts.digests = _preferred(MACS, opts.digests)
+    opts.compression = ["none"]
     return t
 
 
@@ -156,7 +179,7 @@ class Board:
     def _channel(self, argv: Sequence[str], timeout: int):
         cmd = shlex.join([*self._become, "timeout", str(timeout), *argv])
         try:
-            chan = self.transport.open_session(window_size=16 << 20, max_packet_size=32768)
+            chan = self.transport.open_session(window_size=CHANNEL_WINDOW, max_packet_size=MAX_PACKET)
             chan.settimeout(timeout + 30)
             chan.exec_command(cmd)
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:

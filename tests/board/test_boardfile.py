@@ -72,6 +72,8 @@ def write(tmp_path, text):
     (lambda t: t.replace("port = 22", "port = 70000"), "ssh.port"),
     (lambda t: t.replace("port = 22", 'port = 22\nbecome = "su"'), "ssh.become: 'su': use one of none, sudo, doas"),
     (lambda t: t.replace("port = 22", "port = 22\nbecome = true"), "ssh.become: must be a string"),
+    (lambda t: t.replace("dropbear_receive_window = 0", "dropbear_receive_window = 20971520"), "ssh.dropbear_receive_window"),
+    (lambda t: t.replace("dropbear_receive_window = 0", "dropbear_receive_window = -1"), "ssh.dropbear_receive_window"),
     (lambda t: t.replace("[install]", "[install]\n").replace('path = "/lib/firmware/q25"', ""), "install.path: is required"),
     (lambda t: t + "\n[board\n", "not valid TOML"),
     # what reaches recipes, dts, C and shell must be safe there
@@ -90,6 +92,12 @@ def test_bad_board_files(tmp_path, change, message):
     with pytest.raises(BoardFileError) as e:
         load_board(write(tmp_path, change(VALID)))
     assert message in str(e.value) and str(tmp_path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_dropbear_receive_window(tmp_path):
+    assert load_board(write(tmp_path, VALID)).dropbear_receive_window == 0  # dropbear as built
+    board = load_board(write(tmp_path, VALID.replace("dropbear_receive_window = 0", "dropbear_receive_window = 1048576")))
+    assert board.dropbear_receive_window == 1048576
 
 
 def test_missing_board_file(tmp_path):

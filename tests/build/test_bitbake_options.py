@@ -1,6 +1,7 @@
 """Layer parts a board file turns on, under real BitBake (tests/yocto.py): SWUpdate's
 bbappend (``[ota] swupdate = true``), active only when meta-swupdate is in BBLAYERS
-(BBFILES_DYNAMIC), so a layer set without it still parses.
+(BBFILES_DYNAMIC), so a layer set without it still parses; dropbear's receive window
+(``[ssh] dropbear_receive_window``), for the board's MACHINEs only.
 
 The snapshots hold no meta-swupdate: a stand-in layer with its collection name
 (``swupdate``, as meta-swupdate's conf/layer.conf names it) and a ``swupdate`` recipe
@@ -9,6 +10,7 @@ shows the bbappend reaching that recipe when the layer is there. One series (the
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import pytest
 
 from q25deploy.cli import main
 
-from yocto import LAYER, SERIES, selected
+from dropbear_default import FUNCTION, window_function
+from yocto import LAYER, SERIES, board_machines, selected
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 SWU_DIR = ("dynamic-layers", "swupdate", "recipes-support", "swupdate")
@@ -100,3 +103,49 @@ def test_swupdate_append_reaches_meta_swupdate_recipe(ws, swupdate_layer):
     assert src.get("file://q25-handlers.cfg") == str(cfg), src
     assert Path(src["file://q25-handlers.cfg"]).read_bytes() == swupdate_layer.joinpath(
         *SWU_DIR, "files", "q25-handlers.cfg").read_bytes()
+
+
+# -- dropbear's receive window ([ssh] dropbear_receive_window) ------------------------------
+WINDOW = 1048576
+DROPBEAR_VARS = ["PACKAGE_ARCH", "MACHINE_ARCH", "TUNE_PKGARCH", "do_install", FUNCTION]
+
+
+@pytest.fixture(scope="module")
+def dropbear_layer(tmp_path_factory, qwen25_tiny) -> Path:
+    """kv260's layer with ``[ssh] dropbear_receive_window = 1048576``."""
+    d = tmp_path_factory.mktemp("dropbear-layer")
+    board = d / "kv260-window.toml"
+    board.write_text((TARGETS / "kv260.toml").read_text().replace("dropbear_receive_window = 0",
+                                                                  f"dropbear_receive_window = {WINDOW}"))
+    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
+                 "--out", str(d / "b")]) == 0
+    return d / "b" / LAYER
+
+
+def test_dropbear_window_for_the_boards_machines_only(ws, dropbear_layer):
+    """With all of OE-core parsed: `bitbake -p` stays clean, and OE-core's dropbear of each of
+    kv260's MACHINEs calls the window function from do_install and is a MACHINE package;
+    another MACHINE's dropbear is as OE-core builds it. The function BitBake holds is the one
+    the host and board tests run."""
+    series = _series()
+    bd = ws.build(series, "xilinx")
+    bd.install("kv260-dropbear-window", dropbear_layer)
+    r = bd.bitbake("-p", label="bitbake -p (dropbear_receive_window)")
+    problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
+    assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
+    [recipe] = (bd.tree / "openembedded-core" / "meta" / "recipes-core" / "dropbear").glob("dropbear_*.bb")
+    ans = bd.probe([], [], {"recipe": str(recipe), "file": "-", "strip": board_machines(), "vars": DROPBEAR_VARS,
+                            "cases": {"k26-smk-kv-sdt": ["zynqmp", "k26-smk-kv-sdt"],
+                                      "xilinx-k26-kv": ["zynqmp", "xilinx-k26-kv"],
+                                      "other": ["zynqmp", "zynqmp-generic"]}}, label="tinfoil probe (dropbear)")
+    assert str(bd.layer / "recipes-core" / "dropbear" / "dropbear_%.bbappend") in ans["device_tree"]["appends"]
+    text = (dropbear_layer / "recipes-core" / "dropbear" / "dropbear_%.bbappend").read_text()
+    for name, case in ans["device_tree"]["cases"].items():
+        v = case["vars"]
+        calls = re.findall(rf"^\s*{FUNCTION} (\S+)/default/dropbear (\d+)$", v["do_install"], re.M)
+        if name == "other":
+            assert not calls and v["PACKAGE_ARCH"] == v["TUNE_PKGARCH"] != v["MACHINE_ARCH"], (name, v)
+            continue
+        assert [w for _, w in calls] == [str(WINDOW)] and calls[0][0].endswith("/image/etc"), (name, calls)
+        assert v["PACKAGE_ARCH"] == v["MACHINE_ARCH"], (name, v)
+        assert v[FUNCTION].strip() == window_function(text).split("\n", 1)[1].rsplit("}", 1)[0].strip()
