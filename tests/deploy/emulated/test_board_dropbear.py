@@ -20,7 +20,7 @@ from dropbear_default import apply_window, oe_dropbear_files, window_function
 
 pytestmark = pytest.mark.board
 
-TARGETS = Path(__file__).resolve().parents[2] / "targets"
+TARGETS = Path(__file__).resolve().parents[3] / "targets"
 WINDOW = 1048576
 PORT = 2222  # the second dropbear, started by OE-core's init script (the board's own keeps 22)
 # (cipher, MAC, compression) q25deploy negotiates; OpenSSH's GCM carries its own integrity
