@@ -121,9 +121,6 @@ class BoardFiles:
     def write_state(self, state: dict) -> None:
         self._write(STATE_NAME, state)
 
-    def read_intent(self) -> dict | None:
-        return self._intent(self._read(INTENT_NAME))
-
     def _intent(self, data: bytes | None) -> dict | None:
         if data is None:
             return None
@@ -132,13 +129,6 @@ class BoardFiles:
             return schema.parse_intent(schema.loads(data, where), where)
         except SchemaError as e:
             raise DeployError(f"{e} (remove it if no q25deploy is running)") from None
-
-    def current_link(self) -> str | None:
-        """The release ``current`` points at; None when there is no link (or it names no release)."""
-        status, out, _ = self.board.run(["readlink", self.path("current")], check=False)
-        target = out.decode("utf-8", "replace").strip()
-        m = re.fullmatch(r"releases/([0-9a-f]{16})", target)
-        return m.group(1) if status == 0 and m else None
 
     # -- switching ----------------------------------------------------------------------------
     def switch(self, release_id: str) -> str | None:
