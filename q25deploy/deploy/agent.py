@@ -76,10 +76,8 @@ def command_line(argv: Sequence[str], stdin: bytes, timeout: int) -> bytes:
             words.append(f'"$q25a{i}"')
         else:
             words.append(shlex.quote(arg))
-    cmd = "".join(prelude) + " ".join(words)
-    if stdin:
-        cmd = f"{''.join(prelude)}printf '%b' {shlex.quote(printf_b(stdin))} | {' '.join(words)}"
-    return cmd.encode("utf-8") + b"\n"
+    feed = f"printf '%b' {shlex.quote(printf_b(stdin))} | " if stdin else ""
+    return ("".join(prelude) + feed + " ".join(words)).encode("utf-8") + b"\n"
 
 
 class Agent:
