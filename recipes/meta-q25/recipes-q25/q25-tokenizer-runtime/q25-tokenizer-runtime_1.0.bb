@@ -9,6 +9,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 SRC_URI = "file://LICENSE \
            file://Makefile \
            file://cli_load.c \
+           file://cli_receive.c \
            file://crc_table.inc \
            file://q25tok.h \
            file://q25tok_bpe.c \
@@ -18,6 +19,7 @@ SRC_URI = "file://LICENSE \
            file://q25tok_image.c \
            file://q25tok_internal.h \
            file://q25tok_region.c \
+           file://q25tok_sha256.c \
           "
 
 # styhead and later unpack into UNPACKDIR (and refuse S = WORKDIR); scarthgap has no

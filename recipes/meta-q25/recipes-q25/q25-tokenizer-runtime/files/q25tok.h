@@ -176,8 +176,22 @@ int q25_region_table_parse(const char *text, size_t len, q25_region *out, size_t
 void *q25_region_map(const q25_region *region, const char *mem_path, int writable);
 int q25_region_unmap(const q25_region *region, void *mapped);
 
-/* SHA-256 of len bytes. */
+/* SHA-256 of len bytes, at once or streamed (init, update..., final). The compression
+ * function is the CPU's SHA-256 instructions where it has them (ARMv8 crypto extensions,
+ * x86 SHA extensions), portable C otherwise; Q25TOK_SHA256=generic forces the latter. */
 void q25_sha256(const void *data, size_t len, uint8_t out[32]);
+typedef struct q25_sha256_ctx {
+    uint32_t h[8];
+    uint64_t total;      /* bytes hashed so far */
+    uint8_t buf[64];     /* a partial block */
+    size_t fill;
+    void (*blocks)(void); /* the compression function picked at init */
+} q25_sha256_ctx;
+void q25_sha256_init(q25_sha256_ctx *ctx);
+void q25_sha256_update(q25_sha256_ctx *ctx, const void *data, size_t len);
+void q25_sha256_final(q25_sha256_ctx *ctx, uint8_t out[32]);
+/* "cpu" when the SHA-256 instructions are used, "generic" otherwise */
+const char *q25_sha256_impl(void);
 
 #ifdef __cplusplus
 }

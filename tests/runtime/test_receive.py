@@ -1,0 +1,94 @@
+"""`q25tok receive` (the deploy's board-side receiver) and the runtime's SHA-256: what is
+written is exactly the input, the digest is hashlib's, with the CPU's SHA-256 instructions
+(x86 SHA extensions here, the A53's crypto extensions under qemu-aarch64) and with the
+portable code, at every block boundary; a write that fails is reported after the input was
+drained."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from requirements import need_program
+
+from q25deploy.build.runtime import build_runtime
+from q25deploy.resources import runtime_library_sources, runtime_sources
+
+QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]
+SIZES = [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 9_000_001]
+IMPL_C = '#include <stdio.h>\n#include "q25tok.h"\nint main(void) { puts(q25_sha256_impl()); return 0; }\n'
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, Path]:
+    need_program("cc", "Debian: gcc")
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
+    need_program("qemu-aarch64", "Debian: qemu-user")
+    d = tmp_path_factory.mktemp("rt")
+    build_runtime(d / "host")
+    build_runtime(d / "arm", cross="aarch64")
+    return {"host": d / "host" / "q25tok", "arm": d / "arm" / "q25tok"}
+
+
+def receiver(builds, where: str, impl: str) -> tuple[list[str], dict]:
+    env = {**os.environ, "Q25TOK_SHA256": impl}
+    return ([*QEMU, str(builds["arm"])] if where == "arm" else [str(builds["host"])]), env
+
+
+def impl_in_use(tmp_path: Path, where: str, env: dict) -> str:
+    src, exe = tmp_path / "impl.c", tmp_path / f"impl-{where}"
+    src.write_text(IMPL_C)
+    cc = "aarch64-linux-gnu-gcc" if where == "arm" else "cc"
+    subprocess.run([cc, "-std=c11", "-O2", "-I", str(runtime_sources()), str(src),
+                    *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+    cmd = [*QEMU, str(exe)] if where == "arm" else [str(exe)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout.strip()
+
+
+def cpu_has_sha_extensions() -> bool:
+    return "sha_ni" in Path("/proc/cpuinfo").read_text()
+
+
+@pytest.mark.parametrize("where", ["host", "arm"])
+@pytest.mark.parametrize("impl", ["cpu", "generic"])
+def test_receive_writes_the_input_and_prints_its_sha256(builds, tmp_path, where, impl):
+    cmd, env = receiver(builds, where, impl)
+    expect = "generic" if impl == "generic" or (where == "host" and not cpu_has_sha_extensions()) else "cpu"
+    assert impl_in_use(tmp_path, where, env) == expect  # the path this test means to cover is the one taken
+    data = os.urandom(max(SIZES))
+    for n in SIZES:
+        out = tmp_path / f"f{n}"
+        r = subprocess.run([*cmd, "receive", str(out)], input=data[:n], capture_output=True, env=env, check=False)
+        assert r.returncode == 0 and r.stderr == b"", r.stderr
+        assert r.stdout.decode() == hashlib.sha256(data[:n]).hexdigest() + "\n", n
+        assert out.read_bytes() == data[:n]
+
+
+def test_receive_rewrites_a_linked_file_in_place(builds, tmp_path):
+    """As tee: the file is truncated, not replaced; a hard link (a kept release's copy) sees the
+    new bytes, which is how a rotted kept file is repaired."""
+    kept, staged = tmp_path / "kept", tmp_path / "staged"
+    kept.write_bytes(b"rotted" * 1000)
+    os.link(kept, staged)
+    r = subprocess.run([str(builds["host"]), "receive", str(staged)], input=b"good bytes", capture_output=True,
+                       check=True)
+    assert r.stdout.decode().split()[0] == hashlib.sha256(b"good bytes").hexdigest()
+    assert kept.read_bytes() == b"good bytes" and kept.stat().st_ino == staged.stat().st_ino
+
+
+def test_a_failed_write_is_reported_after_the_input_is_drained(builds, tmp_path):
+    data = os.urandom(3 << 20)
+    for dest, why in ((Path("/dev/full"), "No space left on device"),
+                      (tmp_path / "missing" / "f", "No such file or directory")):
+        # the whole input is taken (no broken pipe for the sender), then the error and exit 1
+        r = subprocess.run([str(builds["host"]), "receive", str(dest)], input=data, capture_output=True, check=False)
+        assert r.returncode == 1 and r.stdout == b"" and why in r.stderr.decode(), r.stderr
+
+
+def test_receive_usage(builds):
+    for argv in ([], ["a", "b"], ["--x"]):
+        r = subprocess.run([str(builds["host"]), "receive", *argv], capture_output=True, check=False)
+        assert r.returncode == 2 and b"usage: q25tok receive" in r.stderr
