@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 
 import pytest
 from deploy_helpers import INSTALL, deploy
 from sshd import USER
 
 from q25deploy.cli import main
-from q25deploy.deploy.connection import Board
+from q25deploy.deploy.connection import Board, HostSpec
 
 
 @pytest.fixture
@@ -119,3 +120,14 @@ def _sent_files(build):
     a, b = digests(build.parent / "A"), digests(build)
     names = {"tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"}
     return [build / p for p, v in b.items() if (p in names or p.startswith("partitions/")) and a.get(p) != v]
+
+
+def test_requests_go_out_at_once(ssh):
+    """TCP_NODELAY on the board connection: with Nagle's algorithm each channel open or exec
+    that followed a small write waited for the board's delayed ACK (40 ms each, measured)."""
+    srv = ssh["servers"][0]
+    kh = srv.known_hosts(ssh["key"].parent / f"known_hosts_nodelay_{srv.port}")
+    with Board(HostSpec("127.0.0.1", USER, srv.port), identity=str(ssh["key"]), known_hosts=str(kh),
+               trust_new_host=False) as board:
+        assert board.transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert board.run(["echo", "hi"])[1] == b"hi\n"
