@@ -29,10 +29,14 @@ def free_port() -> int:
 
 class SSHServer:
     """sshd -D on 127.0.0.1:<free port>, logging in the user running it (root on CI) with
-    ``client_key``; an sshd started by another user can only log in that user."""
+    ``client_key``; an sshd started by another user can only log in that user. ``address`` and
+    ``prefix`` put it elsewhere: ``prefix`` starts it (``ip netns exec NS``), ``address`` is
+    where it listens there (bench/shaped_link.py)."""
 
-    def __init__(self, workdir: Path, client_key: Path, env_path: str | None = None) -> None:
-        self.dir = workdir
+    def __init__(self, workdir: Path, client_key: Path, env_path: str | None = None,
+                 env: dict[str, str] | None = None, address: str = "127.0.0.1",
+                 prefix: tuple[str, ...] = ()) -> None:
+        self.dir, self.address = workdir, address
         workdir.mkdir(parents=True, exist_ok=True)
         self.host_key = keygen(workdir / "host_ed25519")
         (workdir / "authorized_keys").write_text(Path(str(client_key) + ".pub").read_text())
@@ -41,15 +45,19 @@ class SSHServer:
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         except OSError:
             pass
-        cmd = [SSHD, "-D", "-e", "-f", "/dev/null",
+        cmd = [*prefix, SSHD, "-D", "-e", "-f", "/dev/null",
                "-o", f"HostKey={self.host_key}", "-o", f"PidFile={workdir / 'sshd.pid'}",
-               "-o", "ListenAddress=127.0.0.1", "-o", f"Port={self.port}",
+               "-o", f"ListenAddress={address}", "-o", f"Port={self.port}",
                "-o", f"AuthorizedKeysFile={workdir / 'authorized_keys'}", "-o", "StrictModes=no",
                "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
                "-o", "PermitRootLogin=prohibit-password", "-o", "Subsystem=sftp internal-sftp",
                "-o", "MaxSessions=64", "-o", "MaxStartups=64"]
-        if env_path:
-            cmd += ["-o", f"SetEnv=PATH={env_path}"]
+        # bash as the login shell sources ~/.bashrc for every remote command, and a workstation's
+        # may start pyenv or conda (170 ms per command measured here): a board's BusyBox sh reads
+        # nothing. bash skips it for a nested shell, which SHLVL=1 makes every session's shell.
+        # (sshd takes only the first SetEnv line: one line for both.)
+        session_env = {"SHLVL": "1", **({"PATH": env_path} if env_path else {}), **(env or {})}
+        cmd += ["-o", "SetEnv=" + " ".join(f"{k}={v}" for k, v in session_env.items())]
         self.log = open(workdir / "sshd.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 10
@@ -57,7 +65,7 @@ class SSHServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sshd exited: {(workdir / 'sshd.log').read_text()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((address, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)
@@ -66,7 +74,7 @@ class SSHServer:
     @property
     def host_line(self) -> str:
         kind, key = Path(str(self.host_key) + ".pub").read_text().split()[:2]
-        return f"[127.0.0.1]:{self.port} {kind} {key}"
+        return f"[{self.address}]:{self.port} {kind} {key}"
 
     def known_hosts(self, path: Path) -> Path:
         path.write_text(self.host_line + "\n")
