@@ -157,6 +157,7 @@ class Board:
             raise DeployError(f"{spec.name}: cannot connect: {e}") from None
         self.transport = client.get_transport()
         self.agent = None  # the session's agent (see attached)
+        self.receiver: str | None = None  # a q25tok that receives uploads (see receiver.py), else the shell's
 
     @contextmanager
     def attached(self, agent):
@@ -225,8 +226,10 @@ class Board:
 
     def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> str:
         """Stream ``size`` bytes into ``dest`` on the board; the board hashes them as it writes
-        them (``tee`` into a sha256: one pass). Returns the board's sha256 of what it wrote."""
-        chan = self._channel(["sh", "-c", RECEIVE, "sh", dest], UPLOAD_TIMEOUT)
+        them (``q25tok receive``, else ``tee`` into a sha256: one pass). Returns the board's
+        sha256 of what it wrote."""
+        argv = [self.receiver, "receive", dest] if self.receiver else ["sh", "-c", RECEIVE, "sh", dest]
+        chan = self._channel(argv, UPLOAD_TIMEOUT)
         sent = 0
         buf = bytearray(CHUNK)
         view = memoryview(buf)

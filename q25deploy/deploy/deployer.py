@@ -11,8 +11,8 @@ On the board, under ``<remote-root><install dir>``:
     .q25deploy-loaded         the boot and region table the reserved regions were loaded for (residency)
 
 A deploy stages everything next to its destination: what the board lacks is sent, a few
-files at a time, each hashed by the board as it writes it (one pass: ``tee`` into
-``sha256``); what a kept release already holds is hard-linked. When every digest matched
+files at a time, each hashed by the board as it writes it (one pass: ``q25tok receive``, or
+``tee`` into ``sha256``, see :mod:`.receiver`); what a kept release already holds is hard-linked. When every digest matched
 it ``sync``s, renames the staged release into place, switches ``current`` and only then
 updates the state (an intent record first, so a cut between the two is finished or dropped
 by the next run); a cut connection or a wrong digest leaves the current release as it was.
@@ -29,10 +29,11 @@ import posixpath
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import DeployError
 from .boardfiles import STATE_NAME, BoardFiles
+from . import receiver
 from .connection import HASH_FILES, Board
 from .release import STATE_FORMAT, Release, plan_transfer
 
@@ -98,13 +99,14 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
            smoke: Callable[[bool], dict], progress: Callable[[str], None] = lambda s: None,
            load: Callable[[], dict] | None = None, state: dict | None = None, verify_links: bool = False,
-           sent: Callable[[int], None] | None = None) -> HostResult:
+           sent: Callable[[int], None] | None = None, receivers: Sequence[str] = ()) -> HostResult:
     """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it):
     stage what the board lacks (hashed on the board as it is written), promote it, switch,
     smoke-test, then prune older releases or roll back. ``load`` puts the current release's
     partitions into their reserved regions (after the switch, and again after switching back);
     ``smoke(quick)``: quick after this deploy proved the files. ``verify_links``: the board
-    also hashes the files it links from kept releases and any that differ is sent again."""
+    also hashes the files it links from kept releases and any that differ is sent again.
+    ``receivers``: the board's q25tok paths to try as the uploads' receiver."""
     res = HostResult(board.spec.name, release=release.id)
     if state is None:
         state, res.warnings = files.reconcile()
@@ -116,7 +118,7 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
             return _check_deployed(res, state, smoke, load)
         transfer = plan_transfer(release, state)
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
-        staging = _stage(board, files, release, transfer, res, progress, verify_links, sent)
+        staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers)
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id)], stdin=release.description)
         return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
     except DeployError as e:  # the result keeps what was sent before it failed
@@ -138,7 +140,7 @@ def _check_deployed(res: HostResult, state: dict, smoke, load) -> HostResult:
 
 
 def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: HostResult, progress,
-           verify_links: bool, sent) -> str:
+           verify_links: bool, sent, receivers: Sequence[str]) -> str:
     """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded and
     hashed as they are written; a digest that differs fails the deploy (``current`` untouched)."""
     staging = files.path(f"releases/.incoming-{release.id}")
@@ -165,8 +167,10 @@ def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: Hos
         return f, digest
 
     try:
+        done = receiver.choose(board, receivers, uploads, staged, one)  # the runtime first when it receives the rest
+        rest = sorted((f for f in uploads if f not in [d[0] for d in done]), key=lambda f: -f.size)
         with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
-            bad = [f.rel for f, digest in pool.map(one, sorted(uploads, key=lambda f: -f.size)) if digest != f.sha256]
+            bad = [f.rel for f, digest in [*done, *pool.map(one, rest)] if digest != f.sha256]
     except DeployError:
         _drop(board, staging)
         raise

@@ -158,6 +158,7 @@ class Fleet:
                 def run(verify_links: bool) -> HostResult:
                     return deploy(board, files, rel, expect_arch=arch, state=state, load=self._load(board, files),
                                   verify_links=verify_links, sent=self.sent(spec),
+                                  receivers=[files.path(f"current/{RUNTIME_BIN}"), self.runtime],
                                   smoke=lambda quick, resident: self._smoke(board, files, names, rel.image,
                                                                             self.codec(), quick, resident))
 

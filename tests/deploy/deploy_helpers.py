@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from sshd import USER, SSHServer
@@ -42,6 +43,17 @@ def wrapped_board(tmp_path: Path, ssh, name: str, scripts: dict[str, str]) -> SS
         (wrappers / prog).write_text("#!/bin/sh\n" + body)
         (wrappers / prog).chmod(0o755)
     return SSHServer(tmp_path / name, ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+
+
+def older_q25tok(tmp_path: Path, q25tok: Path) -> Path:
+    """A q25tok from before ``receive``: every other command is the real one's."""
+    src, exe = tmp_path / "older.c", tmp_path / "older" / "q25tok"
+    exe.parent.mkdir()
+    src.write_text('#include <string.h>\n#include <unistd.h>\nint main(int c, char **v) {\n'
+                   '  if (c > 1 && !strcmp(v[1], "receive")) return 2;\n'
+                   f'  execv("{q25tok}", v); return 127; }}\n')
+    subprocess.run(["cc", str(src), "-o", str(exe)], check=True)
+    return exe
 
 
 def tree(top: Path, skip: Path | None = None) -> dict[str, str]:

@@ -46,7 +46,7 @@ def test_the_permission_hint_is_for_a_login_that_is_not_root_without_become():
     assert become.hint("petalinux", "none", "No space left on device") == ""
 
 
-SUDO = '''printf '%s' "$*" | tr '\\n' ' ' >> "{log}"; echo >> "{log}"
+SUDO = '''printf '%s\\n' "$(printf '%s' "$*" | tr '\\n' ' ')" >> "{log}"  # one write: uploads run at once
 [ "$1" = -n ] && [ "$2" = -- ] || {{ echo "sudo: not called with -n --" >&2; exit 1; }}
 shift 2; exec "$@"
 '''
@@ -66,12 +66,13 @@ def test_every_command_runs_behind_sudo_n(tmp_path, capsys, ssh, models, q25tok)
         board.stop()
     # the probe, the agent that holds the lock and runs every short command, one per file sent
     assert len(calls) == 2 + uploads(calls) and all(c.startswith("-n -- timeout ") for c in calls)
-    assert any(".q25deploy.lock" in c and "serve" in c for c in calls) and any('tee "$1"' in c for c in calls)
+    assert any(".q25deploy.lock" in c and "serve" in c for c in calls)
+    assert any('tee "$1"' in c for c in calls) and any("/q25tok receive " in c for c in calls)  # runtime first
     assert calls[0].startswith("-n -- timeout 120 true")  # the probe comes first
 
 
 def uploads(calls) -> int:
-    return sum('tee "$1"' in c for c in calls)
+    return sum('tee "$1"' in c or "/q25tok receive " in c for c in calls)
 
 
 def test_a_board_that_asks_for_a_password_is_refused_before_anything_is_written(tmp_path, capsys, ssh, models,

@@ -11,7 +11,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from deploy_helpers import deploy, release_bytes
+import pytest
+
+from deploy_helpers import deploy, older_q25tok, release_bytes
 from sshd import USER, CuttingProxy, SSHServer, free_port
 
 from q25deploy.cli import main
@@ -80,24 +82,48 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp
     assert not list((root / "lib" / "firmware" / "q25" / "releases").glob(".incoming-*"))
 
 
-def test_corrupted_upload_is_caught_by_the_board(tmp_path, capsys, ssh, models, q25tok):
+# a board whose RAM (or NIC, below SSH's MAC) flips one bit in any input stream of more than
+# 1 MiB: every process of its sessions reads standard input through this read()
+FLIP_READS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <unistd.h>
+static unsigned long long seen;
+ssize_t read(int fd, void *buf, size_t n)
+{
+    static ssize_t (*real)(int, void *, size_t);
+    if (!real)
+        real = (ssize_t (*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
+    ssize_t r = real(fd, buf, n);
+    const unsigned long long at = 1 << 20;
+    if (fd == 0 && r > 0 && seen <= at && at < seen + (unsigned long long)r)
+        ((unsigned char *)buf)[at - seen] ^= 1;
+    if (fd == 0 && r > 0)
+        seen += (unsigned long long)r;
+    return r;
+}
+"""
+
+
+@pytest.mark.parametrize("receiver", ["q25tok receive", "tee into sha256"])
+def test_corrupted_upload_is_caught_by_the_board(tmp_path, capsys, ssh, models, q25tok, receiver):
+    """The receiver writes and hashes the bytes it got, and the digest gives them away: the
+    release's q25tok receiving, and the shell's tee (the board's q25tok predates receive)."""
     good, root = ssh["servers"][2], tmp_path / "board"
-    assert deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)[0] == 0
-    wrappers = tmp_path / "bin"
-    wrappers.mkdir()
-    # the board's receiver gets streams of more than 1 MB with one bit flipped (bad RAM or NIC on
-    # the board, below SSH's MAC): it writes and hashes those bytes, and the digest gives it away
-    (wrappers / "tee").write_text(
-        "#!/bin/sh\nexec python3 -c 'import sys\n"
-        "d = bytearray(sys.stdin.buffer.read())\nif len(d) > 1 << 20: d[len(d) // 2] ^= 1\n"
-        "open(sys.argv[1], \"wb\").write(d); sys.stdout.buffer.write(d)' \"$@\"\n")
-    (wrappers / "tee").chmod(0o755)
-    bad = SSHServer(tmp_path / "bad", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+    runtime = q25tok if receiver == "q25tok receive" else older_q25tok(tmp_path, q25tok)
+    assert deploy(capsys, ssh, good, root, models["A"], runtime=runtime)[0] == 0
+    releases = root / "lib/firmware/q25/releases"
+    before = sorted(p.name for p in releases.iterdir())
+    shim = tmp_path / "flip_reads.so"
+    (tmp_path / "flip_reads.c").write_text(FLIP_READS)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "flip_reads.c"), "-ldl"], check=True)
+    bad = SSHServer(tmp_path / "bad", ssh["key"], env={"LD_PRELOAD": str(shim)})
     try:
-        code, res, _ = deploy(capsys, ssh, bad, root, models["B"], runtime=q25tok)
-        assert code == 13 and "verify failed" in res[0]["error"]
+        code, res, _ = deploy(capsys, ssh, bad, root, models["B"], runtime=runtime)
+        assert code == 13 and "verify failed" in res[0]["error"], res
     finally:
         bad.stop()
+    assert sorted(p.name for p in releases.iterdir()) == before  # staging dropped, nothing promoted
     code, res, _ = deploy(capsys, ssh, good, root, models["A"], action="status")
     assert res[0]["current"] == json.loads((root / "lib/firmware/q25/.q25deploy-state.json").read_text())["current"]
     code, res, _ = deploy(capsys, ssh, good, root, models["A"], action="smoke")

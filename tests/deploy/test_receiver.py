@@ -1,0 +1,83 @@
+"""Which board-side command receives each upload (q25deploy/deploy/receiver.py), against real
+sshd boards: the release's own q25tok sent first when the board lacks it, else the current
+release's, else the image's; a q25tok that predates ``receive`` is passed over for the
+shell's ``tee``; a kept q25tok found damaged is repaired, not run while it is rewritten."""
+
+from __future__ import annotations
+
+import posixpath
+
+import pytest
+from deploy_helpers import deploy, older_q25tok
+
+from q25deploy.deploy.connection import Board
+from q25deploy.resources import data_dir
+
+
+@pytest.fixture
+def received(monkeypatch):
+    """(file name, the board's receiver) for every upload (a spy: the uploads are real)."""
+    seen: list[tuple[str, str | None]] = []
+    real = Board.upload
+
+    def spy(self, src, size, dest, progress=None):
+        seen.append((posixpath.basename(dest), self.receiver))
+        return real(self, src, size, dest, progress)
+
+    monkeypatch.setattr(Board, "upload", spy)
+    return seen
+
+
+def test_the_releases_runtime_goes_first_then_receives_the_rest(tmp_path, capsys, ssh, models, q25tok, received):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    code, res, err = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0 and res[0]["ok"], err
+    (first, by), rest = received[0], received[1:]
+    assert first == "q25tok" and by is None  # nothing on the board could receive it: the shell did
+    assert rest and all(r is not None and r.endswith(f"/releases/.incoming-{res[0]['release']}/q25tok")
+                        for _, r in rest), received
+    received.clear()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
+    assert code == 0 and res[0]["ok"] and received
+    assert all(r is not None and r.endswith("/current/q25tok") for _, r in received), received
+
+
+def test_the_images_q25tok_receives_when_the_releases_predates_receive(tmp_path, capsys, ssh, models, q25tok,
+                                                                      received):
+    srv, root = ssh["servers"][1], tmp_path / "board"
+    board = tmp_path / "qemu.toml"  # the image's q25tok (the board file's [install] runtime) has receive
+    board.write_text((data_dir("targets") / "qemu.toml").read_text()
+                     .replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{q25tok}"'))
+    older = older_q25tok(tmp_path, q25tok)
+    code, res, err = deploy(capsys, ssh, srv, root, models["A"], "--target-file", str(board), runtime=older)
+    assert code == 0 and res[0]["ok"], err
+    assert received[0] == ("q25tok", None)  # the release's, by the shell: tried first, passed over
+    assert len(received) > 1 and all(r == str(q25tok) for _, r in received[1:]), received
+
+
+def test_no_q25tok_that_receives_falls_back_to_the_shell(tmp_path, capsys, ssh, models, q25tok, received):
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    older = older_q25tok(tmp_path, q25tok)
+    code, res, err = deploy(capsys, ssh, srv, root, models["A"], runtime=older)
+    assert code == 0 and res[0]["ok"] and res[0]["smoke"]["ok"], err
+    assert received and all(r is None for _, r in received), received
+    received.clear()
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=older)  # current's q25tok: no receive either
+    assert code == 0 and res[0]["ok"] and received and all(r is None for _, r in received), received
+
+
+def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path, capsys, ssh, models, q25tok,
+                                                                      received):
+    """--verify-board finds the kept q25tok damaged: it is sent again into the same inode
+    (through the shell: it must not be running), and then receives the rest."""
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    kept = next((root / "lib/firmware/q25/releases").glob("*/q25tok"))
+    data = bytearray(kept.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    kept.write_bytes(bytes(data))
+    received.clear()
+    code, res, err = deploy(capsys, ssh, srv, root, models["B"], "--verify-board", runtime=q25tok)
+    assert code == 0 and res[0]["ok"], (res, err)
+    assert received[0] == ("q25tok", None) and kept.read_bytes() == q25tok.read_bytes()
+    assert all(r is not None and r.endswith("/q25tok") and "/current/" not in r for _, r in received[1:]), received
