@@ -168,7 +168,8 @@ def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: Hos
 
     try:
         done = receiver.choose(board, receivers, uploads, staged, one)  # the runtime first when it receives the rest
-        rest = sorted((f for f in uploads if f not in [d[0] for d in done]), key=lambda f: -f.size)
+        first = {f.rel for f, _ in done}
+        rest = sorted((f for f in uploads if f.rel not in first), key=lambda f: -f.size)
         with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
             bad = [f.rel for f, digest in [*done, *pool.map(one, rest)] if digest != f.sha256]
     except DeployError:
