@@ -86,7 +86,7 @@ class Bench:
                         f"root@{self.address}", "true"], check=True)
 
 
-def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> list[tuple[str, float, str, float]]:
+def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> list:
     size, spec, dest = part.stat().st_size, HostSpec(b.address, "root", b.srv.port), b.tmp / "raw"
     dest.mkdir(exist_ok=True)
 

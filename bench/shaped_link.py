@@ -1,5 +1,6 @@
 """A link like a board's, for benchmarks: a veth pair into a network namespace of our own,
-shaped with a token bucket (tc tbf) to 1 Gbit/s each way: the KV260's and ZCU104's 1000BASE-T. On loopback the host and the "board" share two cores and the link is a memory
+shaped with a token bucket (tc tbf) to 1 Gbit/s each way: the KV260's and ZCU104's
+1000BASE-T. On loopback the host and the "board" share two cores and the link is a memory
 copy; here the wire is the limit, as on a desk. Needs root (ip netns, tc); nothing outside
 the namespace and the pair is touched, and both are removed afterwards."""
 

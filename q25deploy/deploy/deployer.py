@@ -12,10 +12,11 @@ On the board, under ``<remote-root><install dir>``:
 
 A deploy stages everything next to its destination: what the board lacks is sent, a few
 files at a time, each hashed by the board as it writes it (one pass: ``q25tok receive``, or
-``tee`` into ``sha256``, see :mod:`.receiver`); what a kept release already holds is hard-linked. When every digest matched
-it ``sync``s, renames the staged release into place, switches ``current`` and only then
-updates the state (an intent record first, so a cut between the two is finished or dropped
-by the next run); a cut connection or a wrong digest leaves the current release as it was.
+``tee`` into ``sha256``, see :mod:`.receiver`); what a kept release already holds is
+hard-linked. When every digest matched it ``sync``s, renames the staged release into place,
+switches ``current`` and only then updates the state (an intent record first, so a cut
+between the two is finished or dropped by the next run); a cut connection or a wrong digest
+leaves the current release as it was.
 The short commands of a deploy run through the lock holder's agent (one channel, see
 :mod:`.agent`). Every path goes through ``BoardFiles.path``: nothing outside the install
 directory is touched. The previous release is kept for rollback; after a deploy a failed
@@ -32,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..errors import DeployError
-from .boardfiles import STATE_NAME, BoardFiles
 from . import receiver
+from .boardfiles import STATE_NAME, BoardFiles
 from .connection import HASH_FILES, Board
 from .release import STATE_FORMAT, Release, plan_transfer
 
