@@ -6,9 +6,11 @@ drained."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,9 @@ from q25deploy.build.runtime import build_runtime
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]
-SIZES = [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 9_000_001]
+SIZES = [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (1 << 20) + 1,
+         9_000_001]  # around SHA-256's blocks and padding, and receive's 256 KiB reads
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 IMPL_C = '#include <stdio.h>\n#include "q25tok.h"\nint main(void) { puts(q25_sha256_impl()); return 0; }\n'
 
 
@@ -86,6 +90,23 @@ def test_a_failed_write_is_reported_after_the_input_is_drained(builds, tmp_path)
         # the whole input is taken (no broken pipe for the sender), then the error and exit 1
         r = subprocess.run([str(builds["host"]), "receive", str(dest)], input=data, capture_output=True, check=False)
         assert r.returncode == 1 and r.stdout == b"" and why in r.stderr.decode(), r.stderr
+
+
+def test_receive_widens_the_pipe_it_reads(builds, tmp_path):
+    """A 1 MiB pipe from sshd, so sshd goes on writing while a block is written and hashed."""
+    r, w = os.pipe()
+    try:
+        assert fcntl.fcntl(w, F_GETPIPE_SZ) == 65536
+        proc = subprocess.Popen([str(builds["host"]), "receive", str(tmp_path / "f")], stdin=r, stdout=subprocess.PIPE)
+        os.close(r)
+        deadline = time.monotonic() + 10
+        while fcntl.fcntl(w, F_GETPIPE_SZ) != 1 << 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fcntl.fcntl(w, F_GETPIPE_SZ) == 1 << 20
+        os.write(w, b"abc")
+    finally:
+        os.close(w)
+    assert proc.communicate(timeout=10)[0].decode() == hashlib.sha256(b"abc").hexdigest() + "\n"
 
 
 def test_receive_usage(builds):

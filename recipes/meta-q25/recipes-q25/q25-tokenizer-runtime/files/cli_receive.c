@@ -22,11 +22,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int q25tok_receive_command(int argc, char **argv);
 
-enum { BLOCK = 1 << 20, WRITEBACK_EVERY = 8 << 20 };
+/* BLOCK: small enough to be hashed while still in the cache it was read into, large enough for
+ * few system calls; the pipe from sshd is widened to PIPE_BYTES so that sshd goes on decrypting
+ * into it while a block is written and hashed (with the default 64 KiB pipe the two took turns:
+ * 392 MB took 0.3-0.5 s longer on loopback) */
+enum { BLOCK = 256 << 10, PIPE_BYTES = 1 << 20, WRITEBACK_EVERY = 8 << 20 };
 
 /* fill buf from fd until it is full or the input ends; -1 on a read error */
 static ssize_t read_block(int fd, uint8_t *buf, size_t cap)
@@ -60,6 +65,17 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+static void widen_pipe(int fd)
+{
+#ifdef F_SETPIPE_SZ
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))
+        (void)fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES); /* a hint: above fs.pipe-max-size it stays as it was */
+#else
+    (void)fd;
+#endif
+}
+
 static void start_writeback(int fd, off_t from, off_t to)
 {
 #ifdef SYNC_FILE_RANGE_WRITE
@@ -76,6 +92,7 @@ int q25tok_receive_command(int argc, char **argv)
         return 2;
     }
     const char *path = argv[0];
+    widen_pipe(0);
     uint8_t *buf = malloc(BLOCK);
     if (!buf) {
         fputs("q25tok: receive: out of memory\n", stderr);
