@@ -17,49 +17,19 @@ import os
 import shlex
 import socket
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence
 
 import paramiko
 from fabric import Connection
 
-from ..errors import DeployError, HostKeyError, UsageError
+from ..errors import DeployError, HostKeyError
 from .become import hint as become_hint, prefix as become_prefix
+from .hosts import HostSpec
 
 COMMAND_TIMEOUT = 120
 UPLOAD_TIMEOUT = 3600
 CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    host: str
-    user: str
-    port: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
-
-
-def parse_host(text: str, default_user: str, default_port: int) -> HostSpec:
-    """``[user@]host[:port]`` (IPv6 as ``[addr]:port``); a malformed one is a usage error."""
-    user, _, rest = text.rpartition("@")
-    host, port = rest, str(default_port)
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail:
-            if not tail.startswith(":"):
-                raise UsageError(f"bad host {text!r} (expected [user@]host[:port])")
-            port = tail[1:]
-    elif rest.count(":") == 1:
-        host, port = rest.split(":")
-    if not host or any(c.isspace() or c in "/\\'\"`$;&|<>" for c in host + user):
-        raise UsageError(f"bad host {text!r} (expected [user@]host[:port])")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"bad port in host {text!r}: {port!r} is not a port number (1-65535)")
-    return HostSpec(host, user or default_user, int(port))
 
 
 # Ciphers, MACs, windows: measured on the emulated A53 board (bench/bench_ssh_transport.py,

@@ -18,7 +18,8 @@ from ..schema import BuildInfo
 from . import board_release
 from .become import check as check_become, prefix as become_prefix
 from .boardlock import board_session
-from .connection import Board, HostSpec, parse_host
+from .connection import Board
+from .hosts import HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .release import Release, release_from_build, tokenizer_only
 from .residency import load as load_regions, verify as verify_regions

@@ -17,7 +17,8 @@ import pytest
 from deploy_helpers import INSTALL, deploy, tree, wrapped_board
 from sshd import USER
 
-from q25deploy.deploy.connection import Board, HostSpec
+from q25deploy.deploy.connection import Board
+from q25deploy.deploy.hosts import HostSpec
 from q25deploy.deploy.deployer import BoardFiles
 
 

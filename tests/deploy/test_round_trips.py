@@ -13,7 +13,8 @@ from deploy_helpers import INSTALL, deploy
 from sshd import USER
 
 from q25deploy.cli import main
-from q25deploy.deploy.connection import Board, HostSpec
+from q25deploy.deploy.connection import Board
+from q25deploy.deploy.hosts import HostSpec
 
 
 @pytest.fixture
