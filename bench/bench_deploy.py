@@ -2,12 +2,14 @@
 """Over-the-network updates against their baselines, side by side in one run, to one OpenSSH
 sshd on loopback (started here), with a qemu build of the 0.5B-shaped model (398 MB):
 
-- the raw transfer path (the board receiving with `q25tok receive`, and with the shell's
-  `tee` into sha256) vs `scp` vs paramiko's SFTP put (one 392 MB partition);
+- the raw transfer path (the board receiving with `q25tok receive`, from OpenSSH's `ssh` as
+  `--transfer auto` sends a large file, and from the paramiko session; and the shell's `tee`
+  into sha256) vs `scp` vs paramiko's SFTP put (one 392 MB partition);
 - `deploy --tokenizer-only` of a new image (the board file asks another image alignment)
   vs `scp` of that image alone, smoke test included (goal: at most 2x);
 - `deploy --tokenizer-only` when the image is already there;
-- a full `deploy` (verify and smoke included) vs `scp` of the same files (goal: at least 0.8x);
+- a full `deploy` (verify and smoke included) vs `scp` of the same files (goal: at least 0.8x),
+  and the same with `--transfer paramiko`;
 - an unchanged redeploy and `status` vs two SSH round trips (`ssh host true` twice; goal: at most);
 - `smoke` alone (full, --quick, and --quick without a build: the board's own image).
 
@@ -91,10 +93,10 @@ def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> 
     size, spec, dest = part.stat().st_size, HostSpec(b.address, "root", b.srv.port), b.tmp / "raw"
     dest.mkdir(exist_ok=True)
 
-    def ours(receiver: str | None):
+    def ours(receiver: str | None, transfer: str = "auto"):
         def send():
-            with Board(spec, identity=str(b.key), known_hosts=str(b.kh), trust_new_host=False) as board, \
-                    open(part, "rb") as f:
+            with Board(spec, identity=str(b.key), known_hosts=str(b.kh), trust_new_host=False,
+                       transfer=transfer) as board, open(part, "rb") as f:
                 board.receiver = receiver
                 board.upload(f, size, str(dest / "ours.bin"))
         return send
@@ -104,7 +106,8 @@ def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> 
             board.conn.client.open_sftp().put(str(part), str(dest / "sftp.bin"))
 
     scp, mb = b.best(lambda: b.scp(part)), f"{size / 1e6:.0f} MB"
-    rows = [(f"raw transfer, q25tok receive ({mb})", b.best(ours(str(runtime))), "scp", scp),
+    rows = [(f"raw transfer, q25tok receive via ssh ({mb})", b.best(ours(str(runtime))), "scp", scp),
+            (f"raw transfer, q25tok receive via paramiko ({mb})", b.best(ours(str(runtime), "paramiko")), "scp", scp),
             (f"raw transfer, tee into sha256 ({mb})", b.best(ours(None)), "scp", scp)]
     return rows + ([(f"paramiko SFTP put ({mb})", b.best(sftp_put), "scp", scp)] if sftp else [])
 
@@ -115,8 +118,12 @@ def deploy_rows(b: Bench, build: Path, other: Path, runtime: Path, *, brief: boo
                build / "partition_map.json", *sorted((build / "partitions").iterdir()), runtime]
     rt = ("--runtime-bin", str(runtime))
     fresh = lambda: shutil.rmtree(b.root, ignore_errors=True)  # noqa: E731
-    full = b.best(lambda: b.q25("deploy", build, *rt), before=fresh)
-    rows = [("deploy (full release, verify + smoke)", full, "scp of the same files", b.best(lambda: b.scp(*release)))]
+    scp = b.best(lambda: b.scp(*release))
+    rows = [("deploy (full release, verify + smoke)", b.best(lambda: b.q25("deploy", build, *rt), before=fresh),
+             "scp of the same files", scp),
+            ("deploy --transfer paramiko (full release)",
+             b.best(lambda: b.q25("deploy", build, *rt, "--transfer", "paramiko"), before=fresh), "scp of the same files",
+             scp)]
     trips = 0.0 if brief else b.best(lambda: (b.round_trip(), b.round_trip()))
     rows += [] if brief else [
             ("unchanged redeploy", b.best(lambda: b.q25("deploy", build, *rt)), "2 SSH round trips", trips),

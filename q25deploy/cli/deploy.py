@@ -49,6 +49,12 @@ def add_commands(sub) -> None:
     dp.add_argument("--verify-board", action="store_true",
                     help="also hash the files the board already holds (linked from kept releases) and send again "
                     "any that differs: repairs a board whose kept files were damaged")
+    dp.add_argument("--transfer", choices=("auto", "openssh", "paramiko"), default="auto",
+                    help="how files reach the board's q25tok: auto (default) sends files of 16 MiB and more "
+                    "through OpenSSH's ssh client, logged in with the session's address, user, key and "
+                    "known_hosts (about a third of paramiko's CPU per byte), where it is installed and logs in, "
+                    "else through the session; openssh: every such file through ssh (a login each), or fail; "
+                    "paramiko: always through the session")
     dp.set_defaults(func=cmd_fleet)
     sm = sub.add_parser("smoke", parents=[conn], help="smoke-test what is deployed on boards",
                         description="Run q25tok on each board and compare its ids with the host codec's; check "
@@ -85,7 +91,8 @@ def _fleet(a: argparse.Namespace):
                    known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
                    runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
                    strict=getattr(a, "strict", False), quick=getattr(a, "quick", False),
-                   verify_board=getattr(a, "verify_board", False), become=a.become)
+                   verify_board=getattr(a, "verify_board", False), become=a.become,
+                   transfer=getattr(a, "transfer", "auto"))
     return Fleet(opts, target, pm)
 
 

@@ -6,9 +6,11 @@ loaded and unknown keys are refused (``RejectPolicy``), or recorded in that file
 user said ``--trust-new-host``; a changed key is always refused (paramiko raises before any
 policy is asked). Remote commands are argv lists, quoted with ``shlex`` and wrapped in
 ``timeout``, behind ``sudo -n``/``doas -n`` for a login that is not root (:mod:`.become`).
-Payload goes over a raw session channel running ``tee`` into a hash; inside a session (``with
-board.attached(agent)``) the short commands go through one board-side agent (see :mod:`.agent`)
-instead of a channel each. paramiko's SFTP ``put`` is several times slower than scp.
+A file goes to the board's receiver (``q25tok receive``, else ``tee`` into a hash) over a raw
+session channel, or, when large, through OpenSSH's ``ssh`` logged in as the session is (see
+:mod:`.openssh`); inside a session (``with board.attached(agent)``) the short commands go
+through one board-side agent (see :mod:`.agent`) instead of a channel each. paramiko's SFTP
+``put`` is several times slower than scp.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import paramiko
 from fabric import Connection
 
 from ..errors import DeployError, HostKeyError
+from . import openssh
 from .become import hint as become_hint, prefix as become_prefix
 from .hosts import HostSpec
 
@@ -97,8 +100,8 @@ class Board:
     """A connected board. Use as a context manager."""
 
     def __init__(self, spec: HostSpec, *, identity: str | None, known_hosts: str | None, trust_new_host: bool,
-                 connect_timeout: float = 15.0, become: str = "none") -> None:
-        self.spec = spec
+                 connect_timeout: float = 15.0, become: str = "none", transfer: str = "auto") -> None:
+        self.spec, self.transfer = spec, transfer
         self.become, self._become = become, become_prefix(become)  # sudo -n / doas -n for a login that is not root
         kwargs = {"look_for_keys": identity is None, "allow_agent": identity is None, "banner_timeout": connect_timeout,
                   "auth_timeout": connect_timeout, "channel_timeout": connect_timeout, "transport_factory": _transport}
@@ -126,6 +129,15 @@ class Board:
         except (OSError, socket.timeout, EOFError) as e:
             raise DeployError(f"{spec.name}: cannot connect: {e}") from None
         self.transport = client.get_transport()
+        # large files through OpenSSH's ssh where it logs in as this session did (see openssh.py)
+        self.bulk = None if transfer == "paramiko" else openssh.Bulk.for_session(
+            self.conn, self.transport, known_hosts=str(path), identity=identity, connect_timeout=connect_timeout,
+            ciphers=CIPHERS, macs=MACS)
+        if self.bulk is None and transfer == "openssh":
+            self.close()
+            raise DeployError(f"{spec.name}: --transfer openssh: no ssh client on PATH, or the session goes "
+                              "through a gateway")
+        self.notes: list[str] = []  # what the user should know about this session (a fallback)
         self.agent = None  # the session's agent (see attached)
         self.receiver: str | None = None  # a q25tok that receives uploads (see receiver.py), else the shell's
 
@@ -146,6 +158,8 @@ class Board:
         self.close()
 
     def close(self) -> None:
+        if self.bulk is not None:
+            self.bulk.close()
         try:
             self.conn.close()
         except Exception:  # closing a dead connection must not hide the real error
@@ -197,8 +211,44 @@ class Board:
     def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> str:
         """Stream ``size`` bytes into ``dest`` on the board; the board hashes them as it writes
         them (``q25tok receive``, else ``tee`` into a sha256: one pass). Returns the board's
-        sha256 of what it wrote."""
+        sha256 of what it wrote. Through ``ssh`` (:mod:`.openssh`) where the session can, to
+        ``q25tok receive`` only (its status says whether it wrote): a large file, or with
+        ``transfer="openssh"`` every file."""
         argv = [self.receiver, "receive", dest] if self.receiver else ["sh", "-c", RECEIVE, "sh", dest]
+        result = None
+        if self.bulk is not None and self.receiver and (size >= openssh.MIN_SIZE or self.transfer == "openssh"):
+            result = self._upload_openssh(argv, src, size, dest, progress)
+        status, out, err = result or self._upload_paramiko(argv, src, size, dest, progress)
+        words = out.split()
+        if status != 0 or (err and result is None) or not words:
+            msg = (err or out).decode("utf-8", "replace").strip().splitlines()
+            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status}: {msg[-1] if msg else 'no output'})")
+        return words[0].decode("ascii", "replace")
+
+    def expect_upload(self, size: int) -> None:
+        """A file of ``size`` bytes is coming: where it would go through ``ssh``, log that in now."""
+        if self.bulk is not None and (size >= openssh.MIN_SIZE or self.transfer == "openssh"):
+            self.bulk.warm()
+
+    def _upload_openssh(self, argv, src, size: int, dest: str, progress) -> tuple[int, bytes, bytes] | None:
+        """None: ``ssh`` did not log in (paramiko sends this file and the rest)."""
+        cmd = shlex.join([*self._become, "timeout", str(UPLOAD_TIMEOUT), *argv])
+        try:
+            status, out, err = self.bulk.upload(cmd, src, size, progress, UPLOAD_TIMEOUT + 30)
+        except openssh.Unavailable as e:
+            if self.transfer == "openssh":
+                raise DeployError(f"{self.spec.name}: --transfer openssh: ssh did not log in: {e}") from None
+            self.bulk = None
+            self.notes.append(f"OpenSSH's ssh did not log in as the session did ({e}); sent with paramiko")
+            return None
+        except (OSError, EOFError) as e:
+            raise DeployError(f"{self.spec.name}: uploading {os.path.basename(dest)}: {e}") from None
+        if status == 255:  # ssh's own failure, not the receiver's
+            raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
+                              f"{openssh.last_line(err) or 'ssh exited with 255'}")
+        return status, out, err
+
+    def _upload_paramiko(self, argv, src, size: int, dest: str, progress) -> tuple[int, bytes, bytes]:
         chan = self._channel(argv, UPLOAD_TIMEOUT)
         sent = 0
         buf = bytearray(CHUNK)
@@ -214,17 +264,12 @@ class Board:
                     progress(n)
             chan.shutdown_write()
             out, err = _drain(chan)
-            status = chan.recv_exit_status()
+            return chan.recv_exit_status(), out, err
         except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
             raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
                               f"{e}") from None
         finally:
             _close(chan)
-        words = out.split()
-        if status != 0 or err or not words:
-            msg = (err or out).decode("utf-8", "replace").strip().splitlines()
-            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status}: {msg[-1] if msg else 'no output'})")
-        return words[0].decode("ascii", "replace")
 
 
 # the board's fastest sha256 as $h (reads stdin, prints the hex digest first): OpenSSL's uses the

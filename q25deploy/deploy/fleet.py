@@ -44,6 +44,7 @@ class Options:
     quick: bool = False  # smoke: skip the partition hashes
     verify_board: bool = False  # deploy: hash the board's kept files too, send again what differs
     become: str | None = None  # --become: overrides the board file's [ssh] become
+    transfer: str = "auto"  # deploy --transfer: large files through OpenSSH's ssh (auto, openssh) or paramiko
 
 
 def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
@@ -125,7 +126,7 @@ class Fleet:
     # -- per host -------------------------------------------------------------------------
     def _connect(self, spec: HostSpec) -> Board:
         board = Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
-                      trust_new_host=self.opts.trust_new_host, become=self.become)
+                      trust_new_host=self.opts.trust_new_host, become=self.become, transfer=self.opts.transfer)
         try:
             check_become(board)  # a board that would ask for a password is refused here, in one line
         except DeployError:
@@ -149,6 +150,8 @@ class Fleet:
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
+            if not self.opts.tokenizer_only:  # while the board is locked and read (the image alone is small)
+                board.expect_upload(max(f.size for f in release.files))
             files = self._files(board)
             with files.lock():  # one deploy per board; what a cut left is settled first
                 state, notes = files.reconcile()
@@ -174,6 +177,7 @@ class Fleet:
                     res.warnings.insert(0, f"first attempt failed ({first.error}); retried with the board's "
                                            "kept files hashed")
                 res.warnings[:0] = notes
+                res.warnings += board.notes
                 return res
 
     def smoke_one(self, spec: HostSpec) -> HostResult:

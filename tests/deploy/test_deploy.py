@@ -59,7 +59,10 @@ def test_deploy_smoke_status_redeploy_rollback(tmp_path, capsys, ssh, models, q2
     assert {p.relative_to(root).parts[:3] for p in root.rglob("*") if p.is_file()} == {("lib", "firmware", "q25")}
 
 
-def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp_path, capsys, ssh, models, q25tok):
+@pytest.mark.parametrize("transfer", ["paramiko", "openssh"])
+def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp_path, capsys, ssh, models, q25tok,
+                                                                               transfer):
+    """The proxy cuts each connection after 3 MiB: the session's, or ssh's carrying the image."""
     srv, root = ssh["servers"][1], tmp_path / "board"
     assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
     kh = srv.known_hosts(tmp_path / "kh")
@@ -68,11 +71,11 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp
         kh.write_text(srv.host_line.replace(f"]:{srv.port}", f"]:{proxy.port}") + "\n")
         argv = ["deploy", "--target", "qemu", "--host", f"{USER}@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
                 "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root),
-                "--runtime-bin", str(q25tok), "--json"]
+                "--runtime-bin", str(q25tok), "--transfer", transfer, "--json"]
         capsys.readouterr()
         assert main(argv) == 13
         res = json.loads(capsys.readouterr().out)
-        assert proxy.cut.is_set() and not res[0]["ok"] and "connection" in res[0]["error"]
+        assert proxy.cut.is_set() and not res[0]["ok"] and "connection lost while uploading" in res[0]["error"], res
     finally:
         proxy.close()
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="smoke")  # the old release is intact
@@ -105,12 +108,14 @@ ssize_t read(int fd, void *buf, size_t n)
 """
 
 
-@pytest.mark.parametrize("receiver", ["q25tok receive", "tee into sha256"])
+@pytest.mark.parametrize("receiver", ["q25tok receive", "q25tok receive through ssh", "tee into sha256"])
 def test_corrupted_upload_is_caught_by_the_board(tmp_path, capsys, ssh, models, q25tok, receiver):
     """The receiver writes and hashes the bytes it got, and the digest gives them away: the
-    release's q25tok receiving, and the shell's tee (the board's q25tok predates receive)."""
+    release's q25tok receiving (from the session, or from OpenSSH's ssh), and the shell's tee
+    (the board's q25tok predates receive)."""
     good, root = ssh["servers"][2], tmp_path / "board"
-    runtime = q25tok if receiver == "q25tok receive" else older_q25tok(tmp_path, q25tok)
+    runtime = q25tok if receiver.startswith("q25tok receive") else older_q25tok(tmp_path, q25tok)
+    transfer = ("--transfer", "openssh" if receiver.endswith("ssh") else "paramiko")
     assert deploy(capsys, ssh, good, root, models["A"], runtime=runtime)[0] == 0
     releases = root / "lib/firmware/q25/releases"
     before = sorted(p.name for p in releases.iterdir())
@@ -119,7 +124,7 @@ def test_corrupted_upload_is_caught_by_the_board(tmp_path, capsys, ssh, models, 
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "flip_reads.c"), "-ldl"], check=True)
     bad = SSHServer(tmp_path / "bad", ssh["key"], env={"LD_PRELOAD": str(shim)})
     try:
-        code, res, _ = deploy(capsys, ssh, bad, root, models["B"], runtime=runtime)
+        code, res, _ = deploy(capsys, ssh, bad, root, models["B"], *transfer, runtime=runtime)
         assert code == 13 and "verify failed" in res[0]["error"], res
     finally:
         bad.stop()

@@ -40,8 +40,11 @@ def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64
     assert {ln.split()[1]: ln.split()[0] for ln in out.splitlines()} == {x["file"]: x["sha256"] for x in pmap["regions"]}
     assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
 
-    code, res = q25(capsys, board.q25("deploy", build_b, "--strict", "--runtime-bin", str(q25tok_aarch64)))
+    # B's files through OpenSSH's ssh client (logged in ahead, BusyBox's sh reading the command)
+    code, res = q25(capsys, board.q25("deploy", build_b, "--strict", "--runtime-bin", str(q25tok_aarch64),
+                                      "--transfer", "openssh"))
     assert code == 0 and res[0]["ok"] and res[0]["previous"] == release_a, res
+    assert res[0]["files_sent"] >= 2 and not any("ssh" in w for w in res[0]["warnings"]), res
     release_b = res[0]["release"]
     assert res[0]["files_linked"] >= 1  # q25tok was on the board already
     assert resident(board, build_b, tmp_path) and not resident(board, a, tmp_path)

@@ -37,7 +37,8 @@ def test_a_user_with_sudo_deploys_smokes_and_rolls_back(board, builds, build_b, 
     assert res[0]["residency"]["state"] == "resident" and resident(board, a, tmp_path)  # /dev/mem as root
     release_a = res[0]["release"]
     assert owners(board, INSTALL) == {"root"}  # written as root, as the image's own files are
-    code, res = q25(capsys, user.q25("deploy", build_b, "--strict", "--runtime-bin", rt, "--become", "sudo"))
+    code, res = q25(capsys, user.q25("deploy", build_b, "--strict", "--runtime-bin", rt, "--become", "sudo",
+                                     "--transfer", "openssh"))  # sudo in front of q25tok receive, from ssh
     assert code == 0 and res[0]["previous"] == release_a and resident(board, build_b, tmp_path), res[0]["error"]
     code, res = q25(capsys, user.q25("rollback", build_b, "--become", "sudo"))
     assert code == 0 and res[0]["release"] == release_a

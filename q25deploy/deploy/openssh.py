@@ -1,0 +1,285 @@
+"""Large uploads through OpenSSH's ``ssh`` client, beside the paramiko session.
+
+paramiko builds every 32 KiB packet in Python: a 392 MB partition costs it 2.3 s of CPU on
+this machine, OpenSSH's ``ssh`` 0.8 s (AES-GCM both). Where the workstation's CPU is what
+limits the deploy (the board on loopback, several boards under ``--jobs``, a fast link), a
+file of :data:`MIN_SIZE` or more goes through one ``ssh`` process that runs the same
+receiver command on the board; everything else stays on the paramiko session.
+
+That ``ssh`` logs in only as the session did, and is told so explicitly, with no user or
+system ``ssh_config`` (``-F none``) that could send it elsewhere:
+
+- the peer address and port the session's socket reached (no ``ProxyJump``: a session
+  through a gateway sends with paramiko);
+- the session's user, and the ``--identity`` key alone (``IdentitiesOnly``, no agent), or,
+  without one, the agent and the default keys, as paramiko looks for them;
+- the known_hosts file the session checked, under the name paramiko looked up
+  (``HostKeyAlias``), ``StrictHostKeyChecking=yes``, and nothing written back to it;
+- ``BatchMode`` (never a prompt) and the session's cipher and MAC order; key exchanges
+  post-quantum first where the client has ML-KEM, then those paramiko offers (OpenSSH 9's
+  ``sntrup761`` costs 0.15 s of CPU per login here, an A53 several times that).
+
+The remote command prints a ready line before the receiver starts. An ``ssh`` that exits
+before it could not log in (or is not OpenSSH): the file goes through paramiko, and so do the
+later ones. After the ready line, any failure fails the upload.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import BinaryIO, Callable
+
+# paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
+# it hidden by Bulk.warm) from about this size
+MIN_SIZE = 16 << 20
+READY = b"q25deploy: receiving"
+CHUNK = 1 << 20
+PIPE_BYTES = 1 << 20
+KEX = ("mlkem768x25519-sha256", "curve25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nistp256",
+       "ecdh-sha2-nistp384", "ecdh-sha2-nistp521", "diffie-hellman-group16-sha512",
+       "diffie-hellman-group-exchange-sha256", "diffie-hellman-group14-sha256")
+
+
+class Unavailable(Exception):
+    """``ssh`` did not reach the board's shell (no login, not OpenSSH): send with paramiko."""
+
+
+@dataclass(frozen=True)
+class Login:
+    """What the paramiko session logged in with, for ``ssh`` to do the same."""
+
+    address: str  # the peer the session's socket reached
+    port: int
+    user: str
+    host_key_alias: str  # the name paramiko checked in known_hosts ("[host]:port" off port 22)
+    known_hosts: str
+    identity: str | None
+    connect_timeout: float
+    ciphers: tuple[str, ...]
+    macs: tuple[str, ...]
+
+
+@lru_cache(maxsize=None)
+def _supported(client: str, kind: str) -> frozenset[str]:
+    """``ssh -Q kind``: an algorithm ``ssh`` does not know makes it refuse the whole list."""
+    try:
+        out = subprocess.run([client, "-Q", kind], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(out.split())
+
+
+def _config_path(path: str) -> str | None:
+    """A path as an ``ssh -o`` value: ``%`` escaped; None where ``ssh`` would split or expand it."""
+    path = os.path.abspath(path)
+    if any(c.isspace() or c in "\"'\\" for c in path) or "${" in path:
+        return None
+    return path.replace("%", "%%")
+
+
+def ssh_argv(client: str, login: Login, command: str) -> list[str] | None:
+    """The ``ssh`` command line for ``command`` on the board, or None where ``ssh`` cannot be
+    told exactly what the session used (a path it would expand, no common algorithm)."""
+    known_hosts = _config_path(login.known_hosts)
+    identity = _config_path(login.identity) if login.identity else ""
+    pick = lambda ours, kind: ",".join(a for a in ours if a in _supported(client, kind))  # noqa: E731
+    ciphers, macs, kex = pick(login.ciphers, "cipher"), pick(login.macs, "mac"), pick(KEX, "kex")
+    if known_hosts is None or identity is None or not (ciphers and macs and kex):
+        return None
+    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": known_hosts,
+            "GlobalKnownHostsFile": "/dev/null", "HostKeyAlias": login.host_key_alias.replace("%", "%%"),
+            "CheckHostIP": "no", "UpdateHostKeys": "no", "LogLevel": "ERROR",
+            "ConnectTimeout": str(max(1, round(login.connect_timeout))), "ServerAliveInterval": "15",
+            "ServerAliveCountMax": "4", "Compression": "no", "Ciphers": ciphers, "MACs": macs, "KexAlgorithms": kex}
+    if identity:
+        opts.update(IdentityFile=identity, IdentitiesOnly="yes", IdentityAgent="none")
+    argv = [client, "-F", "none", "-T", "-x", "-a", "-p", str(login.port), "-l", login.user]
+    for key, value in opts.items():
+        argv += ["-o", f"{key}={value}"]
+    return [*argv, "--", login.address, command]
+
+
+def find_client() -> str | None:
+    return shutil.which("ssh")
+
+
+def _collect(stream, sink: bytearray, ready: threading.Event | None = None) -> None:
+    """``stream`` into ``sink``; with ``ready``: what comes before the ready line (a board's
+    shell start-up may print) is dropped, and ``ready`` is set when it arrives."""
+    while ready is not None and not ready.is_set():
+        line = stream.readline()
+        if not line:
+            return  # ended before it: ssh did not log in
+        if line.rstrip(b"\n") == READY:
+            ready.set()
+    for block in iter(lambda: stream.read(65536), b""):
+        sink += block
+
+
+def _feed(src: BinaryIO, size: int, out: int, progress: Callable[[int], None] | None) -> None:
+    """``size`` bytes of ``src`` into the pipe ``out``: sendfile where ``src`` is a file (no
+    copy through Python), read and write otherwise."""
+    sent = 0
+    try:
+        fd, offset = src.fileno(), src.tell()
+    except (AttributeError, OSError, ValueError):
+        fd = offset = None
+    while sent < size:
+        want = min(CHUNK, size - sent)
+        n = 0
+        if fd is not None:
+            try:
+                n = os.sendfile(out, fd, offset + sent, want)
+            except OSError as e:
+                if e.errno not in (errno.EINVAL, errno.ENOSYS):  # not a pair that sendfiles: copy
+                    raise
+                src.seek(offset + sent)
+                fd = None
+        if fd is None:
+            view = memoryview(src.read(want))
+            n = len(view)
+            while view:
+                view = view[os.write(out, view):]
+        if n == 0:
+            raise EOFError("the local file ended early")
+        sent += n
+        if progress:
+            progress(n)
+
+
+def _widen(pipe: int) -> None:
+    """A 1 MiB pipe into ``ssh``: with the default 64 KiB, ``ssh`` and the feeder took turns."""
+    try:
+        fcntl.fcntl(pipe, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass  # above fs.pipe-max-size, or not Linux: it stays as it was
+
+
+class _Login:
+    """One ``ssh`` process; the board's shell prints :data:`READY` once it is logged in."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     bufsize=0)
+        self.out, self.err, self.ready = bytearray(), bytearray(), threading.Event()
+        self.readers = [threading.Thread(target=_collect, args=(self.proc.stdout, self.out, self.ready), daemon=True),
+                        threading.Thread(target=_collect, args=(self.proc.stderr, self.err), daemon=True)]
+        for t in self.readers:
+            t.start()
+
+    def wait_ready(self, timeout: float) -> None:
+        """:class:`Unavailable` (the process closed) when ``ssh`` ended before the ready line."""
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.02):
+            if self.proc.poll() is not None:
+                self.readers[0].join()
+                if not self.ready.is_set():
+                    self.close()
+                    raise Unavailable(last_line(self.err) or f"ssh exited with {self.proc.returncode}")
+            elif time.monotonic() > deadline:
+                self.close()
+                raise Unavailable(f"no login in {timeout:.0f} s")
+
+    def send(self, line: bytes, src: BinaryIO, size: int, progress, timeout: float) -> tuple[int, bytes, bytes]:
+        """``line`` (the command line a waiting shell reads, or nothing), then ``size`` bytes of
+        ``src``; returns (status, stdout after the ready line, stderr) and closes."""
+        try:
+            stdin = self.proc.stdin.fileno()
+            _widen(stdin)
+            if line:
+                os.write(stdin, line)  # a few hundred bytes into an empty 1 MiB pipe: all of it
+            _feed(src, size, stdin, progress)
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # ssh or the receiver ended early: its status and message say why
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            self.close()
+        return self.proc.returncode, bytes(self.out), bytes(self.err)
+
+    def close(self) -> None:
+        """End the process: EOF first (a waiting shell's read fails and it exits), then a kill."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for t in self.readers:
+            t.join(timeout=5)
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+def last_line(data: bytes | bytearray) -> str:
+    lines = bytes(data).decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+class Bulk:
+    """Uploads of one board session through ``ssh`` (see the module text)."""
+
+    def __init__(self, client: str, login: Login) -> None:
+        self.client, self.login = client, login
+        self._lock = threading.Lock()
+        self._waiting: _Login | None = None  # logged in ahead (warm), for the next upload
+
+    @classmethod
+    def for_session(cls, conn, transport, *, known_hosts: str, identity: str | None, connect_timeout: float,
+                    ciphers: tuple[str, ...], macs: tuple[str, ...]) -> "Bulk | None":
+        """For a fabric ``conn`` logged in over ``transport``; None without an ``ssh`` client or
+        where the session did not reach the board directly (a gateway, a proxy command)."""
+        client, sock = find_client(), getattr(transport, "sock", None)
+        if client is None or getattr(conn, "gateway", None) or not isinstance(sock, socket.socket):
+            return None
+        try:
+            address, port = sock.getpeername()[:2]
+        except OSError:
+            return None
+        alias = conn.host if conn.port == 22 else f"[{conn.host}]:{conn.port}"  # as paramiko looks it up
+        return cls(client, Login(address, port, conn.user, alias, known_hosts, identity, connect_timeout,
+                                 ciphers, macs))
+
+    def warm(self) -> None:
+        """Log in now, ahead of the first file (a login took 0.15 s here): the board's shell
+        then waits for that upload's command line."""
+        argv = ssh_argv(self.client, self.login, f"echo {shlex.quote(READY.decode())} && IFS= read -r c && eval \"$c\"")
+        with self._lock:
+            if argv is not None and self._waiting is None:
+                self._waiting = _Login(argv)
+
+    def upload(self, command: str, src: BinaryIO, size: int, progress, timeout: float) -> tuple[int, bytes, bytes]:
+        """``command`` (a quoted shell command line) on the board with ``size`` bytes of ``src``
+        on its standard input: (status, stdout, stderr). :class:`Unavailable` when ``ssh``
+        cannot be told what the session used or does not log in."""
+        with self._lock:
+            login, self._waiting = self._waiting, None
+        line = command.encode() + b"\n"
+        if login is None or b"\n" in command.encode():  # none waiting, or a line the shell's read would cut
+            if login is not None:
+                login.close()
+            argv = ssh_argv(self.client, self.login, f"echo {shlex.quote(READY.decode())} && {command}")
+            if argv is None:
+                raise Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
+            login, line = _Login(argv), b""
+        login.wait_ready(self.login.connect_timeout + 30)
+        return login.send(line, src, size, progress, timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            login, self._waiting = self._waiting, None
+        if login is not None:
+            login.close()
