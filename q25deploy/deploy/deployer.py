@@ -100,14 +100,17 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
            smoke: Callable[[bool], dict], progress: Callable[[str], None] = lambda s: None,
            load: Callable[[], dict] | None = None, state: dict | None = None, verify_links: bool = False,
-           sent: Callable[[int], None] | None = None, receivers: Sequence[str] = ()) -> HostResult:
+           sent: Callable[[int], None] | None = None, receivers: Sequence[str] = (),
+           sending: Callable[[], None] = lambda: None) -> HostResult:
     """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it):
     stage what the board lacks (hashed on the board as it is written), promote it, switch,
     smoke-test, then prune older releases or roll back. ``load`` puts the current release's
     partitions into their reserved regions (after the switch, and again after switching back);
     ``smoke(quick)``: quick after this deploy proved the files. ``verify_links``: the board
     also hashes the files it links from kept releases and any that differ is sent again.
-    ``receivers``: the board's q25tok paths to try as the uploads' receiver."""
+    ``receivers``: the board's q25tok paths to try as the uploads' receiver. ``sending()`` is
+    called once the release's files are on their way: the caller's own work then waits on
+    nothing (a large file goes through an ``ssh`` process)."""
     res = HostResult(board.spec.name, release=release.id)
     if state is None:
         state, res.warnings = files.reconcile()
@@ -119,7 +122,7 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
             return _check_deployed(res, state, smoke, load)
         transfer = plan_transfer(release, state)
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
-        staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers)
+        staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id)], stdin=release.description)
         return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
     except DeployError as e:  # the result keeps what was sent before it failed
@@ -141,7 +144,7 @@ def _check_deployed(res: HostResult, state: dict, smoke, load) -> HostResult:
 
 
 def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: HostResult, progress,
-           verify_links: bool, sent, receivers: Sequence[str]) -> str:
+           verify_links: bool, sent, receivers: Sequence[str], sending) -> str:
     """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded and
     hashed as they are written; a digest that differs fails the deploy (``current`` untouched)."""
     staging = files.path(f"releases/.incoming-{release.id}")
@@ -172,7 +175,9 @@ def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: Hos
         first = {f.rel for f, _ in done}
         rest = sorted((f for f in uploads if f.rel not in first), key=lambda f: -f.size)
         with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
-            bad = [f.rel for f, digest in [*done, *pool.map(one, rest)] if digest != f.sha256]
+            sent_now = pool.map(one, rest)
+            sending()
+            bad = [f.rel for f, digest in [*done, *sent_now] if digest != f.sha256]
     except DeployError:
         _drop(board, staging)
         raise
