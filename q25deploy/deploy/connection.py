@@ -227,7 +227,7 @@ class Board:
 
     def expect_upload(self, size: int) -> None:
         """A file of ``size`` bytes is coming: where it would go through ``ssh``, log that in now."""
-        if self.bulk is not None and (size >= openssh.MIN_SIZE or self.transfer == "openssh"):
+        if self.bulk is not None and size and (size >= openssh.MIN_SIZE or self.transfer == "openssh"):
             self.bulk.warm()
 
     def _upload_openssh(self, argv, src, size: int, dest: str, progress) -> tuple[int, bytes, bytes] | None:

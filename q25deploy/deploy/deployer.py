@@ -121,6 +121,7 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
             progress("already deployed: nothing to send")
             return _check_deployed(res, state, smoke, load)
         transfer = plan_transfer(release, state)
+        board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id)], stdin=release.description)

@@ -150,8 +150,6 @@ class Fleet:
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
-            if not self.opts.tokenizer_only:  # while the board is locked and read (the image alone is small)
-                board.expect_upload(max(f.size for f in release.files))
             files = self._files(board)
             with files.lock():  # one deploy per board; what a cut left is settled first
                 state, notes = files.reconcile()
