@@ -29,63 +29,11 @@ from ..errors import DeployError, HostKeyError
 from . import openssh
 from .become import hint as become_hint, prefix as become_prefix
 from .hosts import HostSpec
+from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
 COMMAND_TIMEOUT = 120
 UPLOAD_TIMEOUT = 3600
 CHUNK = 1 << 20
-
-
-# Ciphers, MACs, windows: measured on the emulated A53 board (bench/bench_ssh_transport.py,
-# issue 11 defect 7; figures in docs/boards.md). AES-GCM first: encryption and integrity in
-# one C call per packet; to OpenSSH 9.2 it uploads 10.4 MB/s (board CPU 144 ms/MB). Dropbear
-# (2022.83 to 2025.88) is built without GCM and paramiko has no chacha20-poly1305, so with
-# dropbear it is CTR + HMAC: aes128-ctr before aes256-ctr (less board CPU), and hmac-sha1 is
-# no faster than hmac-sha2-256 there (board CPU 186-253 vs 190-219 ms/MB over two runs with
-# -W 1 MiB and 4 MiB: the noise of a shared host), so SHA-2 comes first (dropbear 2025.88
-# drops hmac-sha1 by default); encrypt-then-MAC first for servers that have it. Compression
-# off: weights do not compress and zlib would cost the board's CPU.
-CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr", "aes192-ctr")
-MACS = ("hmac-sha2-256-etm@openssh.com", "hmac-sha2-256", "hmac-sha2-512-etm@openssh.com", "hmac-sha2-512",
-        "hmac-sha1")
-# Our receive windows govern only what the board sends us (command output, reads: 64 MiB vs
-# paramiko's 2 MiB measured alike, 4.0 vs 3.7 MB/s); an upload is paced by the board's
-# window, which dropbear keeps at 24 KiB unless started with -W: Board.upload 2.8 MB/s at
-# 24 KiB, 6.0 at -W 1 MiB, 6.8 at 4 MiB (the layer's dropbear bbappend, board file [ssh]
-# dropbear_receive_window). The packet size is the largest dropbear takes (32768).
-CLIENT_WINDOW = 64 << 20  # the transport's default, for every channel we open without one
-CHANNEL_WINDOW = 16 << 20
-MAX_PACKET = 32768
-
-
-def _preferred(ours: tuple[str, ...], available) -> list[str]:
-    return [c for c in ours if c in available] + [c for c in available if c not in ours]
-
-
-def _transport(sock, **kwargs) -> paramiko.Transport:
-    # Nagle's algorithm held each request that follows a small write (a channel open, an exec)
-    # until the board's delayed ACK: 40 ms a command on loopback, measured. Every packet goes
-    # out in one write, so nothing is gained by holding them.
-    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    t = paramiko.Transport(sock, default_window_size=CLIENT_WINDOW, default_max_packet_size=MAX_PACKET, **kwargs)
-    opts = t.get_security_options()
-    opts.ciphers = _preferred(CIPHERS, opts.ciphers)
-    opts.digests = _preferred(MACS, opts.digests)
-    opts.compression = ["none"]
-    return t
-
-
-class _RecordNewHost(paramiko.MissingHostKeyPolicy):
-    """--trust-new-host: accept an unknown key and write it to the known_hosts file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def missing_host_key(self, client, hostname, key):
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="ascii") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
 def _close(chan) -> None:
@@ -104,7 +52,7 @@ class Board:
         self.spec, self.transfer = spec, transfer
         self.become, self._become = become, become_prefix(become)  # sudo -n / doas -n for a login that is not root
         kwargs = {"look_for_keys": identity is None, "allow_agent": identity is None, "banner_timeout": connect_timeout,
-                  "auth_timeout": connect_timeout, "channel_timeout": connect_timeout, "transport_factory": _transport}
+                  "auth_timeout": connect_timeout, "channel_timeout": connect_timeout, "transport_factory": transport_factory}
         if identity:
             kwargs["key_filename"] = [identity]
         self.conn = Connection(spec.host, user=spec.user, port=spec.port, connect_timeout=connect_timeout,
@@ -115,7 +63,7 @@ class Board:
             client.load_host_keys(str(path))
         elif known_hosts:
             raise HostKeyError(f"{known_hosts}: no such known_hosts file")
-        client.set_missing_host_key_policy(_RecordNewHost(path) if trust_new_host else paramiko.RejectPolicy())
+        client.set_missing_host_key_policy(RecordNewHost(path) if trust_new_host else paramiko.RejectPolicy())
         try:
             self.conn.open()
         except paramiko.BadHostKeyException:

@@ -15,6 +15,7 @@ from sshd import USER
 from q25deploy.cli import main
 from q25deploy.deploy.connection import Board
 from q25deploy.deploy.hosts import HostSpec
+from q25deploy.deploy.session import QuickAckSocket
 
 
 @pytest.fixture
@@ -123,12 +124,21 @@ def _sent_files(build):
     return [build / p for p, v in b.items() if (p in names or p.startswith("partitions/")) and a.get(p) != v]
 
 
-def test_requests_go_out_at_once(ssh):
+def test_requests_and_acknowledgements_go_out_at_once(ssh):
     """TCP_NODELAY on the board connection: with Nagle's algorithm each channel open or exec
-    that followed a small write waited for the board's delayed ACK (40 ms each, measured)."""
+    that followed a small write waited for the board's delayed ACK (40 ms each, measured).
+    And quick ACKs: sshd holds a reply's second small packet until we acknowledge the first
+    (the board lock waited 40 ms for it): the socket leaves delayed-ACK mode before each read,
+    where a plain socket settles in it after a few exchanges."""
     srv = ssh["servers"][0]
     kh = srv.known_hosts(ssh["key"].parent / f"known_hosts_nodelay_{srv.port}")
     with Board(HostSpec("127.0.0.1", USER, srv.port), identity=str(ssh["key"]), known_hosts=str(kh),
                trust_new_host=False) as board:
-        assert board.transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
-        assert board.run(["echo", "hi"])[1] == b"hi\n"
+        sock = board.transport.sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert isinstance(sock, QuickAckSocket)
+        quick = []
+        for _ in range(10):
+            assert board.run(["echo", "hi"])[1] == b"hi\n"
+            quick.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK))
+        assert any(quick), quick

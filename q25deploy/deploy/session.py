@@ -1,0 +1,80 @@
+"""The paramiko session to a board: algorithms, windows and socket options measured for our
+boards, and the policy that records a new host key when the user asked for it."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import paramiko
+
+
+# Ciphers, MACs, windows: measured on the emulated A53 board (bench/bench_ssh_transport.py,
+# issue 11 defect 7; figures in docs/boards.md). AES-GCM first: encryption and integrity in
+# one C call per packet; to OpenSSH 9.2 it uploads 10.4 MB/s (board CPU 144 ms/MB). Dropbear
+# (2022.83 to 2025.88) is built without GCM and paramiko has no chacha20-poly1305, so with
+# dropbear it is CTR + HMAC: aes128-ctr before aes256-ctr (less board CPU), and hmac-sha1 is
+# no faster than hmac-sha2-256 there (board CPU 186-253 vs 190-219 ms/MB over two runs with
+# -W 1 MiB and 4 MiB: the noise of a shared host), so SHA-2 comes first (dropbear 2025.88
+# drops hmac-sha1 by default); encrypt-then-MAC first for servers that have it. Compression
+# off: weights do not compress and zlib would cost the board's CPU.
+CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr", "aes192-ctr")
+MACS = ("hmac-sha2-256-etm@openssh.com", "hmac-sha2-256", "hmac-sha2-512-etm@openssh.com", "hmac-sha2-512",
+        "hmac-sha1")
+# Our receive windows govern only what the board sends us (command output, reads: 64 MiB vs
+# paramiko's 2 MiB measured alike, 4.0 vs 3.7 MB/s); an upload is paced by the board's
+# window, which dropbear keeps at 24 KiB unless started with -W: Board.upload 2.8 MB/s at
+# 24 KiB, 6.0 at -W 1 MiB, 6.8 at 4 MiB (the layer's dropbear bbappend, board file [ssh]
+# dropbear_receive_window). The packet size is the largest dropbear takes (32768).
+CLIENT_WINDOW = 64 << 20  # the transport's default, for every channel we open without one
+CHANNEL_WINDOW = 16 << 20
+MAX_PACKET = 32768
+
+
+def _preferred(ours: tuple[str, ...], available) -> list[str]:
+    return [c for c in ours if c in available] + [c for c in available if c not in ours]
+
+
+class QuickAckSocket(socket.socket):
+    """Acknowledges what it receives at once (TCP_QUICKACK before each read: the kernel goes
+    back to delayed ACKs by itself). sshd runs exec sessions with Nagle's algorithm, so a
+    reply's second small packet (the lock's "acquired" after the exec's success) waited for
+    our delayed ACK: taking the board lock cost 57 ms on loopback, 15 ms with this."""
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        try:
+            self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        except OSError:
+            pass
+        return super().recv(bufsize, flags)
+
+
+def transport_factory(sock, **kwargs) -> paramiko.Transport:
+    # Nagle's algorithm held each request that follows a small write (a channel open, an exec)
+    # until the board's delayed ACK: 40 ms a command on loopback, measured. Every packet goes
+    # out in one write, so nothing is gained by holding them.
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if hasattr(socket, "TCP_QUICKACK"):  # Linux
+            timeout = sock.gettimeout()
+            sock = QuickAckSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+            sock.settimeout(timeout)
+    t = paramiko.Transport(sock, default_window_size=CLIENT_WINDOW, default_max_packet_size=MAX_PACKET, **kwargs)
+    opts = t.get_security_options()
+    opts.ciphers = _preferred(CIPHERS, opts.ciphers)
+    opts.digests = _preferred(MACS, opts.digests)
+    opts.compression = ["none"]
+    return t
+
+
+class RecordNewHost(paramiko.MissingHostKeyPolicy):
+    """--trust-new-host: accept an unknown key and write it to the known_hosts file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def missing_host_key(self, client, hostname, key):
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="ascii") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
