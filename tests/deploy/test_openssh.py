@@ -28,21 +28,23 @@ BIG = openssh.MIN_SIZE + 12345  # a large file: sent through ssh under --transfe
 
 @pytest.fixture
 def spy(tmp_path, monkeypatch) -> Path:
-    """``ssh`` first on PATH: logs each command line (NUL-separated, one per line), then runs
-    the real client. Returns the log."""
+    """``ssh`` first on PATH: writes each command line (NUL-separated) to a file of its own in
+    the returned directory (uploads start ssh in parallel), then runs the real client."""
     real = need_program("ssh", "Debian: openssh-client")
-    bindir, log = tmp_path / "spy", tmp_path / "ssh.log"
+    bindir, log = tmp_path / "spy", tmp_path / "ssh-calls"
     bindir.mkdir()
-    (bindir / "ssh").write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" >> '{log}'; echo >> '{log}'\nexec '{real}' \"$@\"\n")
+    log.mkdir()
+    (bindir / "ssh").write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$(mktemp '{log}/call.XXXXXX')\"\n"
+                                f"exec '{real}' \"$@\"\n")
     (bindir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     return log
 
 
 def logins(log: Path) -> list[list[str]]:
-    """The logged command lines that ran a command on a board (not ``ssh -Q``)."""
-    lines = log.read_text().splitlines() if log.exists() else []
-    return [argv for argv in (line.split("\0")[:-1] for line in lines) if "--" in argv]
+    """The recorded command lines that ran a command on a board (not ``ssh -Q``)."""
+    calls = [p.read_bytes().decode().split("\0")[:-1] for p in sorted(log.iterdir())]
+    return [argv for argv in calls if "--" in argv]
 
 
 def board(ssh, server, tmp_path, *, identity=None, transfer="auto") -> Board:
