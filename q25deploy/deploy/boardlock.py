@@ -28,6 +28,7 @@ from ..errors import DeployError
 from .agent import PLAIN, SERVE, Agent
 from .become import hint as become_hint
 from .connection import Board
+from .openssh import last_line
 
 LOCK_NAME = ".q25deploy.lock"
 LOCK_WAIT = 120  # seconds a deploy waits for another one on the same board
@@ -73,8 +74,7 @@ def _last_error_line(chan: paramiko.Channel) -> str:
     data = b""
     while chan.recv_stderr_ready():
         data += chan.recv_stderr(4096)
-    lines = data.decode("utf-8", "replace").strip().splitlines()
-    return lines[-1].strip() if lines else "no output"
+    return last_line(data).strip() or "no output"
 
 
 def _describe(record: str) -> str:

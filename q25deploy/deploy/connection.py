@@ -137,8 +137,7 @@ class Board:
         else:
             status, out, err = self._exec(argv, stdin, timeout)
         if check and status != 0:
-            msg = (err or out).decode("utf-8", "replace").strip().splitlines()
-            last = msg[-1] if msg else "no output"
+            last = openssh.last_line(err or out) or "no output"
             raise DeployError(f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
                               f"{last}{become_hint(self.spec.user, self.become, last)}")
         return status, out, err
@@ -169,8 +168,8 @@ class Board:
         status, out, err = result or self._upload_paramiko(argv, src, size, dest, progress)
         words = out.split()
         if status != 0 or (err and result is None) or not words:
-            msg = (err or out).decode("utf-8", "replace").strip().splitlines()
-            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status}: {msg[-1] if msg else 'no output'})")
+            last = openssh.last_line(err or out) or "no output"
+            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status}: {last})")
         return words[0].decode("ascii", "replace")
 
     def expect_upload(self, size: int) -> None:

@@ -225,6 +225,7 @@ class _Login:
 
 
 def last_line(data: bytes | bytearray) -> str:
+    """The last line of a command's output (what says why it failed), or ""."""
     lines = bytes(data).decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else ""
 
