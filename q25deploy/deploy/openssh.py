@@ -43,6 +43,7 @@ from typing import BinaryIO, Callable
 # it hidden by Bulk.warm) from about this size
 MIN_SIZE = 16 << 20
 READY = b"q25deploy: receiving"
+ANNOUNCE = f"echo {shlex.quote(READY.decode())} && "  # the board's shell, logged in, says so first
 CHUNK = 1 << 20
 PIPE_BYTES = 1 << 20
 KEX = ("mlkem768x25519-sha256", "curve25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nistp256",
@@ -257,7 +258,7 @@ class Bulk:
     def warm(self) -> None:
         """Log in now, ahead of the first file (a login took 0.15 s here): the board's shell
         then waits for that upload's command line."""
-        argv = ssh_argv(self.client, self.login, f"echo {shlex.quote(READY.decode())} && IFS= read -r c && eval \"$c\"")
+        argv = ssh_argv(self.client, self.login, ANNOUNCE + 'IFS= read -r c && eval "$c"')
         with self._lock:
             if argv is not None and self._waiting is None:
                 self._waiting = _Login(argv)
@@ -269,10 +270,10 @@ class Bulk:
         with self._lock:
             login, self._waiting = self._waiting, None
         line = command.encode() + b"\n"
-        if login is None or b"\n" in command.encode():  # none waiting, or a line the shell's read would cut
+        if login is None or "\n" in command:  # none waiting, or a line the shell's read would cut
             if login is not None:
                 login.close()
-            argv = ssh_argv(self.client, self.login, f"echo {shlex.quote(READY.decode())} && {command}")
+            argv = ssh_argv(self.client, self.login, ANNOUNCE + command)
             if argv is None:
                 raise Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
             login, line = _Login(argv), b""
