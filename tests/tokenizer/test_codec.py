@@ -15,7 +15,7 @@ QWEN2_PATTERN = (
 
 def tiktoken_for(codec) -> tiktoken.Encoding:
     """tiktoken built from the same vocabulary: normal tokens with rank = id, Qwen2 pattern."""
-    ranks = {codec.raw[i]: i for i, t in enumerate(codec.types) if t == 1}
+    ranks = {codec.raw_piece(i): i for i, t in enumerate(codec.types) if t == 1}
     return tiktoken.Encoding("qwen2-test", pat_str=QWEN2_PATTERN, mergeable_ranks=ranks, special_tokens={})
 
 
