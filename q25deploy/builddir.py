@@ -19,6 +19,7 @@ from .schema import (
     parse_build_info,
     parse_manifest,
     parse_partition_map,
+    parse_smoke_ids,
     rel_path,
 )
 
@@ -71,6 +72,13 @@ class BuildDir:
     @cached_property
     def partition_map(self) -> dict:
         return parse_partition_map(self.read_json(layout.PARTITION_MAP), str(self.path / layout.PARTITION_MAP))
+
+    @cached_property
+    def smoke_ids(self) -> tuple[str, list[tuple[bytes, bool, list[int]]]] | None:
+        """The smoke prompts' ids the build recorded, or None (a build by an older q25deploy)."""
+        if layout.SMOKE_IDS not in self.manifest:
+            return None
+        return parse_smoke_ids(self.read_json(layout.SMOKE_IDS), str(self.path / layout.SMOKE_IDS))
 
     def open(self, rel: str) -> BinaryIO:
         return open_under(self.path, rel)

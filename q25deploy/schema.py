@@ -1,8 +1,8 @@
 """The one way q25deploy reads a JSON file that crossed a trust boundary, and the checks on
 every value in it (see docs/security.md).
 
-Documents: a build directory's ``manifest.json``, ``build.json`` and ``partition_map.json``
-(read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
+Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json`` and
+``smoke_ids.json`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
 ``.q25deploy-state.json`` and its intent record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
@@ -22,6 +22,7 @@ from typing import Any
 
 from .build import layout
 from .errors import SchemaError
+from .tokenizer.prompts import SMOKE_IDS_FORMAT
 
 MAX_JSON = 64 << 20  # a partition map of a 7B model is a few MB
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -31,7 +32,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")  # a plain file name (
 _PARTITION = re.compile(r"partitions/region_[0-9]{2,4}\.bin")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,127}")  # a device-tree node name
 BUILD_FILES = frozenset({layout.BUILD_INFO, layout.PARTITION_MAP, layout.REGION_TABLE, layout.MEMORY_HEADER,
-                         layout.DTSI, layout.SVG, layout.UBOOT_SCRIPT})
+                         layout.DTSI, layout.SVG, layout.UBOOT_SCRIPT, layout.SMOKE_IDS})
 LAYER_DIR = "meta-q25"
 RELEASE_JSON = "release.json"
 
@@ -241,6 +242,23 @@ def parse_asset_index(doc: Any, where: str) -> list[dict]:
         name(a.get("path"), where, f"[{i}].path"), name(a.get("kind"), where, f"[{i}].kind")
         hex64(a.get("sha256"), where, f"[{i}].sha256")
     return doc
+
+
+def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, list[int]]]]:
+    """A build's ``smoke_ids.json``: (the image's sha256, [(prompt, special, ids)])."""
+    d = obj(doc, where)
+    if d.get("format") != SMOKE_IDS_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {SMOKE_IDS_FORMAT}")
+    cases = []
+    for i, c in enumerate(array(d.get("prompts"), where, "prompts")):
+        f = f"prompts[{i}]"
+        c = obj(c, where, f)
+        text = _expect(isinstance(c.get("text"), str), c.get("text"), where, f"{f}.text", "a string")
+        special = _expect(type(c.get("special")) is bool, c.get("special"), where, f"{f}.special", "true or false")
+        ids = array(c.get("ids"), where, f"{f}.ids")
+        _expect(all(type(t) is int and 0 <= t < 1 << 32 for t in ids), ids, where, f"{f}.ids", "a list of token ids")
+        cases.append((text.encode("utf-8", "surrogatepass"), special, ids))
+    return hex64(d.get("image_sha256"), where, "image_sha256"), cases
 
 
 def loads(data: bytes | str, where: str) -> Any:

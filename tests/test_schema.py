@@ -120,3 +120,29 @@ def test_corrupt_build_json_is_one_line_naming_the_file(builds, tmp_path, text):
     with pytest.raises(SchemaError, match=r"build\.json: ") as e:
         release_from_build(b)
     assert "\n" not in str(e.value)
+
+
+def _smoke_ids(**change) -> dict:
+    doc = {"format": "q25deploy-smoke-ids/1", "image_sha256": H,
+           "prompts": [{"text": "Hello", "special": False, "ids": [9707]}]}
+    doc["prompts"][0].update(change.pop("prompt", {}))
+    return {**doc, **change}
+
+
+IDS = r"prompts\[0\]\.ids"
+
+
+def test_smoke_ids():
+    assert schema.parse_smoke_ids(_smoke_ids(), "s") == (H, [(b"Hello", False, [9707])])
+
+
+@pytest.mark.parametrize("doc, field", [
+    (_smoke_ids(format="q25deploy-smoke-ids/2"), "format"), (_smoke_ids(image_sha256="x"), "image_sha256"),
+    (_smoke_ids(prompts={}), "prompts"), (_smoke_ids(prompt={"text": 3}), r"prompts\[0\]\.text"),
+    (_smoke_ids(prompt={"special": 1}), r"prompts\[0\]\.special"),
+    (_smoke_ids(prompt={"ids": [1, "2"]}), r"prompts\[0\]\.ids"), (_smoke_ids(prompt={"ids": [-1]}), IDS),
+    (_smoke_ids(prompt={"ids": [1 << 32]}), IDS), (_smoke_ids(prompt={"ids": [True]}), IDS),
+    (_smoke_ids(prompt={"ids": None}), IDS), (_smoke_ids(prompts=[3]), r"prompts\[0\]")])
+def test_tampered_smoke_ids_are_refused(doc, field):
+    with pytest.raises(SchemaError, match=rf"^s: {field}"):
+        schema.parse_smoke_ids(doc, "s")

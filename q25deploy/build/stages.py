@@ -19,7 +19,6 @@ from ..model.source import ModelSource
 from ..plugin.hookspecs import ImageLayout
 from ..plugin.manager import Target
 from ..tokenizer.assets import Asset, tokenizer_assets
-from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from ..tokenizer.vocab import vocab_from_gguf
 from . import layout
@@ -146,12 +145,14 @@ def summary(target: Target, src: ModelSource, info: ModelInfo, p: Plan, image_ma
 
 
 def layer(pm, target: Target, summary_: dict, p: Plan, artifacts: dict[str, tuple[Path, str, int]],
-          lic: Licence, codec: Codec, *, release: int = 0, maintainer: str | None = None) -> list[LayerFile]:
+          lic: Licence, smoke_ids: list[list[int]], *, release: int = 0,
+          maintainer: str | None = None) -> list[LayerFile]:
     """The BitBake layer's files: fixed parts, the model-assets recipe (``artifacts``: build path →
-    (file, sha256, size), linked not copied), the oeqa smoke test, and the board plugins' files."""
+    (file, sha256, size), linked not copied), the oeqa smoke test (``smoke_ids``: the host
+    codec's ids of each smoke prompt), and the board plugins' files."""
     board = target.board
     files = static_files() + model_assets_files(board, summary_, artifacts, lic, release)
-    files.append(smoke_test_case(summary_, [(t, sp, codec.encode(t, sp)) for t, sp in SMOKE_PROMPTS]))
+    files.append(smoke_test_case(summary_, [(t, sp, ids) for (t, sp), ids in zip(SMOKE_PROMPTS, smoke_ids)]))
     extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
                                                              build={"dtsi": p.dtsi, "summary": summary_}))
     by_path = {f.path: f for f in files}

@@ -3,7 +3,6 @@ never stops the others."""
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,6 +20,7 @@ from .boardlock import board_session
 from .connection import Board
 from .hosts import HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
+from .expected import BuildIds, codec_ids
 from .release import Release, release_from_build, tokenizer_only
 from .residency import load as load_regions, verify as verify_regions
 from .smoke import smoke_test
@@ -82,8 +82,6 @@ class Fleet:
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
         self.become = opts.become or target.board.ssh_become
         become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
-        self._codec, self._warming = None, False
-        self._lock = threading.Lock()
         self.on_bytes: Callable[[str, int], None] | None = None  # (host, bytes) as an upload goes
 
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
@@ -99,16 +97,10 @@ class Fleet:
     def partition_map(self) -> dict:
         return self.build.partition_map
 
-    def codec(self):
-        with self._lock:
-            if self._codec is None:
-                from ..tokenizer.codec import Codec
-                from ..tokenizer.image.reader import open_image
-
-                path = self.summary.image_path
-                with self.build.open(path) as f:
-                    self._codec = Codec(open_image(f.read(), name=str(self.build.path / path)))
-            return self._codec
+    @cached_property
+    def expected(self) -> BuildIds:
+        """The smoke prompts' ids for the build's image (recorded by the build)."""
+        return BuildIds(self.build, self.summary.image_path)
 
     def build_release(self) -> Release:
         rb = None
@@ -141,10 +133,10 @@ class Fleet:
             .replace("{user}", spec.user)
         return BoardFiles(board, root, self.install_dir)
 
-    def _smoke(self, board, files, release_files, image: str, codec, quick: bool, residency=None) -> dict:
+    def _smoke(self, board, files, release_files, image: str, expected, quick: bool, residency=None) -> dict:
         q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
         pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
-        return smoke_test(board, files, codec=codec, partition_map=pmap, image_name=image, q25tok=q25tok,
+        return smoke_test(board, files, expected=expected, partition_map=pmap, image_name=image, q25tok=q25tok,
                           strict=self.opts.strict, extra_checks=self.extra_checks, board_paths=self.board_paths,
                           quick=quick, residency=residency)
 
@@ -161,9 +153,9 @@ class Fleet:
                     return deploy(board, files, rel, expect_arch=arch, state=state, load=self._load(board, files),
                                   verify_links=verify_links, sent=self.sent(spec),
                                   receivers=[files.path(f"current/{RUNTIME_BIN}"), self.runtime],
-                                  sending=self._warm_codec,
+                                  sending=self.expected.warm,
                                   smoke=lambda quick, resident: self._smoke(board, files, names, rel.image,
-                                                                            self.codec(), quick, resident))
+                                                                            self.expected.get(), quick, resident))
 
                 res = run(self.opts.verify_board)
                 if not res.ok and not self.opts.verify_board and _mismatch(res):
@@ -192,10 +184,10 @@ class Fleet:
                 if cur.get("model_sha256") != self.summary.model_sha256:
                     res.warnings.append(f"the board runs another model ({str(cur.get('model_sha256'))[:12]}…) "
                                         f"than {self.opts.build_dir} (same vocabulary)")
-                codec = self.codec()
+                expected = self.expected.get()
             else:
-                codec = board_release.board_codec(files, cur)
-            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", codec,
+                expected = codec_ids(board_release.board_codec(files, cur))
+            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", expected,
                                     self.opts.quick)
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
@@ -223,30 +215,13 @@ class Fleet:
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
             return result
 
-    def _warm_codec(self) -> None:
-        """Read the smoke test's host codec (0.2 s of Python for Qwen2.5's vocabulary) in the
-        background, once, while the files go to a board: not while connecting or preparing,
-        which want the interpreter too (the login took 0.2 s instead of 0.05)."""
-        with self._lock:
-            if self._warming:
-                return
-            self._warming = True
-
-        def read() -> None:
-            try:
-                self.codec()
-            except Q25Error:
-                pass  # the smoke test reads the image again and reports what is wrong with it
-
-        threading.Thread(target=read, name="q25-codec", daemon=True).start()
-
     # -- all hosts ------------------------------------------------------------------------
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
         release = self.build_release() if action == "deploy" else None
         if action in ("deploy", "smoke") and self.opts.build_dir:
             self.summary, self.partition_map  # read once, before the worker threads
         if action == "smoke" and self.opts.build_dir:
-            self._warm_codec()
+            self.expected.warm()
 
         def one(spec: HostSpec):
             try:

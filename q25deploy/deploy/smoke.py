@@ -15,7 +15,6 @@ import posixpath
 import struct
 from typing import Sequence
 
-from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from .connection import HASH_FILES, Board
 from .deployer import BoardFiles
@@ -42,11 +41,12 @@ class _Report:
         return {"ok": all(c["ok"] for c in self.checks), "checks": self.checks, "warnings": self.warnings, **extra}
 
 
-def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: dict, image_name: str,
+def smoke_test(board: Board, files: BoardFiles, *, expected: Sequence[list[int]], partition_map: dict, image_name: str,
                q25tok: str, strict: bool = False, extra_checks: Sequence[tuple[str, str]] = (),
                board_paths: dict[str, str] | None = None, quick: bool = False,
                residency: dict | None = None) -> dict:
-    """``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree,
+    """``expected``: the host codec's ids of each smoke prompt (:mod:`.expected`).
+    ``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree,
     /dev/mem). ``quick``: the files were proven moments ago (a deploy hashed them as it wrote
     them), so the partitions are not hashed again; ``residency``: what a load just reported
     (read back and checked by it), used instead of reading the regions again."""
@@ -57,7 +57,7 @@ def smoke_test(board: Board, files: BoardFiles, *, codec: Codec, partition_map: 
     status, out, err = board.run([q25tok, "info", image], check=False)
     if not report.check("q25tok info", status == 0, (err or out).decode("utf-8", "replace").strip()[-200:]):
         return report.result()
-    _check_ids(board, report, codec, q25tok, image)
+    _check_ids(board, report, expected, q25tok, image)
     regions = partition_map.get("regions", [])
     if not quick:
         _check_partitions(board, report, cur, regions)
@@ -81,8 +81,9 @@ echo "@@special"; if [ -n "$special" ]; then "$q" encode --special "$img" $speci
 rm -rf "$d"; exit $st'''
 
 
-def _check_ids(board: Board, report: _Report, codec: Codec, q25tok: str, image: str) -> None:
-    """Every smoke prompt encoded on the board (in two q25tok calls) gives the host codec's ids."""
+def _check_ids(board: Board, report: _Report, expected: Sequence[list[int]], q25tok: str, image: str) -> None:
+    """Every smoke prompt encoded on the board (in two q25tok calls) gives the ``expected`` ids
+    (the host codec's, see :mod:`.expected`)."""
     args = []
     for text, special in SMOKE_PROMPTS:
         args += ["special" if special else "plain", text.decode("utf-8")]
@@ -91,7 +92,7 @@ def _check_ids(board: Board, report: _Report, codec: Codec, q25tok: str, image: 
     lines = {False: plain_out.splitlines(), True: special_out.splitlines()}
     seen = {False: 0, True: 0}
     for i, (text, special) in enumerate(SMOKE_PROMPTS):
-        want = codec.encode(text, special)
+        want = expected[i]
         row = lines[special][seen[special]] if seen[special] < len(lines[special]) else None
         seen[special] += 1
         try:

@@ -13,3 +13,24 @@ SMOKE_PROMPTS: list[tuple[bytes, bool]] = [(t.encode("utf-8"), special) for t, s
      "<|im_start|>user\nWhat is 12345 + 678?<|im_end|>\n<|im_start|>assistant\n", True),
     ("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", True),
 ]]
+
+SMOKE_IDS_FORMAT = "q25deploy-smoke-ids/1"
+
+
+def smoke_record(image_sha256: str, ids: list[list[int]]) -> dict:
+    """What ``build`` writes to ``smoke_ids.json``: every smoke prompt with the host codec's ids
+    for the image it built (the same ids the layer's oeqa test expects). A deploy's smoke test
+    then compares the board with them and does not read the codec (0.1-0.2 s of Python, which
+    ran in the middle of the upload and slowed it)."""
+    return {"format": SMOKE_IDS_FORMAT, "image_sha256": image_sha256,
+            "prompts": [{"text": text.decode("utf-8"), "special": special, "ids": list(want)}
+                        for (text, special), want in zip(SMOKE_PROMPTS, ids, strict=True)]}
+
+
+def recorded_ids(record: tuple[str, list[tuple[bytes, bool, list[int]]]], image_sha256: str) -> list[list[int]] | None:
+    """The recorded ids of :data:`SMOKE_PROMPTS` (``record`` as ``schema.parse_smoke_ids`` gives
+    it), or None when they were recorded for another image or other prompts (an older tool)."""
+    sha, cases = record
+    if sha != image_sha256 or [(t, sp) for t, sp, _ in cases] != SMOKE_PROMPTS:
+        return None
+    return [ids for _, _, ids in cases]

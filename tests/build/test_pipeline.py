@@ -34,7 +34,7 @@ def test_build_writes_the_whole_set(built, target, qwen25_tiny):
     assert kinds["tokenizer/tokenizer.q25tokrt"] == "tokenizer-runtime-image"
     assert kinds["partitions/region_00.bin"] == "tensor-partition"
     assert kinds["reserved-memory.dtsi"] == "reserved-memory-dtsi"
-    assert {"partition_map.json", "q25_memory_map.h", "memory-map.svg", "build.json"} <= set(kinds)
+    assert {"partition_map.json", "q25_memory_map.h", "memory-map.svg", "build.json", "smoke_ids.json"} <= set(kinds)
     for a in manifest["artifacts"]:
         data = (d / a["path"]).read_bytes()
         assert len(data) == a["size"] and hashlib.sha256(data).hexdigest() == a["sha256"], a["path"]
@@ -48,6 +48,25 @@ def test_build_writes_the_whole_set(built, target, qwen25_tiny):
         assert hashlib.sha256(got).hexdigest() == t["sha256"]
         region = pmap["regions"][t["region"]]
         assert t["address"] == region["base"] + t["offset"]
+
+
+def test_build_records_the_smoke_prompts_ids_of_its_image(built):
+    """smoke_ids.json: the host codec's ids of every smoke prompt for the image built (what a
+    deploy's smoke test compares the board with), bound to the image by its sha256."""
+    from q25deploy.tokenizer.codec import Codec
+    from q25deploy.tokenizer.image.reader import read_image_file
+    from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
+
+    d = built["kv260"]
+    kinds = {a["path"]: a for a in json.loads((d / "manifest.json").read_text())["artifacts"]}
+    assert kinds["smoke_ids.json"]["kind"] == "smoke-ids"
+    record = json.loads((d / "smoke_ids.json").read_text())
+    image = d / "tokenizer" / "tokenizer.q25tokrt"
+    assert record["image_sha256"] == hashlib.sha256(image.read_bytes()).hexdigest()
+    codec = Codec(read_image_file(image))
+    assert [(c["text"].encode(), c["special"]) for c in record["prompts"]] == SMOKE_PROMPTS
+    assert [c["ids"] for c in record["prompts"]] == [codec.encode(t, sp) for t, sp in SMOKE_PROMPTS]
+    assert record["prompts"][5]["ids"][0] == 151644  # <|im_start|>: the special prompt parsed its tokens
 
 
 def test_builds_are_reproducible(tmp_path, built, qwen25_tiny):

@@ -152,6 +152,23 @@ def test_failing_smoke_test_rolls_back(tmp_path, capsys, ssh, models, q25tok):
     assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
 
 
+def test_the_smoke_test_expects_the_ids_the_build_recorded(tmp_path, capsys, ssh, models, q25tok):
+    """The deploy compares the board with the build's smoke_ids.json (no host codec is read):
+    a record that disagrees with the board fails the smoke test and rolls back."""
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    release_a = res[0]["release"]
+    b = tmp_path / "B"
+    shutil.copytree(models["B"], b)
+    record = json.loads((b / "smoke_ids.json").read_text())
+    record["prompts"][3]["ids"][-1] += 1
+    (b / "smoke_ids.json").write_text(json.dumps(record))
+    code, res, _ = deploy(capsys, ssh, srv, root, b, runtime=q25tok)
+    assert code == 13 and res[0]["rolled_back"], res
+    assert [c["name"] for c in res[0]["smoke"]["checks"] if not c["ok"]] == ["encode prompt 3"]
+    assert os.readlink(root / "lib" / "firmware" / "q25" / "current") == f"releases/{release_a}"
+
+
 def test_unknown_and_changed_host_keys_are_refused(tmp_path, capsys, ssh, models, q25tok):
     srv, other, root = ssh["servers"][0], ssh["servers"][1], tmp_path / "board"
     kh = tmp_path / "known_hosts"
