@@ -2,7 +2,7 @@
 written is exactly the input, the digest is hashlib's, with the CPU's SHA-256 instructions
 (x86 SHA extensions here, the A53's crypto extensions under qemu-aarch64) and with the
 portable code, at every block boundary; a write that fails is reported after the input was
-drained."""
+drained; a large file is flushed along the way, and a flush that fails fails the receive."""
 
 from __future__ import annotations
 
@@ -107,6 +107,73 @@ def test_receive_widens_the_pipe_it_reads(builds, tmp_path):
     finally:
         os.close(w)
     assert proc.communicate(timeout=10)[0].decode() == hashlib.sha256(b"abc").hexdigest() + "\n"
+
+
+# every fdatasync is logged (pid and what it returned); Q25_FAIL_CHILD_SYNC makes a child's fail with EIO
+FSYNC_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static pid_t first;
+__attribute__((constructor)) static void init(void) { first = getpid(); }
+int fdatasync(int fd)
+{
+    static int (*real)(int);
+    if (!real)
+        real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    int child = getpid() != first, fail = child && getenv("Q25_FAIL_CHILD_SYNC");
+    int r = fail ? (errno = EIO, -1) : real(fd);
+    char line[64];
+    int n = snprintf(line, sizeof line, "%s %d\n", child ? "child" : "main", r);
+    int log = open(getenv("Q25_SYNC_LOG"), O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (log >= 0) {
+        (void)write(log, line, (size_t)n);
+        close(log);
+    }
+    if (fail)
+        errno = EIO;
+    return r;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fsync_shim(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("shim")
+    (d / "shim.c").write_text(FSYNC_SHIM)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(d / "shim.so"), str(d / "shim.c"), "-ldl"], check=True)
+    return d / "shim.so"
+
+
+def test_a_large_file_is_flushed_while_it_arrives(builds, tmp_path, fsync_shim):
+    """Every 32 MiB a child flushes what was written (the device persists it while the rest
+    arrives), then the file is flushed once more at the end; a small file only at the end."""
+    data = os.urandom(1 << 20) * 100
+    for size, children in ((100 << 20, 1), (3 << 20, 0)):
+        log = tmp_path / f"sync-{size}.log"
+        env = {**os.environ, "LD_PRELOAD": str(fsync_shim), "Q25_SYNC_LOG": str(log)}
+        r = subprocess.run([str(builds["host"]), "receive", str(tmp_path / "f")], input=data[:size],
+                           capture_output=True, env=env, check=True)
+        assert r.stdout.decode() == hashlib.sha256(data[:size]).hexdigest() + "\n"
+        calls = log.read_text().splitlines()
+        assert calls[-1] == "main 0" and calls.count("main 0") == 1, calls
+        assert (calls.count("child 0") >= children) and (children or len(calls) == 1), calls
+
+
+def test_a_failed_flush_along_the_way_fails_the_receive(builds, tmp_path, fsync_shim):
+    """A flush error seen by the child is not seen again by the file's next fdatasync (Linux
+    reports it once): the child's exit status carries it."""
+    env = {**os.environ, "LD_PRELOAD": str(fsync_shim), "Q25_SYNC_LOG": str(tmp_path / "log"),
+           "Q25_FAIL_CHILD_SYNC": "1"}
+    r = subprocess.run([str(builds["host"]), "receive", str(tmp_path / "f")], input=os.urandom(1 << 20) * 40,
+                       capture_output=True, env=env, check=False)
+    assert r.returncode == 1 and r.stdout == b"" and b"Input/output error" in r.stderr, r.stderr
+    assert "child -1" in (tmp_path / "log").read_text()
 
 
 def test_receive_usage(builds):

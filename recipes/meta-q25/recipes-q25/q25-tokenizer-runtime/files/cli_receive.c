@@ -4,10 +4,18 @@
  * The deploy's receiver on the board: one process reads the upload in large blocks,
  * writes each block to FILE (created or truncated, like tee) and feeds it to SHA-256, so
  * every byte is read once and hashed once, and nothing reads the file back. While the file
- * grows, the written ranges are handed to the kernel's writeback (sync_file_range), and at
- * the end of input the file is flushed (fdatasync), so the sync before a release switch
- * finds little left to write. Then the digest is printed as 64 lowercase hex digits and a
- * newline: what it names is on the disk.
+ * grows, the written ranges are handed to the kernel's writeback (sync_file_range), and every
+ * FLUSH_EVERY bytes a child process flushes what was written so far (fdatasync) while this
+ * one goes on receiving. At the end of input the file is flushed once more, so the sync before
+ * a release switch finds little left to write. Then the digest is printed as 64 lowercase hex
+ * digits and a newline: what it names is on the disk.
+ *
+ * Why the flushes along the way: writeback puts the data on the device, but only a flush
+ * (fdatasync) makes the device persist it, and a device with a write cache (eMMC, an SSD, a
+ * virtual disk) then writes everything it holds. Left to the end, that took 0.1-0.6 s after a
+ * 392 MB upload on this workstation's virtual disk; flushed every 32 MiB, 0.03-0.08 s. A
+ * child rather than a thread: no threads library to link, and its exit status carries the
+ * flush's error, which the file's error state reports only once (to whichever call saw it).
  *
  * A failed write is reported on stderr (exit 1) after the rest of the input was read and
  * dropped, so the sender sees a clean error rather than a broken channel.
@@ -22,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int q25tok_receive_command(int argc, char **argv);
@@ -31,7 +41,7 @@ int q25tok_receive_command(int argc, char **argv);
  * few system calls; the pipe from sshd is widened to PIPE_BYTES so that sshd goes on decrypting
  * into it while a block is written and hashed (with the default 64 KiB pipe the two took turns:
  * 392 MB took 0.3-0.5 s longer on loopback) */
-enum { BLOCK = 256 << 10, PIPE_BYTES = 1 << 20, WRITEBACK_EVERY = 8 << 20 };
+enum { BLOCK = 256 << 10, PIPE_BYTES = 1 << 20, WRITEBACK_EVERY = 8 << 20, FLUSH_EVERY = 32 << 20 };
 
 /* fill buf from fd until it is full or the input ends; -1 on a read error */
 static ssize_t read_block(int fd, uint8_t *buf, size_t cap)
@@ -85,6 +95,42 @@ static void start_writeback(int fd, off_t from, off_t to)
 #endif
 }
 
+/* A flush of fd in a child, at most one at a time. */
+struct flusher {
+    pid_t pid;   /* the running flush, or 0 */
+    int err;     /* the first failed flush's errno, or 0 */
+};
+
+/* Reap the running flush (waiting for it with block); 1 when none is running afterwards. */
+static int flusher_reap(struct flusher *f, int block)
+{
+    if (f->pid <= 0)
+        return 1;
+    int status;
+    pid_t got = waitpid(f->pid, &status, block ? 0 : WNOHANG);
+    if (got == 0)
+        return 0;
+    if (got == f->pid && !f->err && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+        f->err = WIFEXITED(status) ? WEXITSTATUS(status) : EIO; /* the child exits with fdatasync's errno */
+    f->pid = 0;
+    return 1;
+}
+
+/* Start a flush unless one is running; 1 when one was started. */
+static int flusher_start(struct flusher *f, int fd)
+{
+    if (!flusher_reap(f, 0))
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (fdatasync(fd) == 0 || errno == EINVAL || errno == EROFS)
+            _exit(0);
+        _exit(errno > 0 && errno < 256 ? errno : EIO);
+    }
+    f->pid = pid > 0 ? pid : 0; /* no fork: the flush at the end does it all */
+    return pid > 0;
+}
+
 int q25tok_receive_command(int argc, char **argv)
 {
     if (argc != 1 || argv[0][0] == '-') {
@@ -93,6 +139,7 @@ int q25tok_receive_command(int argc, char **argv)
     }
     const char *path = argv[0];
     widen_pipe(0);
+    signal(SIGCHLD, SIG_DFL); /* inherited as ignored, the flushes' statuses would be lost */
     uint8_t *buf = malloc(BLOCK);
     if (!buf) {
         fputs("q25tok: receive: out of memory\n", stderr);
@@ -102,11 +149,13 @@ int q25tok_receive_command(int argc, char **argv)
     int err = fd < 0 ? errno : 0;
     q25_sha256_ctx sha;
     q25_sha256_init(&sha);
-    off_t written = 0, handed = 0;
+    off_t written = 0, handed = 0, flushed = 0;
+    struct flusher flusher = {0, 0};
     for (;;) {
         ssize_t n = read_block(0, buf, BLOCK);
         if (n < 0) {
             fprintf(stderr, "q25tok: receive: reading standard input: %s\n", strerror(errno));
+            flusher_reap(&flusher, 1);
             free(buf);
             if (fd >= 0)
                 close(fd);
@@ -126,8 +175,13 @@ int q25tok_receive_command(int argc, char **argv)
             start_writeback(fd, handed, written);
             handed = written;
         }
+        if (written - flushed >= FLUSH_EVERY && flusher_start(&flusher, fd))
+            flushed = written;
     }
     free(buf);
+    flusher_reap(&flusher, 1);
+    if (!err)
+        err = flusher.err;
     if (fd >= 0 && !err && fdatasync(fd) != 0 && errno != EINVAL && errno != EROFS)
         err = errno; /* on the disk before the digest says it arrived (EINVAL: not a file that syncs) */
     if (fd >= 0 && close(fd) != 0 && !err)
