@@ -230,14 +230,14 @@ def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future],
 def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> None:
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import read_image_file
-    from ..tokenizer.prompts import SMOKE_PROMPTS, smoke_record
+    from ..tokenizer.prompts import smoke_ids, smoke_record
     from . import stages
     from .layer import write_layer
 
     rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
     artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
     codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
-    ids = [codec.encode(text, special) for text, special in SMOKE_PROMPTS]
+    ids = smoke_ids(codec)
     o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
     write_layer(o, stages.layer(pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release,
                                 maintainer=req.layer_maintainer))

@@ -26,15 +26,13 @@ EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
 def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
     from ..ota.plan import plan_package
     from ..builddir import BuildDir
-    from ..tokenizer.codec import Codec
-    from ..tokenizer.image.reader import open_image
+    from ..deploy.expected import BuildIds
 
     image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
     build = BuildDir(a.build)  # build.json checked by the schema: a corrupt one is exit 1, not a crash
-    with build.open(build.info.image_path) as f:
-        image = open_image(f.read(), name=str(build.path / build.info.image_path))
+    ids = BuildIds(build, build.info.image_path).get()  # the build's record (else the host codec)
     return plan_package(a.build, target=target.name, install_dir=image_layout.install_dir, q25tok=image_layout.runtime,
-                        codec=Codec(image), tokenizer_only=a.tokenizer_only)
+                        smoke_ids=ids, tokenizer_only=a.tokenizer_only)
 
 
 def _signer(a: argparse.Namespace):

@@ -13,12 +13,7 @@ import threading
 
 from ..builddir import BuildDir
 from ..errors import Q25Error
-from ..tokenizer.prompts import SMOKE_PROMPTS, recorded_ids
-
-
-def codec_ids(codec) -> list[list[int]]:
-    """The host codec's ids of every smoke prompt."""
-    return [codec.encode(text, special) for text, special in SMOKE_PROMPTS]
+from ..tokenizer.prompts import recorded_ids, smoke_ids
 
 
 class BuildIds:
@@ -45,7 +40,7 @@ class BuildIds:
                     from ..tokenizer.image.reader import open_image
 
                     with self.build.open(self.image_path) as f:
-                        ids = codec_ids(Codec(open_image(f.read(), name=str(self.build.path / self.image_path))))
+                        ids = smoke_ids(Codec(open_image(f.read(), name=str(self.build.path / self.image_path))))
                 self._ids = ids
             return self._ids
 

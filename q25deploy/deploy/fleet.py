@@ -20,7 +20,8 @@ from .boardlock import board_session
 from .connection import Board
 from .hosts import HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
-from .expected import BuildIds, codec_ids
+from ..tokenizer.prompts import smoke_ids
+from .expected import BuildIds
 from .release import Release, release_from_build, tokenizer_only
 from .residency import load as load_regions, verify as verify_regions
 from .smoke import smoke_test
@@ -186,7 +187,7 @@ class Fleet:
                                         f"than {self.opts.build_dir} (same vocabulary)")
                 expected = self.expected.get()
             else:
-                expected = codec_ids(board_release.board_codec(files, cur))
+                expected = smoke_ids(board_release.board_codec(files, cur))
             res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", expected,
                                     self.opts.quick)
             res.ok = res.smoke["ok"]

@@ -20,7 +20,6 @@ from .. import schema
 from ..deploy.release import release_from_build
 from ..common import stream_sha256
 from ..errors import DeployError, PackageError, SchemaError
-from ..tokenizer.codec import Codec
 from ..tokenizer.prompts import SMOKE_PROMPTS
 
 PLAN_NAME = "q25-plan"
@@ -102,10 +101,11 @@ def flat_name(rel: str) -> str:
     return rel.replace("/", "__")
 
 
-def smoke_expectations(codec: Codec) -> list[tuple[str, bytes, bool, list[int]]]:
-    """(payload name, prompt, special, host ids) of every smoke prompt."""
-    return [(f"q25-smoke-{i}.txt", text, special, codec.encode(text, special))
-            for i, (text, special) in enumerate(SMOKE_PROMPTS)]
+def smoke_expectations(ids: list[list[int]]) -> list[tuple[str, bytes, bool, list[int]]]:
+    """(payload name, prompt, special, host ids) of every smoke prompt (``ids``: the host
+    codec's, one list per prompt)."""
+    return [(f"q25-smoke-{i}.txt", text, special, want)
+            for i, ((text, special), want) in enumerate(zip(SMOKE_PROMPTS, ids, strict=True))]
 
 
 def plan_text(plan_lines: list[str]) -> bytes:
@@ -133,9 +133,10 @@ def _release_payload(build_dir: Path, tokenizer_only: bool) -> tuple[dict, list[
     return {"id": rel.id, "image": rel.image, **desc}, files, rel.description
 
 
-def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str, codec: Codec,
+def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str, smoke_ids: list[list[int]],
                  tokenizer_only: bool = False) -> OtaPlan:
-    """The payload of an artifact for ``build_dir`` (validated; digests checked on disk)."""
+    """The payload of an artifact for ``build_dir`` (validated; digests checked on disk);
+    ``smoke_ids``: what the board's smoke test must give for each smoke prompt."""
     meta, files, description = _release_payload(build_dir, tokenizer_only)
     check_name(target, "target")
     _schema(schema.release_id, meta["id"], "release id")
@@ -153,7 +154,7 @@ def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str,
     extra: list[PayloadFile] = []
     if not tokenizer_only:
         extra.append(PayloadFile("release.json", "", _sha(description), len(description), data=description))
-    for name, text, special, ids in smoke_expectations(codec):
+    for name, text, special, ids in smoke_expectations(smoke_ids):
         lines.append(f"smoke {name} {int(special)} {','.join(map(str, ids))}")
         extra.append(PayloadFile(name, "", _sha(text), len(text), data=text))
     plan = plan_text(lines)

@@ -17,6 +17,11 @@ SMOKE_PROMPTS: list[tuple[bytes, bool]] = [(t.encode("utf-8"), special) for t, s
 SMOKE_IDS_FORMAT = "q25deploy-smoke-ids/1"
 
 
+def smoke_ids(codec) -> list[list[int]]:
+    """``codec``'s ids of every smoke prompt: what the board's ``q25tok encode`` must give."""
+    return [codec.encode(text, special) for text, special in SMOKE_PROMPTS]
+
+
 def smoke_record(image_sha256: str, ids: list[list[int]]) -> dict:
     """What ``build`` writes to ``smoke_ids.json``: every smoke prompt with the host codec's ids
     for the image it built (the same ids the layer's oeqa test expects). A deploy's smoke test

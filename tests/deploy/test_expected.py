@@ -10,10 +10,11 @@ import shutil
 import pytest
 
 from q25deploy.builddir import BuildDir
-from q25deploy.deploy.expected import BuildIds, codec_ids
+from q25deploy.deploy.expected import BuildIds
 from q25deploy.errors import SchemaError
 from q25deploy.tokenizer.codec import Codec
 from q25deploy.tokenizer.image.reader import read_image_file
+from q25deploy.tokenizer.prompts import smoke_ids
 
 IMAGE = "tokenizer/tokenizer.q25tokrt"
 
@@ -27,7 +28,7 @@ def build(tmp_path, models):
 
 @pytest.fixture
 def host_ids(models):
-    return codec_ids(Codec(read_image_file(models["A"] / IMAGE)))
+    return smoke_ids(Codec(read_image_file(models["A"] / IMAGE)))
 
 
 class _NoCodec:
