@@ -220,7 +220,7 @@ class Fleet:
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
         release = self.build_release() if action == "deploy" else None
         if action in ("deploy", "smoke") and self.opts.build_dir:
-            self.summary, self.partition_map  # read once, before the worker threads
+            self.summary, self.partition_map, self.expected  # read once, before the worker threads
         if action == "smoke" and self.opts.build_dir:
             self.expected.warm()
 

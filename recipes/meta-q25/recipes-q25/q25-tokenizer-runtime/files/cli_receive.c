@@ -95,6 +95,12 @@ static void start_writeback(int fd, off_t from, off_t to)
 #endif
 }
 
+/* fdatasync: 0, or its errno (EINVAL, EROFS: not a file that syncs, which is not an error) */
+static int flush_file(int fd)
+{
+    return fdatasync(fd) == 0 || errno == EINVAL || errno == EROFS ? 0 : errno;
+}
+
 /* A flush of fd in a child, at most one at a time. */
 struct flusher {
     pid_t pid;   /* the running flush, or 0 */
@@ -123,9 +129,8 @@ static int flusher_start(struct flusher *f, int fd)
         return 0;
     pid_t pid = fork();
     if (pid == 0) {
-        if (fdatasync(fd) == 0 || errno == EINVAL || errno == EROFS)
-            _exit(0);
-        _exit(errno > 0 && errno < 256 ? errno : EIO);
+        int e = flush_file(fd);
+        _exit(e >= 0 && e < 256 ? e : EIO);
     }
     f->pid = pid > 0 ? pid : 0; /* no fork: the flush at the end does it all */
     return pid > 0;
@@ -182,8 +187,8 @@ int q25tok_receive_command(int argc, char **argv)
     flusher_reap(&flusher, 1);
     if (!err)
         err = flusher.err;
-    if (fd >= 0 && !err && fdatasync(fd) != 0 && errno != EINVAL && errno != EROFS)
-        err = errno; /* on the disk before the digest says it arrived (EINVAL: not a file that syncs) */
+    if (fd >= 0 && !err)
+        err = flush_file(fd); /* on the disk before the digest says it arrived */
     if (fd >= 0 && close(fd) != 0 && !err)
         err = errno;
     if (err) {
