@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .build import layout
+from .packer import layout
 from .errors import SchemaError
 from .schema import (
     MAX_JSON,

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .build import layout
+from .packer import layout
 from .errors import SchemaError
 from .tokenizer.prompts import SMOKE_IDS_FORMAT
 

@@ -183,7 +183,7 @@ def boot_board(_boards):
 @pytest.fixture(scope="session")
 def q25tok_aarch64(tmp_path_factory) -> Path:
     """``q25deploy runtime build --cross aarch64``: glibc-dynamic, as a Yocto image would have it."""
-    from q25deploy.build.runtime import build_runtime
+    from q25deploy.packer.runtime import build_runtime
 
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
     out = tmp_path_factory.mktemp("rt-aarch64") / "rt"
@@ -194,7 +194,7 @@ def q25tok_aarch64(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def q25tok_aarch64_static(tmp_path_factory) -> Path:
     """``q25deploy runtime build --cross aarch64 --static``."""
-    from q25deploy.build.runtime import build_runtime
+    from q25deploy.packer.runtime import build_runtime
 
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
     out = tmp_path_factory.mktemp("rt-aarch64-static") / "rt"

@@ -86,7 +86,7 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def q25tok(tmp_path_factory) -> Path:
     """The C runtime's q25tok built for this machine (once per run)."""
-    from q25deploy.build.runtime import build_runtime
+    from q25deploy.packer.runtime import build_runtime
     from requirements import need_program
 
     need_program("cc", "Debian: gcc")

@@ -17,7 +17,7 @@ def test_wheel_ships_all_data(tmp_path):
     src = tmp_path / "src"  # a clean copy: a stale build/ folder must not hide a missing pattern
     junk = shutil.ignore_patterns("*.egg-info", ".git", "__pycache__", ".*cache*", ".hypothesis", "q25-out", "q25-build")
 
-    def ignore(folder: str, names: list[str]) -> set[str]:  # the top-level build/ only, not q25deploy/build
+    def ignore(folder: str, names: list[str]) -> set[str]:  # the top-level build/ only
         return set(junk(folder, names)) | ({"build", "dist"} & set(names) if Path(folder) == ROOT else set())
 
     shutil.copytree(ROOT, src, ignore=ignore, symlinks=True)

@@ -47,7 +47,7 @@ def _add_layer_options(group) -> None:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    from ..build.pipeline import build
+    from ..packer.pipeline import build
     from .progress import Progress
 
     prog = Progress()
@@ -60,7 +60,7 @@ def cmd_build(a: argparse.Namespace) -> int:
         print(json.dumps({"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note,
                           **result.summary}, indent=2))
         return 0
-    from ..build.summary import render_summary
+    from ..packer.summary import render_summary
 
     print(render_summary(result))
     return 0

@@ -60,7 +60,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def cmd_export_tokenizer(a: argparse.Namespace) -> int:
-    from ..build.outputs import OutputDir
+    from ..packer.outputs import OutputDir
     from ..model.source import file_sha256
     from ..tokenizer.assets import tokenizer_assets, write_assets
     from ..tokenizer.vocab import vocab_from_gguf
@@ -87,7 +87,7 @@ def cmd_export_tokenizer(a: argparse.Namespace) -> int:
 
 
 def cmd_export_tensors(a: argparse.Namespace) -> int:
-    from ..build.tensors import export_tensors
+    from ..packer.tensors import export_tensors
     from .progress import Progress
 
     prog = Progress()

@@ -29,7 +29,7 @@ def add_commands(sub) -> None:
 
 
 def cmd_runtime_build(a: argparse.Namespace) -> int:
-    from ..build.runtime import build_runtime
+    from ..packer.runtime import build_runtime
     from .progress import Progress
 
     prog = Progress()

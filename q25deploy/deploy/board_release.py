@@ -9,7 +9,7 @@ import hashlib
 import os
 
 from .. import schema
-from ..build import layout
+from ..packer import layout
 from ..common import cache_dir
 from ..errors import DeployError, SchemaError
 from .boardfiles import BoardFiles

@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..build.layout import RUNTIME_BIN
+from ..packer.layout import RUNTIME_BIN
 from ..common import file_sha256
 from ..errors import DeployError, Q25Error, UsageError
 from ..builddir import BuildDir

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Sequence
 
-from ..build.layout import RUNTIME_BIN
+from ..packer.layout import RUNTIME_BIN
 from .connection import Board
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .. import schema
-from ..build import layout
+from ..packer import layout
 from ..common import json_bytes, json_digest
 from ..errors import DeployError
 from ..builddir import BuildDir

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .become import hint as become_hint
 from .connection import Board
 
-from ..build.layout import REGION_TABLE as TABLE
+from ..packer.layout import REGION_TABLE as TABLE
 EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes differ
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..build.layer import LayerFile, render
+from ..packer.layer import LayerFile, render
 from ..resources import data_dir, runtime_sources
 from .settings import ota_settings
 from .plan import check_name

@@ -1,7 +1,7 @@
 """The tokenizer asset set: text assets, PS bundle and the Q25TOKRT runtime image.
 
 :func:`tokenizer_assets` is pure (a :class:`~q25deploy.tokenizer.vocab.Vocab` in, named byte strings
-out); :func:`write_assets` puts them into an :class:`~q25deploy.build.outputs.OutputDir`.
+out); :func:`write_assets` puts them into an :class:`~q25deploy.packer.outputs.OutputDir`.
 Layouts are specified in docs/tokenizer-assets.md and docs/runtime-image.md.
 """
 
@@ -27,7 +27,7 @@ from .vocab import TYPE_NAMES, Vocab
 
 
 class AssetSink(Protocol):
-    """Where assets are written (an :class:`~q25deploy.build.outputs.OutputDir`)."""
+    """Where assets are written (an :class:`~q25deploy.packer.outputs.OutputDir`)."""
 
     def write(self, rel: str, data: bytes, kind: str) -> None: ...
 

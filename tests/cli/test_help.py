@@ -57,7 +57,7 @@ def test_every_command_that_reads_a_model_takes_it_both_ways():
 
 
 HEAVY = ("numpy", "gguf", "paramiko", "fabric", "pluggy", "q25deploy.model", "q25deploy.tokenizer",
-         "q25deploy.board", "q25deploy.plugin", "q25deploy.build", "q25deploy.deploy", "q25deploy_plugins")
+         "q25deploy.board", "q25deploy.plugin", "q25deploy.packer", "q25deploy.deploy", "q25deploy_plugins")
 
 
 @pytest.mark.parametrize("argv", [["build", "--help"], ["deploy", "--help"], ["tokenize", "--help"]], ids=" ".join)

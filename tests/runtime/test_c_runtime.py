@@ -14,7 +14,7 @@ import pytest
 from corpus import CORPUS
 from requirements import need_program
 
-from q25deploy.build.runtime import SANITIZE_FLAGS, build_runtime
+from q25deploy.packer.runtime import SANITIZE_FLAGS, build_runtime
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 HERE = Path(__file__).parent

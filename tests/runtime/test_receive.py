@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from requirements import need_program
 
-from q25deploy.build.runtime import build_runtime
+from q25deploy.packer.runtime import build_runtime
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]

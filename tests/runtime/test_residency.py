@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.build.region_table import TABLE, region_table
+from q25deploy.packer.region_table import TABLE, region_table
 
 
 

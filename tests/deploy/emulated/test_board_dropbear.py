@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.build.dropbear import BBAPPEND
+from q25deploy.packer.dropbear import BBAPPEND
 from q25deploy.cli import main
 from q25deploy.deploy.connection import Board
 from q25deploy.deploy.hosts import HostSpec

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from q25deploy.build.recipe_text import MAX_CHARS, bitbake_text, replaced_note
+from q25deploy.packer.recipe_text import MAX_CHARS, bitbake_text, replaced_note
 
 
 def test_plain_names_pass_unchanged():

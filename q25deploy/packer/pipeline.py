@@ -1,8 +1,8 @@
 """``q25deploy build``: everything one target needs, in one directory.
 
-The driver of :mod:`q25deploy.build.stages`. It owns what the stages do not:
+The driver of :mod:`q25deploy.packer.stages`. It owns what the stages do not:
 
-- **atomicity**: everything is written into an :class:`~q25deploy.build.outputs.OutputDir`
+- **atomicity**: everything is written into an :class:`~q25deploy.packer.outputs.OutputDir`
   (a temporary sibling renamed over DIR when complete);
 - **incrementality**: a stamp (``.q25deploy-stamp.json``, outside the manifest: it holds
   paths and mtimes) records the inputs; an unchanged build returns at once, and a stage whose

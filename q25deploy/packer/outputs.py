@@ -2,7 +2,7 @@
 
 Everything a command writes goes into a temporary sibling directory first; only when all of
 it is written does the temporary directory take the destination's place (see
-:mod:`q25deploy.build.replace`: only earlier q25deploy outputs are ever replaced, and the
+:mod:`q25deploy.packer.replace`: only earlier q25deploy outputs are ever replaced, and the
 destination is never missing). A failure (bad input, a full disk, Ctrl-C) leaves the
 destination as it was, or absent.
 

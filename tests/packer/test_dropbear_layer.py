@@ -1,4 +1,4 @@
-"""The layer's dropbear bbappend (q25deploy/build/dropbear.py): absent by default, present
+"""The layer's dropbear bbappend (q25deploy/packer/dropbear.py): absent by default, present
 and oelint-adv clean when the board file sets ``[ssh] dropbear_receive_window``, and what
 it makes of OE-core's own /etc/default/dropbear is what OE-core's init script and systemd
 unit hand to dropbear, in every series (the files come from the Yocto snapshots)."""

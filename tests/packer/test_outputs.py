@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from q25deploy.build import replace
-from q25deploy.build.outputs import OutputDir
+from q25deploy.packer import replace
+from q25deploy.packer.outputs import OutputDir
 from q25deploy.cli import main
 
 

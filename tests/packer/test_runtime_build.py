@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from requirements import need_program
 
-from q25deploy.build.runtime import build_runtime
+from q25deploy.packer.runtime import build_runtime
 from q25deploy.cli import main
 from q25deploy.errors import ToolError
 

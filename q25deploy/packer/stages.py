@@ -1,7 +1,7 @@
 """The stages of ``q25deploy build``, each a function of its inputs (data in, data out).
 
 resolve model → licence → plan → payload (copy + digests) → tokenizer → board files → summary
-→ layer → manifest. :mod:`q25deploy.build.pipeline` runs them: it owns the output directory
+→ layer → manifest. :mod:`q25deploy.packer.pipeline` runs them: it owns the output directory
 (atomicity), reuse of unchanged stages (incrementality), overlap (threads) and progress.
 """
 

@@ -283,7 +283,7 @@ def merge_hook_results(results: list[dict | None]) -> dict[str, bytes | None]:
 
 
 def write_layer(out, files: list[LayerFile]) -> None:
-    """Put the layer's files into an :class:`~q25deploy.build.outputs.OutputDir` under meta-q25/."""
+    """Put the layer's files into an :class:`~q25deploy.packer.outputs.OutputDir` under meta-q25/."""
     import os
 
     for f in sorted(files, key=lambda f: f.path):
