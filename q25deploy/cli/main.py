@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import textwrap
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..errors import (
@@ -31,8 +31,7 @@ from ..errors import (
     UnknownTargetError,
     UsageError,
 )
-from . import build, deploy, models, package, runtime, tokens
-from . import progress
+from . import build, deploy, models, package, progress, runtime, tokens
 from .common import validate
 
 #: the command groups, each a module with ``add_commands(subparsers)`` and its handlers, in the
