@@ -2,7 +2,7 @@
 
 Each command group (``models``, ``build``, ``deploy``, ``tokens``, ``runtime``) adds its own
 sub-parsers and handlers. This is the one place where errors become messages and exit codes
-(``EXIT_CODES``, ``EXIT_MEANINGS``; documented in README.md). Library code raises
+(``EXIT_CODES``, ``EXIT_MEANINGS``; documented in docs/commands.md). Library code raises
 :class:`~q25deploy.errors.Q25Error` subclasses and never prints or exits.
 """
 
@@ -38,8 +38,8 @@ from .common import validate
 #: order ``--help`` lists them
 COMMAND_GROUPS = (models, build, deploy, package, tokens, runtime)
 
-#: exit code → meaning: the one table behind the epilog of ``--help`` and README.md's "Exit
-#: codes" (tests/cli/test_help.py compares the three)
+#: exit code → meaning: the one table behind the epilog of ``--help`` and docs/commands.md's
+#: "Exit codes" (tests/cli/test_exit_codes.py compares the three)
 EXIT_MEANINGS: dict[int, str] = {
     0: "success",
     1: "other error the user can act on",
