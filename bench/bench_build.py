@@ -71,7 +71,7 @@ def main() -> None:
             cp_t, _ = best(["cp", str(model), str(tmp / "copy.gguf")], prep=lambda: (tmp / "copy.gguf").unlink(missing_ok=True))
             build_cmd = [exe, "build", "--target", a.target, "--model", str(model), "--out", str(out)]
 
-            def cold():  # a fresh output directory and an empty tokenizer cache
+            def cold(out=out):  # a fresh output directory and an empty tokenizer cache
                 shutil.rmtree(out, ignore_errors=True)
                 shutil.rmtree(cache / "q25deploy" / "tokenizer", ignore_errors=True)
 
@@ -79,7 +79,7 @@ def main() -> None:
                 saved = os.dup(1)
                 os.dup2(nul.fileno(), 1)
                 c_t, c_rss = best(build_cmd, prep=cold)
-                w_t, w_rss = best(build_cmd, prep=lambda: shutil.rmtree(out, ignore_errors=True))
+                w_t, w_rss = best(build_cmd, prep=lambda out=out: shutil.rmtree(out, ignore_errors=True))
                 n_t, n_rss = best(build_cmd, n=5)
                 os.dup2(saved, 1)
             size = model.stat().st_size / 1e6

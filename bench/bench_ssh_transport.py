@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import emulated_board as eb  # noqa: E402
-from sshd import keygen  # noqa: E402
 from ssh_throughput import client_cpu, connect, cpu_seconds, download, in_parallel, negotiated, upload  # noqa: E402
+from sshd import keygen  # noqa: E402
 
 from q25deploy.board.boardfile import load_board  # noqa: E402
 from q25deploy.deploy.connection import Board  # noqa: E402

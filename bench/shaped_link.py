@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 HOST_IP, BOARD_IP = "10.251.77.1", "10.251.77.2"
 

@@ -7,9 +7,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 CHUNK = 1 << 22
 
@@ -23,7 +24,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 def stream_sha256(f: BinaryIO) -> str:
     """The sha256 of what is left in a binary stream."""
     if hasattr(hashlib, "file_digest"):  # Python 3.11+: the loop in C, no Python-level copies
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type,unused-ignore]  # typeshed wants readinto (3.11+)
     h = hashlib.sha256()
     while chunk := f.read(CHUNK):
         h.update(chunk)

@@ -19,10 +19,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import emulated_board as eb
 import paramiko
 import pytest
-
-import emulated_board as eb
 from requirements import need_program, unavailable
 
 from q25deploy.errors import Q25Error
@@ -49,7 +48,7 @@ class TestBoard:
     def host(self) -> str:
         return f"{self.user}@127.0.0.1:{self.port}"
 
-    def login(self, user: str) -> "TestBoard":
+    def login(self, user: str) -> TestBoard:
         """The same board, logged in as ``user`` (by ``sh``, ``put`` and ``q25``)."""
         return replace(self, user=user)
 

@@ -3,6 +3,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from board_fixtures import (  # noqa: F401  (the emulated A53 board)
+    _boards,
+    board,
+    board_client_key,
+    board_machine,
+    board_root,
+    boot_board,
+    q25tok_aarch64,
+    q25tok_aarch64_static,
+)
 
 from q25deploy.model.gguf import GGUFFile
 from q25deploy.model.synthetic import write_model
@@ -10,8 +20,6 @@ from q25deploy.tokenizer.codec import Codec
 from q25deploy.tokenizer.image.format import build_image
 from q25deploy.tokenizer.image.reader import open_image
 from q25deploy.tokenizer.vocab import vocab_from_gguf
-
-from board_fixtures import _boards, board, board_client_key, board_machine, board_root, boot_board, q25tok_aarch64, q25tok_aarch64_static  # noqa: F401  (the emulated A53 board)
 
 DATA = Path(__file__).parent / "data"
 VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"
@@ -86,8 +94,9 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def q25tok(tmp_path_factory) -> Path:
     """The C runtime's q25tok built for this machine (once per run)."""
-    from q25deploy.packer.runtime import build_runtime
     from requirements import need_program
+
+    from q25deploy.packer.runtime import build_runtime
 
     need_program("cc", "Debian: gcc")
     out = tmp_path_factory.mktemp("rt") / "rt"

@@ -8,7 +8,7 @@ import re
 import shlex
 import subprocess
 import tarfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from requirements import need
@@ -23,7 +23,7 @@ FILES = {"init": "recipes-core/dropbear/dropbear/init",
 FUNCTION = "q25_dropbear_receive_window"
 
 
-@lru_cache(maxsize=None)
+@cache
 def oe_dropbear_files(series: str) -> dict[str, str]:
     """OE-core's init script, defaults file and systemd unit of dropbear, and the image class
     that edits the defaults file, for one series (keys of FILES)."""

@@ -8,7 +8,8 @@ import random
 import struct
 import zlib
 
-from q25deploy.tokenizer.image.format import HEADER, HEADER_CRC_OFFSET as HEADER_CRC, SECTION
+from q25deploy.tokenizer.image.format import HEADER, SECTION
+from q25deploy.tokenizer.image.format import HEADER_CRC_OFFSET as HEADER_CRC
 
 HEADER_SIZE, ENTRY_SIZE = HEADER.size, SECTION.size
 ENTRY_CRC = 40  # offset of a section's CRC32 in its table entry (docs/runtime-image.md)

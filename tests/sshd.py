@@ -111,7 +111,7 @@ class CuttingProxy:
             server = socket.create_connection(("127.0.0.1", self.target_port))
             sent = [0]
 
-            def pipe(a, b, count):
+            def pipe(a, b, count, sent):  # this connection's counter (a closure would see the next one's)
                 try:
                     while True:
                         data = a.recv(65536)
@@ -132,8 +132,8 @@ class CuttingProxy:
                         pass
                     s.close()
 
-            threading.Thread(target=pipe, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=pipe, args=(server, client, False), daemon=True).start()
+            threading.Thread(target=pipe, args=(client, server, True, sent), daemon=True).start()
+            threading.Thread(target=pipe, args=(server, client, False, sent), daemon=True).start()
 
     def close(self) -> None:
         self.sock.close()

@@ -1,4 +1,6 @@
-"""The README's example commands run as written (from a scratch directory)."""
+"""The README's and the docs' examples run as written (from a scratch directory): every
+``console`` block on the host, and the README walk-through's board blocks (marked
+``<!-- board -->``) on the emulated board, in the README's order."""
 
 from __future__ import annotations
 
@@ -6,34 +8,128 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from requirements import need_program
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# the pages whose console examples run after the README's, in this order (they use its model and builds)
+PAGES = ["docs/models.md", "docs/building.md", "docs/commands.md", "docs/ota.md"]
+SETUP = [
+    "python3 -m pip install . && q25deploy build --target kv260",
+    "python3 -m pip install '.[test,reference]' && python3 -m pytest -q",
+]
+WALK_THROUGH = "\n## Walk-through"
+BOARD_PORT = "2222"  # the qemu board file's ssh.port, as the README's commands use it
 
 
-def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    cmds = []
-    for block in re.findall(r"```console\n(.*?)```", text, re.S):
-        cmds += [line[2:] for line in block.splitlines() if line.startswith("$ ")]
-    return cmds
+@dataclass(frozen=True)
+class Block:
+    commands: tuple[str, ...]
+    board: bool  # needs the emulated board
 
 
-def test_readme_examples_run(tmp_path):
+def console_blocks(text: str) -> list[Block]:
+    return [
+        Block(tuple(line[2:] for line in body.splitlines() if line.startswith("$ ")), bool(mark))
+        for mark, body in re.findall(r"(<!-- board -->\n)?```console\n(.*?)```", text, re.S)
+    ]
+
+
+def walk_through(text: str) -> str:
+    return WALK_THROUGH + text.split(WALK_THROUGH, 1)[1].split("\n## ", 1)[0]
+
+
+def scratch(tmp_path: Path) -> Path:
+    """A directory to run examples in, with the repository's fixtures and scripts beside them."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name in ("tests", "targets", "tools"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def run(cmd: str, cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def test_the_setup_commands_are_the_ones_ci_runs():
+    """The README's two set-up commands, unchanged, and .ci/run installs and tests exactly so."""
+    blocks = console_blocks(README.read_text().split(WALK_THROUGH, 1)[0])
+    assert [c for b in blocks for c in b.commands] == SETUP
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m pip install '.[test,reference]'\n" in ci and 'stage "pytest" python3 -m pytest -q\n' in ci
+
+
+def test_readme_is_a_tour():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    steps = re.findall(r"^\*\*(\d)\. ", walk_through(text), re.M)
+    assert steps == [str(i) for i in range(1, len(steps) + 1)] and len(steps) >= 6
+    for page in re.findall(r"\]\((docs/[^)#]+)", text):  # every link leads somewhere
+        assert (ROOT / page).is_file(), page
+
+
+def test_examples_run(tmp_path):
+    """Every console example that needs no board, README first, as a newcomer would type it."""
     need_program("q25deploy", "pip install . puts the console script on PATH")
-    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    cwd = scratch(tmp_path)
+    env = {**os.environ, "PYTHONPATH": ""}
     ran = 0
-    for cmd in readme_commands():
-        # installing and the full test suite / benchmark are what CI itself runs
-        cmd = re.sub(r"^python3 -m pip install [^&]*&& ", "", cmd)
-        if "pytest" in cmd or cmd.startswith("python3 bench/"):
-            continue
-        r = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": ""}, timeout=300)
-        assert r.returncode == 0, f"{cmd}\n{r.stderr}"
-        ran += 1
-    assert ran >= 7
-    assert (tmp_path / "q25-out" / "qwen25-tokenizer" / "tokenizer.q25tokrt").is_file()
-    shutil.rmtree(tmp_path / "q25-out")
+    for page in ["README.md", *PAGES]:
+        for block in console_blocks((ROOT / page).read_text()):
+            if block.board:
+                continue
+            for cmd in block.commands:
+                # installing and the full test suite / benchmarks are what CI itself runs
+                cmd = re.sub(r"^python3 -m pip install [^&]*&& ", "", cmd)
+                if "pytest" in cmd or cmd.startswith("python3 bench/"):
+                    continue
+                run(cmd, cwd, env, timeout=300)
+                ran += 1
+    assert ran >= 25
+    assert (cwd / "q25-out" / "qemu-64k" / "tokenizer" / "tokenizer.q25tokrt").is_file()
+    assert (cwd / "q25-out" / "qwen25-tokenizer" / "tokenizer.q25tokrt").is_file()
+    shutil.rmtree(cwd / "q25-out")
+
+
+@pytest.mark.board
+def test_walk_through_on_the_emulated_board(tmp_path, board_root):
+    """The walk-through top to bottom, its board steps against the emulated board booted by
+    its own ``qemu up`` (a free port instead of 2222; the README's key is a fresh one)."""
+    from board_fixtures import BOARD_CACHE
+    from sshd import free_port, keygen
+
+    need_program("q25deploy", "pip install . puts the console script on PATH")
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
+    need_program("ssh-keygen", "Debian: openssh-client")
+    cwd = scratch(tmp_path / "work")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    keygen(home / ".ssh" / "id_ed25519")
+    env = {
+        **os.environ,
+        "PYTHONPATH": "",
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "Q25_BOARD_CACHE": str(BOARD_CACHE),
+    }
+    port = str(free_port())
+    blocks = console_blocks(walk_through(README.read_text()))
+    assert sum(b.board for b in blocks) >= 3
+    try:
+        for block in blocks:
+            for cmd in block.commands:
+                cmd = cmd.replace(f"127.0.0.1:{BOARD_PORT}", f"127.0.0.1:{port}")
+                if cmd.startswith("q25deploy qemu up "):
+                    cmd += f" --ssh-port {port}"
+                run(cmd, cwd, env)
+    finally:
+        subprocess.run(["q25deploy", "qemu", "down"], cwd=cwd, env=env, capture_output=True, timeout=120)
+    svg = (cwd / "q25-out" / "qemu-board.svg").read_text()  # every region as the board reported it
+    assert "used, resident" in svg and not re.search(r"used, (differs|missing|unknown)", svg)
+    assert not (cwd / "q25-qemu" / "state.json").exists()  # qemu down stopped it

@@ -93,12 +93,12 @@ class Workspace:
     def __init__(self, root: Path, user: str | None, keep: bool):
         self.root, self.user, self.keep = root, user, keep
         self.trees: dict[str, Path] = {}
-        self.builds: dict[tuple[str, str], "BuildDir"] = {}
+        self.builds: dict[tuple[str, str], BuildDir] = {}
         self.timings: list[tuple[str, float, str]] = []
         self._stamp = 0
 
     @classmethod
-    def create(cls) -> "Workspace":
+    def create(cls) -> Workspace:
         for prog in HOST_TOOLS:
             need_program(prog, HOW)
         r = subprocess.run(["locale", "-a"], capture_output=True, text=True, check=False)
@@ -151,7 +151,7 @@ class Workspace:
             self.trees[series] = top
         return self.trees[series]
 
-    def build(self, series: str, layers: str, extra: tuple[Path, ...] = ()) -> "BuildDir":
+    def build(self, series: str, layers: str, extra: tuple[Path, ...] = ()) -> BuildDir:
         """The build directory of a layer set; ``extra``: more layers (with a new set name)."""
         key = (series, layers)
         if key not in self.builds:
@@ -183,7 +183,7 @@ class BuildDir:
         return self.tree / "layers" / self.layers / LAYER
 
     @classmethod
-    def create(cls, ws: Workspace, series: str, layers: str, extra: tuple[Path, ...] = ()) -> "BuildDir":
+    def create(cls, ws: Workspace, series: str, layers: str, extra: tuple[Path, ...] = ()) -> BuildDir:
         tree = ws.tree(series)
         path = tree / f"build-{layers}"
         bd = cls(ws, series, layers, path, tree)

@@ -34,7 +34,7 @@ class Machine:
     qemu: str = QEMU
 
     @classmethod
-    def from_board(cls, board, smp: int | None = None, qemu: str | None = None) -> "Machine":
+    def from_board(cls, board, smp: int | None = None, qemu: str | None = None) -> Machine:
         """From ``board.qemu`` (``q25deploy.board.boardfile.Board``); ``smp`` overrides its vCPUs
         (TCG on a small host), ``qemu`` the emulator program."""
         q = dict(board.qemu or {})
@@ -77,7 +77,7 @@ class Files:
     monitor: Path
 
     @classmethod
-    def in_dir(cls, state_dir: Path) -> "Files":
+    def in_dir(cls, state_dir: Path) -> Files:
         d = Path(os.path.abspath(state_dir))
         return cls(d / "qemu.pid", d / "serial.log", d / "monitor.sock")
 

@@ -72,9 +72,9 @@ class QemuBoard:
         for step in ("quit", signal.SIGTERM, signal.SIGKILL):
             if not self.alive():
                 break
-            how = step if step == "quit" else step.name
+            how = step if isinstance(step, str) else step.name
             try:
-                if step == "quit":
+                if isinstance(step, str):
                     monitor(self, "quit", timeout=min(timeout, 5.0))
                 else:
                     os.kill(self.pid, step)

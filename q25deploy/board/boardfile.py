@@ -34,7 +34,7 @@ class Span:
     def end(self) -> int:
         return self.base + self.size
 
-    def overlaps(self, other: "Span") -> bool:
+    def overlaps(self, other: Span) -> bool:
         return self.base < other.end and other.base < self.end
 
 

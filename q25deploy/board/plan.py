@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ..common import format_size
 from ..errors import FitError
@@ -22,12 +23,18 @@ from .boardfile import Board, Span
 
 
 class TensorLike(Protocol):
-    name: str
-    shape: tuple[int, ...]
-    ggml_type: int
-    data_offset: int
-    nbytes: int
+    """What planning reads of a tensor (read-only: the model's TensorInfo is frozen)."""
 
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def ggml_type(self) -> int: ...
+    @property
+    def data_offset(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
     @property
     def type_name(self) -> str: ...
 
@@ -148,18 +155,18 @@ def place_regions(board: Board, partitions: Sequence[Partition]) -> tuple[Region
             f"the board allows {board.model_budget:,} bytes ({format_size(board.model_budget)}, "
             f"{lay.max_model_share:.0%} of {format_size(board.ddr_bytes)} DDR)"
         )
-    windows = [[w.name, w.base, w.end] for w in free_windows(board)]
+    windows = [(w.name, [w.base, w.end]) for w in free_windows(board)]  # [base, end) shrinks from the top
     regions = []
     for p in partitions:
-        best = next((w for w in windows if w[2] - w[1] >= p.size), None)  # highest window first
+        best = next((w for w in windows if w[1][1] - w[1][0] >= p.size), None)  # highest window first
         if best is None:
-            largest = max((w[2] - w[1] for w in windows), default=0)
+            largest = max((w[1][1] - w[1][0] for w in windows), default=0)
             raise FitError(
                 f"the model does not fit {board.name}: region {p.index} needs {p.size:,} bytes ({format_size(p.size)}) of "
                 f"contiguous DDR, the largest free window left is {largest:,} bytes ({format_size(largest)})"
             )
-        base = align_down(best[2] - p.size, lay.region_alignment)
-        best[2] = base
+        base = align_down(best[1][1] - p.size, lay.region_alignment)
+        best[1][1] = base
         regions.append(Region(p.index, base, p.size, p.used, best[0]))
     return tuple(regions)
 

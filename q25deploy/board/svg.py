@@ -79,11 +79,11 @@ def _items(board: Board, plan: MemoryPlan, bank: Span, residency: dict[int, str]
         depth = sum(1 for o in existing[:k] if o.overlaps(r))
         out.append(_Item("existing", Span(r.name, lo, hi - lo), f"{r.name} @0x{r.base:x} {format_size(r.size)}",
                          EXISTING, depth=depth))
-    for r in sorted((r for r in plan.regions if bank.base <= r.base < bank.end), key=lambda r: r.base):
-        status, colours = _status(r.index, residency)
-        text = f"{r.label} @0x{r.base:x} {format_size(r.size)}, {format_size(r.used)} used"
-        out.append(_Item("region", Span(r.label, r.base, min(r.end, bank.end) - r.base),
-                         text + (f", {status}" if status else ""), colours, used=r.used))
+    for reg in sorted((g for g in plan.regions if bank.base <= g.base < bank.end), key=lambda g: g.base):
+        status, colours = _status(reg.index, residency)
+        text = f"{reg.label} @0x{reg.base:x} {format_size(reg.size)}, {format_size(reg.used)} used"
+        out.append(_Item("region", Span(reg.label, reg.base, min(reg.end, bank.end) - reg.base),
+                         text + (f", {status}" if status else ""), colours, used=reg.used))
     return out
 
 

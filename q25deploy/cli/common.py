@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from functools import partial
-from typing import Iterable
 
 MODEL_HELP = "a .gguf path or an Ollama reference such as qwen2.5:0.5b"
 

@@ -2,7 +2,7 @@
 
 Each command group (``models``, ``build``, ``deploy``, ``tokens``, ``runtime``) adds its own
 sub-parsers and handlers. This is the one place where errors become messages and exit codes
-(``EXIT_CODES``, ``EXIT_MEANINGS``; documented in README.md). Library code raises
+(``EXIT_CODES``, ``EXIT_MEANINGS``; documented in docs/commands.md). Library code raises
 :class:`~q25deploy.errors.Q25Error` subclasses and never prints or exits.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import textwrap
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..errors import (
@@ -31,16 +31,15 @@ from ..errors import (
     UnknownTargetError,
     UsageError,
 )
-from . import build, deploy, models, package, runtime, tokens
-from . import progress
+from . import build, deploy, models, package, progress, runtime, tokens
 from .common import validate
 
 #: the command groups, each a module with ``add_commands(subparsers)`` and its handlers, in the
 #: order ``--help`` lists them
 COMMAND_GROUPS = (models, build, deploy, package, tokens, runtime)
 
-#: exit code → meaning: the one table behind the epilog of ``--help`` and README.md's "Exit
-#: codes" (tests/cli/test_help.py compares the three)
+#: exit code → meaning: the one table behind the epilog of ``--help`` and docs/commands.md's
+#: "Exit codes" (tests/cli/test_exit_codes.py compares the three)
 EXIT_MEANINGS: dict[int, str] = {
     0: "success",
     1: "other error the user can act on",

@@ -24,9 +24,9 @@ EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
 
 
 def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
-    from ..ota.plan import plan_package
     from ..builddir import BuildDir
     from ..deploy.expected import BuildIds
+    from ..ota.plan import plan_package
 
     image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
     build = BuildDir(a.build)  # build.json checked by the schema: a corrupt one is exit 1, not a crash

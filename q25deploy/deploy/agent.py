@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import re
 import shlex
-import socket
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import paramiko
 
@@ -124,7 +123,7 @@ class Agent:
                     raise DeployError(f"{self.name}: unexpected answer from the board: {header[:80]!r}")
                 status, n_out, n_err = (int(x) for x in header[len(HEADER):].split())
                 return status, self._read_exact(n_out), self._read_exact(n_err)
-            except (paramiko.SSHException, OSError, EOFError, socket.timeout, ValueError) as e:
+            except (TimeoutError, paramiko.SSHException, OSError, EOFError, ValueError) as e:
                 raise DeployError(f"{self.name}: connection lost during {argv[0]}: {e or 'closed'}") from None
 
     def close(self) -> int | None:
@@ -133,7 +132,7 @@ class Agent:
             try:
                 self.chan.shutdown_write()
                 return self.chan.recv_exit_status()
-            except (paramiko.SSHException, OSError, EOFError, socket.timeout):
+            except (TimeoutError, paramiko.SSHException, OSError, EOFError):
                 return None  # a dead connection: the board side sees it end
             finally:
                 try:

@@ -19,8 +19,8 @@ import getpass
 import re
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import paramiko
 
@@ -97,7 +97,7 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
             line = agent.first_line()
         except EOFError:
             line = ""  # the script ended first (its status says why)
-        except (paramiko.SSHException, OSError, socket.timeout) as e:
+        except (TimeoutError, paramiko.SSHException, OSError) as e:
             agent.close()
             raise DeployError(f"{board.spec.name}: connection lost while taking the board lock: {e}") from None
         if line == "acquired":
@@ -123,7 +123,7 @@ def board_session(board: Board) -> Iterator[None]:
     agent = Agent(board.spec.name, board.start(["sh", "-c", PLAIN, "sh"], LOCK_MAX_AGE))
     try:
         line = agent.first_line()
-    except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+    except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
         agent.close()
         raise DeployError(f"{board.spec.name}: cannot start a shell on the board: {e or 'it ended'}") from None
     if line != "ready":

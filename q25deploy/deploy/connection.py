@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO
 
 import paramiko
 from fabric import Connection
 
 from ..errors import DeployError, HostKeyError
 from . import openssh
-from .become import hint as become_hint, prefix as become_prefix
+from .become import hint as become_hint
+from .become import prefix as become_prefix
 from .hosts import HostSpec
 from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
@@ -74,7 +75,7 @@ class Board:
                 raise HostKeyError(f"{spec.name}: unknown host key (not in {path}); check it and pass "
                                    "--trust-new-host to record it") from None
             raise DeployError(f"{spec.name}: SSH failed: {e}") from None
-        except (OSError, socket.timeout, EOFError) as e:
+        except (TimeoutError, OSError, EOFError) as e:
             raise DeployError(f"{spec.name}: cannot connect: {e}") from None
         self.transport = client.get_transport()
         # large files through OpenSSH's ssh where it logs in as this session did (see openssh.py)
@@ -99,7 +100,7 @@ class Board:
             self.agent = None
             agent.close()
 
-    def __enter__(self) -> "Board":
+    def __enter__(self) -> Board:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -150,7 +151,7 @@ class Board:
             chan.shutdown_write()
             out, err = _drain(chan)
             return chan.recv_exit_status(), out, err
-        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+        except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             raise DeployError(f"{self.spec.name}: connection lost during {argv[0]}: {e}") from None
         finally:
             _close(chan)
@@ -179,6 +180,8 @@ class Board:
 
     def _upload_openssh(self, argv, src, size: int, dest: str, progress) -> tuple[int, bytes, bytes] | None:
         """None: ``ssh`` did not log in (paramiko sends this file and the rest)."""
+        if self.bulk is None:
+            return None
         cmd = shlex.join([*self._become, "timeout", str(UPLOAD_TIMEOUT), *argv])
         try:
             status, out, err = self.bulk.upload(cmd, src, size, progress, UPLOAD_TIMEOUT + 30)
@@ -212,7 +215,7 @@ class Board:
             chan.shutdown_write()
             out, err = _drain(chan)
             return chan.recv_exit_status(), out, err
-        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as e:
+        except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
                               f"{e}") from None
         finally:

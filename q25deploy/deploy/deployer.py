@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any
 
 from ..errors import DeployError
 from . import receiver
@@ -98,7 +99,7 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
 
 
 def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
-           smoke: Callable[[bool], dict], progress: Callable[[str], None] = lambda s: None,
+           smoke: Callable[[bool, dict | None], dict], progress: Callable[[str], None] = lambda s: None,
            load: Callable[[], dict] | None = None, state: dict | None = None, verify_links: bool = False,
            sent: Callable[[int], None] | None = None, receivers: Sequence[str] = (),
            sending: Callable[[], None] = lambda: None) -> HostResult:
@@ -106,7 +107,8 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
     stage what the board lacks (hashed on the board as it is written), promote it, switch,
     smoke-test, then prune older releases or roll back. ``load`` puts the current release's
     partitions into their reserved regions (after the switch, and again after switching back);
-    ``smoke(quick)``: quick after this deploy proved the files. ``verify_links``: the board
+    ``smoke(quick, residency)``: quick after this deploy proved the files; ``residency`` is what
+    ``load`` reported (None without it). ``verify_links``: the board
     also hashes the files it links from kept releases and any that differ is sent again.
     ``receivers``: the board's q25tok paths to try as the uploads' receiver. ``sending()`` is
     called once the release's files are on their way: the caller's own work then waits on
@@ -203,7 +205,8 @@ def _bad_links(board: Board, linked: list, staged, progress) -> list:
     progress(f"hashing {len(linked)} kept file(s) on the board")
     _, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *[staged(f.rel) for f in linked]], check=False,
                           timeout=3600)
-    got = dict(reversed(line.split(" ", 1)) for line in out.decode("utf-8", "replace").splitlines() if " " in line)
+    lines = out.decode("utf-8", "replace").splitlines()
+    got = {path: digest for digest, path in (line.split(" ", 1) for line in lines if " " in line)}
     bad = [f for f in linked if got.get(staged(f.rel)) != f.sha256]
     for f in bad:
         if f.local is None and f.origin is None:
@@ -218,7 +221,7 @@ def _switch_and_test(files: BoardFiles, release: Release, state: dict, res: Host
     back to exactly the state before this deploy (older rollback point included) when not."""
     old_current = state.get("current")
     keep = {release.id, old_current} - {None}
-    new_state = {"format": STATE_FORMAT, "current": release.id,
+    new_state: dict[str, Any] = {"format": STATE_FORMAT, "current": release.id,
                  "previous": old_current if old_current != release.id else state.get("previous"),
                  "releases": {**state.get("releases", {}),
                               release.id: _record(release, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}}
@@ -269,7 +272,7 @@ def rollback(board: Board, files: BoardFiles, state: dict | None = None,
     prev, cur = state.get("previous"), state.get("current")
     if not prev or prev not in state.get("releases", {}):
         raise DeployError(f"{board.spec.name}: no previous release to roll back to")
-    new_state = {"format": STATE_FORMAT, "current": prev, "previous": None,
+    new_state: dict[str, Any] = {"format": STATE_FORMAT, "current": prev, "previous": None,
                  "releases": {prev: state["releases"][prev]}}
     warning = files.commit(new_state)
     if warning:

@@ -3,27 +3,29 @@ never stops the others."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
 
 from ..packer.layout import RUNTIME_BIN
+from ..builddir import BuildDir
 from ..common import file_sha256
 from ..errors import DeployError, Q25Error, UsageError
-from ..builddir import BuildDir
 from ..schema import BuildInfo
+from ..tokenizer.prompts import smoke_ids
 from . import board_release
-from .become import check as check_become, prefix as become_prefix
+from .become import check as check_become
+from .become import prefix as become_prefix
 from .boardlock import board_session
 from .connection import Board
-from .hosts import HostSpec, parse_host
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
-from ..tokenizer.prompts import smoke_ids
 from .expected import BuildIds
+from .hosts import HostSpec, parse_host
 from .release import Release, release_from_build, tokenizer_only
-from .residency import load as load_regions, verify as verify_regions
+from .residency import load as load_regions
+from .residency import verify as verify_regions
 from .smoke import smoke_test
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
@@ -88,6 +90,7 @@ class Fleet:
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
     @cached_property
     def build(self) -> BuildDir:
+        assert self.opts.build_dir is not None  # read only for a command given --build (or deploy's default)
         return BuildDir(self.opts.build_dir)
 
     @property
@@ -114,6 +117,7 @@ class Fleet:
         if built_for != self.install_dir:
             raise DeployError(f"{self.opts.build_dir} installs to {built_for}, target {self.target.name} to "
                               f"{self.install_dir}: rebuild with q25deploy build")
+        assert self.opts.build_dir is not None
         return release_from_build(self.opts.build_dir, rb)
 
     # -- per host -------------------------------------------------------------------------
@@ -220,7 +224,7 @@ class Fleet:
     def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
         release = self.build_release() if action == "deploy" else None
         if action in ("deploy", "smoke") and self.opts.build_dir:
-            self.summary, self.partition_map, self.expected  # read once, before the worker threads
+            _ = self.summary, self.partition_map, self.expected  # read once, before the worker threads
         if action == "smoke" and self.opts.build_dir:
             self.expected.warm()
 
@@ -228,6 +232,7 @@ class Fleet:
             try:
                 progress(f"{spec.name}: {action}")
                 if action == "deploy":
+                    assert release is not None
                     return self.deploy_one(spec, release)
                 if action == "smoke":
                     return self.smoke_one(spec)

@@ -35,9 +35,10 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import BinaryIO, Callable
+from functools import cache
+from typing import BinaryIO
 
 # paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
 # it hidden by Bulk.warm) from about this size
@@ -70,7 +71,7 @@ class Login:
     macs: tuple[str, ...]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _supported(client: str, kind: str) -> frozenset[str]:
     """``ssh -Q kind``: an algorithm ``ssh`` does not know makes it refuse the whole list."""
     try:
@@ -130,11 +131,11 @@ def _collect(stream, sink: bytearray, ready: threading.Event | None = None) -> N
 def _feed(src: BinaryIO, size: int, out: int, progress: Callable[[int], None] | None) -> None:
     """``size`` bytes of ``src`` into the pipe ``out``: sendfile where ``src`` is a file (no
     copy through Python), read and write otherwise."""
-    sent = 0
+    sent, fd, offset = 0, None, 0
     try:
         fd, offset = src.fileno(), src.tell()
     except (AttributeError, OSError, ValueError):
-        fd = offset = None
+        fd = None
     while sent < size:
         want = min(CHUNK, size - sent)
         n = 0
@@ -172,9 +173,13 @@ class _Login:
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      bufsize=0)
+        stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+        if stdin is None or stdout is None or stderr is None:  # all three are PIPE: never
+            raise OSError(f"{argv[0]}: no pipes to the process")
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.out, self.err, self.ready = bytearray(), bytearray(), threading.Event()
-        self.readers = [threading.Thread(target=_collect, args=(self.proc.stdout, self.out, self.ready), daemon=True),
-                        threading.Thread(target=_collect, args=(self.proc.stderr, self.err), daemon=True)]
+        self.readers = [threading.Thread(target=_collect, args=(self.stdout, self.out, self.ready), daemon=True),
+                        threading.Thread(target=_collect, args=(self.stderr, self.err), daemon=True)]
         for t in self.readers:
             t.start()
 
@@ -195,12 +200,12 @@ class _Login:
         """``line`` (the command line a waiting shell reads, or nothing), then ``size`` bytes of
         ``src``; returns (status, stdout after the ready line, stderr) and closes."""
         try:
-            stdin = self.proc.stdin.fileno()
+            stdin = self.stdin.fileno()
             _widen(stdin)
             if line:
                 os.write(stdin, line)  # a few hundred bytes into an empty 1 MiB pipe: all of it
             _feed(src, size, stdin, progress)
-            self.proc.stdin.close()
+            self.stdin.close()
         except BrokenPipeError:
             pass  # ssh or the receiver ended early: its status and message say why
         try:
@@ -212,7 +217,7 @@ class _Login:
     def close(self) -> None:
         """End the process: EOF first (a waiting shell's read fails and it exits), then a kill."""
         try:
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
             pass
@@ -221,7 +226,7 @@ class _Login:
             self.proc.wait()
         for t in self.readers:
             t.join(timeout=5)
-        for f in (self.proc.stdout, self.proc.stderr):
+        for f in (self.stdout, self.stderr):
             f.close()
 
 
@@ -241,7 +246,7 @@ class Bulk:
 
     @classmethod
     def for_session(cls, conn, transport, *, known_hosts: str, identity: str | None, connect_timeout: float,
-                    ciphers: tuple[str, ...], macs: tuple[str, ...]) -> "Bulk | None":
+                    ciphers: tuple[str, ...], macs: tuple[str, ...]) -> Bulk | None:
         """For a fabric ``conn`` logged in over ``transport``; None without an ``ssh`` client or
         where the session did not reach the board directly (a gateway, a proxy command)."""
         client, sock = find_client(), getattr(transport, "sock", None)

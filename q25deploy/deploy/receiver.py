@@ -18,7 +18,7 @@ another CPU, is passed over.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..packer.layout import RUNTIME_BIN
 from .connection import Board
@@ -47,7 +47,7 @@ def choose(board: Board, candidates: Sequence[str], uploads: list, staged: Calla
     board.receiver = None
     own = next((f for f in uploads if f.rel == RUNTIME_BIN), None)
     sent = [send(own)] if own is not None else []
-    if sent and sent[0][1] == own.sha256 and board.run(["chmod", "0755", staged(own.rel)], check=False)[0] == 0:
+    if own is not None and sent[0][1] == own.sha256 and board.run(["chmod", "0755", staged(own.rel)], check=False)[0] == 0:
         candidates = [staged(own.rel), *candidates]
     board.receiver = probe(board, candidates)
     return sent

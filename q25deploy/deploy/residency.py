@@ -15,10 +15,10 @@ skips the copy. A reboot (another boot id) or another table loads again.
 
 from __future__ import annotations
 
+from ..packer.layout import REGION_TABLE as TABLE
 from .become import hint as become_hint
 from .connection import Board
 
-from ..packer.layout import REGION_TABLE as TABLE
 EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes differ
 
 

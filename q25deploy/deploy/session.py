@@ -8,7 +8,6 @@ from pathlib import Path
 
 import paramiko
 
-
 # Ciphers, MACs, windows: measured on the emulated A53 board (bench/bench_ssh_transport.py,
 # issue 11 defect 7; figures in docs/boards.md). AES-GCM first: encryption and integrity in
 # one C call per packet; to OpenSSH 9.2 it uploads 10.4 MB/s (board CPU 144 ms/MB). Dropbear

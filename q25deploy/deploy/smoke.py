@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from .connection import HASH_FILES, Board
@@ -25,7 +25,9 @@ class _Report:
     """The checks and warnings of one smoke test; ``strict`` turns warnings into failures."""
 
     def __init__(self, strict: bool) -> None:
-        self.strict, self.checks, self.warnings = strict, [], []
+        self.strict = strict
+        self.checks: list[dict] = []
+        self.warnings: list[str] = []
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append({"name": name, "ok": ok, "detail": detail})
@@ -91,7 +93,7 @@ def _check_ids(board: Board, report: _Report, expected: Sequence[list[int]], q25
     plain_out, _, special_out = out.decode("utf-8", "replace").partition("@@special\n")
     lines = {False: plain_out.splitlines(), True: special_out.splitlines()}
     seen = {False: 0, True: 0}
-    for i, (text, special) in enumerate(SMOKE_PROMPTS):
+    for i, (_text, special) in enumerate(SMOKE_PROMPTS):
         want = expected[i]
         row = lines[special][seen[special]] if seen[special] < len(lines[special]) else None
         seen[special] += 1

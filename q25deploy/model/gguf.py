@@ -99,7 +99,7 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: malformed GGUF ({e})") from None
 
     # -- context management -------------------------------------------------------------
-    def __enter__(self) -> "GGUFFile":
+    def __enter__(self) -> GGUFFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -110,7 +110,7 @@ class GGUFFile:
         buf = getattr(self, "_buf", None)
         if buf is not None:
             self._buf = None  # type: ignore[assignment]
-            self.metadata = {}
+            self.metadata: dict[str, Any] = {}
             try:
                 buf.release()
                 self._mmap.close()

@@ -9,7 +9,8 @@ is allocated; each failure is a :class:`~q25deploy.errors.GGUFError` naming the 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from gguf import GGUFValueType
@@ -69,7 +70,7 @@ class StringArray(Sequence[bytes]):
 
     def _index(self) -> list[int]:
         if self._offsets is None:
-            offs = []
+            offs: list[int] = []
             append = offs.append
             unpack = U64.unpack_from
             buf = self._buf
@@ -81,7 +82,7 @@ class StringArray(Sequence[bytes]):
             self._offsets = offs
         return self._offsets
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(self._count))]
         offs = self._index()

@@ -12,9 +12,10 @@ import hashlib
 import io
 import shutil
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 CHUNK = 1 << 20
 GZIP_LEVEL = 6
@@ -31,10 +32,15 @@ class Entry:
 
     @property
     def size(self) -> int:
-        return len(self.data) if self.data is not None else self.path.stat().st_size  # type: ignore[union-attr]
+        return len(self.data) if self.data is not None else self._file().stat().st_size
 
     def open(self) -> BinaryIO:
-        return io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")  # type: ignore[arg-type]
+        return io.BytesIO(self.data) if self.data is not None else self._file().open("rb")
+
+    def _file(self) -> Path:
+        if self.path is None:
+            raise ValueError(f"archive entry {self.name} has neither data nor a path")
+        return self.path
 
 
 def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
@@ -46,7 +52,7 @@ def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
     return ti
 
 
-def write_tar(out: BinaryIO, entries: Iterable[Entry]) -> None:
+def write_tar(out: BinaryIO | gzip.GzipFile, entries: Iterable[Entry]) -> None:
     """A ustar archive of ``entries`` (in order) onto ``out``."""
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
         for e in entries:

@@ -16,9 +16,9 @@ import hashlib
 
 from ..packer.layer import LayerFile, render
 from ..resources import data_dir, runtime_sources
-from .settings import ota_settings
 from .plan import check_name
 from .scripts import board_script
+from .settings import ota_settings
 
 RECIPES = "recipes-q25/q25-ota"
 # meta-swupdate's recipe is appended only when that layer is present

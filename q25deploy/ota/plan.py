@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import schema
-from ..deploy.release import release_from_build
 from ..common import stream_sha256
+from ..deploy.release import release_from_build
 from ..errors import DeployError, PackageError, SchemaError
 from ..tokenizer.prompts import SMOKE_PROMPTS
 

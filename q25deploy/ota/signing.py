@@ -68,7 +68,8 @@ def cms_signature(data: bytes, key_path: Path, cert_path: Path) -> bytes:
         raise PackageError(f"{cert_path}: cannot read the certificate: {e.strerror}") from None
     except ValueError as e:
         raise PackageError(f"{cert_path}: not a PEM certificate ({e})") from None
-    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if cert.public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
         raise PackageError(f"{cert_path}: the certificate is not for the key {key_path}")
     opts = [pkcs7.PKCS7Options.DetachedSignature, pkcs7.PKCS7Options.Binary, pkcs7.PKCS7Options.NoAttributes]
     return (pkcs7.PKCS7SignatureBuilder().set_data(data).add_signer(cert, key, hashes.SHA256())

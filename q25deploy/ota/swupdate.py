@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 from .archive import Entry, write_cpio
 from .plan import OtaPlan, PackageError, check_name

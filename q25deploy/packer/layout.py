@@ -3,7 +3,7 @@ packages and what a release carries to a board (``deploy`` reads them from here)
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 MANIFEST = "manifest.json"
 STAMP = ".q25deploy-stamp.json"  # incremental-build record, outside the manifest (paths, mtimes)

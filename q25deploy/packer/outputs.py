@@ -23,6 +23,7 @@ from ..errors import OutputError
 from .layout import MANIFEST
 from .replace import MANIFEST_FORMAT, check_replaceable, exchange, remove_stale, temp_dir
 
+
 def is_plain_relative(rel: str) -> bool:
     """A relative POSIX path of non-empty parts, none of them ``.`` or ``..``."""
     parts = rel.split("/")
@@ -51,7 +52,7 @@ class OutputDir:
         except OSError as e:
             raise OutputError(f"{self.dest.parent}: cannot create output directory: {e.strerror}") from None
 
-    def __enter__(self) -> "OutputDir":
+    def __enter__(self) -> OutputDir:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -13,8 +13,8 @@ import errno
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import GGUFError, OutputError
 

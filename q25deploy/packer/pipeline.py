@@ -22,11 +22,11 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import __version__
 from ..common import json_bytes, json_digest
@@ -203,10 +203,10 @@ def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, p
     if hit is not None:
         progress("copying the tokenizer assets from the cache")
         cached_dir, cached = hit
-        for a in cached:
-            rel = stages.tokenizer_path(p.layout, a["path"])
-            shutil.copyfile(cached_dir / a["path"], o.path(rel))
-            o.record(rel, a["kind"])
+        for entry in cached:  # the cache's manifest rows (dicts), not Assets
+            rel = stages.tokenizer_path(p.layout, entry["path"])
+            shutil.copyfile(cached_dir / entry["path"], o.path(rel))
+            o.record(rel, entry["kind"])
         return key
     progress("building the tokenizer assets and runtime image")
     assets = stages.tokenizer(f, model_sha, info, p.layout.alignment)

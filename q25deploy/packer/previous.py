@@ -13,6 +13,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Any, cast
 
 from .. import schema
 from ..errors import SchemaError
@@ -43,7 +44,7 @@ class Previous:
             listed = schema.parse_manifest(read_json(out / layout.MANIFEST) or {}, str(out / layout.MANIFEST))
         except SchemaError:
             listed = {}
-        self.artifacts = {rel: {"kind": a.kind, "sha256": a.sha256, "size": a.size} for rel, a in listed.items()}
+        self.artifacts: dict[str, dict[str, Any]] = {rel: {"kind": a.kind, "sha256": a.sha256, "size": a.size} for rel, a in listed.items()}
 
     def tensor_digests(self, names: set[str]) -> dict[str, str] | None:
         """Each tensor's sha256 from the last partition map, when it is well formed and names exactly ``names``."""
@@ -53,7 +54,7 @@ class Previous:
         found = {t.get("name"): t.get("sha256") for t in tensors if isinstance(t, dict)}
         ok = set(found) == names and len(found) == len(tensors) and all(
             isinstance(s, str) and _HEX64.fullmatch(s) for s in found.values())
-        return found if ok else None
+        return cast("dict[str, str]", found) if ok else None
 
     def has(self, rel: str) -> bool:
         """A regular file of the last build (never a symlink, never outside DIR) listed in its manifest."""

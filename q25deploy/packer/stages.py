@@ -22,11 +22,23 @@ from ..tokenizer.assets import Asset, tokenizer_assets
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from ..tokenizer.vocab import vocab_from_gguf
 from . import layout
-from .layer import DEVICE_TREE_DIR, LayerFile, Licence, assets_recipe_pv, layer_readme, merge_hook_results, \
-    model_assets_files, model_license, smoke_test_case, static_files
+from .layer import (
+    DEVICE_TREE_DIR,
+    LayerFile,
+    Licence,
+    assets_recipe_pv,
+    layer_readme,
+    merge_hook_results,
+    model_assets_files,
+    model_license,
+    smoke_test_case,
+    static_files,
+)
 from .payload import Piece, check_plain_names
-from .region_table import KIND as REGION_TABLE_KIND, region_table
-from .uboot_script import KIND as UBOOT_SCRIPT_KIND, uboot_script
+from .region_table import KIND as REGION_TABLE_KIND
+from .region_table import region_table
+from .uboot_script import KIND as UBOOT_SCRIPT_KIND
+from .uboot_script import uboot_script
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
                                   file_digest=src.sha256 is None)
             write_outputs(str(src.path), pieces, paths, sizes)
             d = digests.result()
-        if src.sha256 is None:
+        if src.sha256 is None and d.file is not None:  # digest_pass hashed the file (file_digest=True)
             src.sha256 = d.file
             remember_digest(src.path, d.file)
         for rel, sha in zip(files, d.outputs):

@@ -5,8 +5,9 @@ and the :class:`CommandContext` a command's ``run`` receives."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import cast
 
 import pluggy
 
@@ -43,9 +44,7 @@ def collect_commands(pm: pluggy.PluginManager, failures: list[PluginFailure],
     out: list[tuple[str, CommandSpec]] = []
     for impl in reversed(pm.hook.q25deploy_cli_commands.get_hookimpls()):
         try:
-            specs = list(impl.function() or [])
-            for spec in specs:
-                _check(spec)
+            specs = [_check(spec) for spec in cast("Iterable[object]", impl.function() or [])]
         except Exception as e:  # a third-party plugin's bug must not take the CLI down
             failures.append(PluginFailure(impl.plugin_name, describe_error(e)))
             continue
@@ -59,10 +58,11 @@ def collect_commands(pm: pluggy.PluginManager, failures: list[PluginFailure],
     return out
 
 
-def _check(spec: object) -> None:
+def _check(spec: object) -> CommandSpec:
     if not isinstance(spec, CommandSpec):
         raise TypeError(f"q25deploy_cli_commands returned {spec!r}, not a CommandSpec")
     if not isinstance(spec.name, str) or not COMMAND_NAME.match(spec.name):
         raise ValueError(f"command name {spec.name!r} is not lowercase letters, digits and '-'")
     if not callable(spec.add_arguments) or not callable(spec.run):
         raise TypeError(f"command {spec.name!r}: add_arguments and run must be callables")
+    return spec

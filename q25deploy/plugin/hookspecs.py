@@ -14,9 +14,10 @@ and return the list of their non-``None`` results.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -69,13 +70,13 @@ class CommandSpec:
     name: str  # the command word: lowercase letters, digits and '-', not a core command's
     help: str  # one line in ``q25deploy --help``
     description: str  # the first paragraph of ``q25deploy NAME --help``
-    add_arguments: Callable[["argparse.ArgumentParser"], None]
-    run: Callable[["argparse.Namespace", "CommandContext"], "int | None"]
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, CommandContext], int | None]
     epilog: str = ""  # the text under ``q25deploy NAME --help`` (exit codes, examples)
 
 
 @hookspec
-def q25deploy_register_targets() -> Sequence[TargetSpec]:
+def q25deploy_register_targets() -> Sequence[TargetSpec] | None:
     """*collect*: the targets this plugin provides.
 
     Each plugin returns a list of :class:`TargetSpec`. A target name provided twice is
@@ -84,7 +85,7 @@ def q25deploy_register_targets() -> Sequence[TargetSpec]:
 
 
 @hookspec(firstresult=True)
-def q25deploy_image_layout(target: str, board: "Board") -> ImageLayout | None:
+def q25deploy_image_layout(target: str, board: Board) -> ImageLayout | None:
     """*firstresult*: the runtime image's alignment, install directory and file name.
 
     The install directory is where the layer's recipe installs the model and where deploy
@@ -94,7 +95,7 @@ def q25deploy_image_layout(target: str, board: "Board") -> ImageLayout | None:
 
 
 @hookspec(firstresult=True)
-def q25deploy_partition_plan(target: str, board: "Board", tensors: Sequence["TensorLike"]) -> list["Partition"] | None:
+def q25deploy_partition_plan(target: str, board: Board, tensors: Sequence[TensorLike]) -> list[Partition] | None:
     """*firstresult*: pack the model's tensors into partitions (one per reserved region).
 
     Default: :func:`q25deploy.board.plan.plan_partitions` (file order, tensor alignment,
@@ -103,7 +104,7 @@ def q25deploy_partition_plan(target: str, board: "Board", tensors: Sequence["Ten
 
 
 @hookspec(firstresult=True)
-def q25deploy_reserved_regions(target: str, board: "Board", partitions: Sequence["Partition"]) -> Sequence["Region"] | None:
+def q25deploy_reserved_regions(target: str, board: Board, partitions: Sequence[Partition]) -> Sequence[Region] | None:
     """*firstresult*: the physical region of every partition.
 
     Default: :func:`q25deploy.board.plan.place_regions` (top-down in free DDR, 2 MiB
@@ -113,7 +114,7 @@ def q25deploy_reserved_regions(target: str, board: "Board", partitions: Sequence
 
 
 @hookspec(firstresult=True)
-def q25deploy_reserved_memory_dtsi(target: str, board: "Board", plan: "MemoryPlan") -> str | None:
+def q25deploy_reserved_memory_dtsi(target: str, board: Board, plan: MemoryPlan) -> str | None:
     """*firstresult*: the text of ``reserved-memory.dtsi`` for the plan.
 
     Default: :func:`q25deploy.board.dtsi.reserved_memory_dtsi`.
@@ -121,7 +122,7 @@ def q25deploy_reserved_memory_dtsi(target: str, board: "Board", plan: "MemoryPla
 
 
 @hookspec
-def q25deploy_layer_files(target: str, board: "Board", build: Mapping[str, Any]) -> Mapping[str, bytes] | None:
+def q25deploy_layer_files(target: str, board: Board, build: Mapping[str, Any]) -> Mapping[str, bytes] | None:
     """*collect*: extra or replacement files for the BitBake layer, path → content.
 
     Used by the layer emitter (machine-specific parts belong to the board plugin); a
@@ -130,13 +131,13 @@ def q25deploy_layer_files(target: str, board: "Board", build: Mapping[str, Any])
 
 
 @hookspec
-def q25deploy_smoke_checks(target: str, board: "Board") -> Sequence[tuple[str, str]] | None:
+def q25deploy_smoke_checks(target: str, board: Board) -> Sequence[tuple[str, str]] | None:
     """*collect*: extra smoke-test commands ``(name, shell command)`` run on the board
     after the built-in checks; a non-zero exit fails the smoke test."""
 
 
 @hookspec
-def q25deploy_cli_commands() -> Sequence[CommandSpec]:
+def q25deploy_cli_commands() -> Sequence[CommandSpec] | None:
     """*collect*: the commands this plugin adds to the command line.
 
     Each plugin returns a list of :class:`CommandSpec`. A plugin whose hook raises, returns

@@ -4,8 +4,10 @@ out; the rest of the CLI keeps working."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
+from typing import cast
 
 import pluggy
 
@@ -75,10 +77,11 @@ def registered_targets(pm: pluggy.PluginManager, failures: list[PluginFailure]) 
     out: dict[str, tuple[str, TargetSpec]] = {}
     for impl in reversed(pm.hook.q25deploy_register_targets.get_hookimpls()):
         try:
-            specs = list(impl.function() or [])
-            for spec in specs:
+            specs: list[TargetSpec] = []
+            for spec in cast("Iterable[object]", impl.function() or []):  # a plugin's answer: checked
                 if not isinstance(spec, TargetSpec):
                     raise TypeError(f"q25deploy_register_targets returned {spec!r}, not a TargetSpec")
+                specs.append(spec)
         except Exception as e:
             failures.append(PluginFailure(impl.plugin_name, describe_error(e)))
             continue

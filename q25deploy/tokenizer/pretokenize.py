@@ -15,7 +15,7 @@ throw (a 4-byte form above U+10FFFF) we also give U+FFFD per byte.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Sequence
+from collections.abc import Sequence
 
 from .unicode_classes import LETTER, NUMBER, WHITESPACE
 

@@ -181,7 +181,7 @@ def _merge_table(f: GGUFFile, texts: list[bytes]) -> tuple[np.ndarray, list[byte
     if not isinstance(merges_sa, StringArray):
         raise TokenizerError(f"{f.path}: tokenizer.ggml.merges is not a string array")
     merge_texts = merges_sa.to_list()
-    rows = []
+    rows: list[tuple[int, int, int, int]] = []
     append = rows.append
     for rank, m in enumerate(merge_texts):
         left, sep, right = m.partition(b" ")

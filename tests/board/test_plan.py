@@ -3,12 +3,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from tensor_dirs import model
 
 from q25deploy.board.boardfile import load_board
 from q25deploy.board.plan import assemble, check_placement, free_windows, place_regions, plan_memory, plan_partitions
 from q25deploy.errors import FitError
 from q25deploy.resources import data_dir
-from tensor_dirs import model
 
 TARGETS = data_dir("targets")
 
@@ -93,7 +93,7 @@ def test_an_unsound_partition_plan_from_a_plugin_is_refused():
         "twice": replace(p0, items=p0.items + ((t0, p0.used),)),
         "missing": replace(p0, items=p0.items[1:]),
     }
-    for case, part in bad.items():
+    for part in bad.values():
         with pytest.raises(FitError, match="unsound"):
             check_placement([part, *good[1:]], tensors, board.layout.tensor_alignment)
         with pytest.raises(FitError):

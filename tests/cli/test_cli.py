@@ -90,7 +90,7 @@ def test_tokenize_and_detokenize(capsys, monkeypatch, tmp_path, exported):
     assert json.loads((exported / "tokens.jsonl").read_text().splitlines()[319])["bytes"] == b"\r\n".hex()
     (tmp_path / "1.txt").write_bytes(b"Hello")
     (tmp_path / "2.txt").write_bytes(b"")
-    (tmp_path / "3.txt").write_bytes(" world".encode())
+    (tmp_path / "3.txt").write_bytes(b" world")
     code, out, _ = run(capsys, "tokenize", "--image", img, *[f"--file={tmp_path / n}" for n in ("1.txt", "2.txt", "3.txt")])
     assert out == "9707\n\n1879\n"
     code, out, _ = run(capsys, "detokenize", "--image", img, "151644", "9707", "151645")

@@ -1,4 +1,4 @@
-"""The exit codes: one table in cli/main.py, printed by --help, equal to README.md's "Exit codes"
+"""The exit codes: one table in cli/main.py, printed by --help, equal to docs/commands.md's "Exit codes"
 and consistent with the error classes mapped to them."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from q25deploy.cli.deploy import EXIT_DEPLOY
 from q25deploy.cli.main import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MEANINGS, exit_code_for
 from q25deploy.errors import DeployError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+COMMANDS_DOC = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 
 
-def readme_exit_codes() -> dict[int, str]:
-    section = README.read_text().split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+def documented_exit_codes() -> dict[int, str]:
+    section = COMMANDS_DOC.read_text().split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d+) \| (.*?) \|$", section, re.M)
     return {int(code): meaning.replace("`", "") for code, meaning in rows}
 
@@ -37,8 +37,8 @@ def help_exit_codes(capsys) -> dict[int, str]:
     return codes
 
 
-def test_exit_codes_in_help_equal_the_readme(capsys):
-    assert readme_exit_codes() == EXIT_MEANINGS
+def test_exit_codes_in_help_equal_the_docs(capsys):
+    assert documented_exit_codes() == EXIT_MEANINGS
     assert help_exit_codes(capsys) == EXIT_MEANINGS
 
 

@@ -12,7 +12,6 @@ from release_builds import qemu_builds
 from requirements import need_program
 from sshd import SSHServer, keygen
 
-
 VOCAB = Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"
 
 

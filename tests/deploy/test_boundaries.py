@@ -18,8 +18,8 @@ from deploy_helpers import INSTALL, deploy, tree, wrapped_board
 from sshd import USER
 
 from q25deploy.deploy.connection import Board
-from q25deploy.deploy.hosts import HostSpec
 from q25deploy.deploy.deployer import BoardFiles
+from q25deploy.deploy.hosts import HostSpec
 
 
 def tamper_json(path, change) -> None:

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from deploy_helpers import deploy, older_q25tok, release_bytes
 from sshd import USER, CuttingProxy, SSHServer, free_port
 

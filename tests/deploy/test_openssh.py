@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from deploy_helpers import deploy
 from requirements import need_program
 from sshd import USER

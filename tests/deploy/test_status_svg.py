@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from board.test_svg import SVG, check_layout, ink, png, render
 
 from q25deploy.board.boardfile import load_board
 from q25deploy.board.svg import RESIDENCY, UNKNOWN, memory_svg
@@ -16,8 +17,6 @@ from q25deploy.cli import main
 from q25deploy.deploy.status_svg import plan_from_map, region_residency, svg_paths, write_status_svgs
 from q25deploy.errors import UsageError
 from q25deploy.resources import data_dir
-
-from board.test_svg import SVG, check_layout, ink, png, render
 
 QEMU = load_board(data_dir("targets") / "qemu.toml")
 

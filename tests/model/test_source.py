@@ -5,8 +5,8 @@ import os
 import pytest
 from ollama_store import add_model
 
-from q25deploy.model import source as model_source
 from q25deploy.errors import ModelSourceError
+from q25deploy.model import source as model_source
 from q25deploy.model.source import parse_reference, resolve
 
 

@@ -17,12 +17,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from ota_helpers import cpio_members, package
 
 from q25deploy.cli import main
 from q25deploy.ota.mender import read_members
 from q25deploy.ota.scripts import SCRIPT
-
-from ota_helpers import cpio_members, package
 
 INSTALL = "lib/firmware/q25"
 

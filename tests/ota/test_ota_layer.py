@@ -8,11 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from requirements import need_program
 
 from q25deploy.cli import main
 from q25deploy.ota.scripts import board_script
-
-from requirements import need_program
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 

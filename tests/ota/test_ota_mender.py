@@ -9,12 +9,11 @@ import re
 import tarfile
 
 import pytest
+from ota_helpers import package, run
+from requirements import need_program
 
 from q25deploy.cli import main
 from q25deploy.ota.mender import read_members
-
-from ota_helpers import package, run
-from requirements import need_program
 
 
 @pytest.fixture(scope="module")

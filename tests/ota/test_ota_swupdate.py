@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from q25deploy.cli import main
-
 from ota_helpers import cpio_members, package, swupdate_check
 from requirements import need_program
+
+from q25deploy.cli import main
 
 
 @pytest.fixture(scope="module")

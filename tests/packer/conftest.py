@@ -4,7 +4,6 @@ here that runs BitBake, with every run's time in pytest's terminal summary."""
 from __future__ import annotations
 
 import pytest
-
 from yocto import Workspace
 
 

@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from q25deploy.cli import main
-
 from yocto import BOARDS, DEVICE_TREE, LAYER, SERIES, board_machines, selected, snapshots
 from yocto_checks import check_license, check_packaging, check_sources, md5, package_of
+
+from q25deploy.cli import main
 
 DT_DIR = ("dynamic-layers", "xilinx", "recipes-bsp", "device-tree")
 DTSI = "q25-reserved-memory.dtsi"

@@ -15,11 +15,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from q25deploy.cli import main
-
 from dropbear_default import FUNCTION, window_function
 from yocto import LAYER, SERIES, board_machines, selected
+
+from q25deploy.cli import main
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 SWU_DIR = ("dynamic-layers", "swupdate", "recipes-support", "swupdate")

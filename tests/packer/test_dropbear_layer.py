@@ -10,12 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from q25deploy.cli import main
-
 from dropbear_default import apply_window, oe_dropbear_files, sh_words, systemd_words, window_function
 from requirements import need_program
 from yocto import SERIES
+
+from q25deploy.cli import main
 
 TARGETS = Path(__file__).resolve().parents[2] / "targets"
 BBAPPEND = ("recipes-core", "dropbear", "dropbear_%.bbappend")

@@ -13,7 +13,6 @@ import pytest
 from q25deploy.packer.region_table import TABLE, region_table
 
 
-
 def fake_board(tmp_path: Path, pmap: dict, reserve: bool = True) -> tuple[Path, Path]:
     """A sparse 'physical memory' file covering every region, and a device tree reserving them."""
     mem = tmp_path / "mem"

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 from requirements import need_program
+from test_qemu_machine import FRAGMENT
 
 from q25deploy.cli import main
 from q25deploy_plugins.qemu.state import State, write_state
-
-from test_qemu_machine import FRAGMENT
 
 
 @pytest.fixture
