@@ -32,6 +32,7 @@ from ..errors import (
     UsageError,
 )
 from . import build, deploy, models, package, runtime, tokens
+from ..common import printable
 from . import progress
 from .common import validate
 
@@ -141,7 +142,9 @@ def exit_code_for(err: Q25Error) -> int:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """A message on one line, its control characters shown as ``\\xNN`` (a board's or a model's
+    text may carry escape sequences)."""
+    return printable(" ".join(str(text).split()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

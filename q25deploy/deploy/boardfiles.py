@@ -45,6 +45,19 @@ def _plain(path: str, what: str) -> str:
     return "/".join(p for p in parts if p)
 
 
+def _framed(data: bytes) -> tuple[bytes | None | bool, bytes]:
+    """One document of SNAPSHOT's answer: (its bytes, or None for ``none``, or False when the
+    answer is not ``none`` nor ``file N`` followed by N bytes; the rest of the answer)."""
+    head, newline, rest = data.partition(b"\n")
+    if head == b"none" and newline:
+        return None, rest
+    words = head.split()
+    if len(words) != 2 or words[0] != b"file" or not (words[1].isdigit() and len(words[1]) <= 15) or not newline:
+        return False, data
+    n = int(words[1])
+    return (rest[:n], rest[n:]) if n <= len(rest) else (False, data)
+
+
 class BoardFiles:
     """Paths on one board under ``base``: the install directory, under the remote root (a
     chroot or data partition) when one is given. Nothing else is prefixed by the remote root."""
@@ -97,11 +110,12 @@ class BoardFiles:
             raise DeployError(f"{self.board.spec.name}: cannot read {self.base}'s state ({status}: "
                               f"{msg[-1] if msg else 'no output'}); nothing was changed")
         docs, rest = [], out
-        for _ in range(2):
-            head, _, rest = rest.partition(b"\n")
-            n = int(head.split()[1]) if head.startswith(b"file ") else -1
-            docs.append(rest[:n] if n >= 0 else None)
-            rest = rest[max(n, 0):]
+        for name in (STATE_NAME, INTENT_NAME):
+            doc, rest = _framed(rest)
+            if doc is False:
+                raise DeployError(f"{self.board.spec.name}: a malformed answer when reading {self.base}'s {name} "
+                                  f"({out[:40]!r}); nothing was changed")
+            docs.append(doc)
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
 
