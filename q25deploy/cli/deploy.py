@@ -135,9 +135,11 @@ def _svg_paths(a: argparse.Namespace, fleet) -> dict:
         return {}
     if fleet.opts.build_dir is None:
         raise UsageError("status --svg draws a build's memory map: give --build")
-    from ..deploy.status_svg import svg_paths
+    from ..deploy.status_svg import plan_from_map, svg_paths
 
-    return svg_paths(a.svg, [h.name for h in fleet.hosts])
+    paths = svg_paths(a.svg, [h.name for h in fleet.hosts])
+    plan_from_map(fleet.partition_map, fleet.target.board)  # the map through the schema, before any board
+    return paths
 
 
 def _status_line(r: dict) -> str:
