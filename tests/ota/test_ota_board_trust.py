@@ -169,3 +169,23 @@ def test_the_plan_names_no_q25tok_outside_the_root_or_inside_the_install_dir(tmp
     install = sh(bb, board, "ArtifactInstall", str(tree))
     assert install.returncode != 0 and "q25tok" in install.stderr, install.stderr
     assert layout(board) == before
+
+
+def test_every_plan_line_is_checked_before_anything_is_staged(tmp_path, busybox_path, q25tok_bin, artifacts):
+    """The plan is checked as strictly as `q25deploy package` writes it: a release path twice or
+    named release.json, a payload name that is not plain, a field too many, a fingerprint or
+    smoke line out of shape are refused before anything is written."""
+    bb = busybox_path
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    before = layout(board)
+    for pattern, repl in ((r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 release.json"),
+                          (r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 tokenizer.q25tokrt"),
+                          (r"^(file \S+ \S+) partition_map\.json (partition_map\.json)$", r"\1 ../x \2"),
+                          (r"^(file .* partition_map\.json)$", r"\1 extra"),
+                          (r"^fingerprint .*$", "fingerprint " + "A" * 64),
+                          (r"^(smoke \S+ )\S+", r"\g<1>2")):
+        tree = mender_tree(artifacts["B"], tmp_path / "tree")
+        edit_plan(tree, pattern, repl)
+        r = sh(bb, board, "ArtifactInstall", str(tree))
+        assert r.returncode != 0 and "plan" in r.stderr, (pattern, r.stderr)
+        assert layout(board) == before, pattern

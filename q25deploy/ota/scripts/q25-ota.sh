@@ -19,6 +19,7 @@
 # are ever removed. (A writer racing the script between a check and its use is not stopped:
 # the install dir should be writable by root only; docs/security.md.)
 set -u
+LC_ALL=C; export LC_ALL  # the name checks' [A-Za-z0-9] ranges are ASCII only in the C locale
 ROOT="${Q25_ROOT:-}"
 Q25_SWU_DIR=''  # set by `q25deploy package --format swupdate` (where the files handler writes)
 
@@ -88,7 +89,8 @@ load_plan() {  # DIR: every value checked before anything is derived from it
 check_plan_lines() {  # file and smoke lines: exactly their fields, plain names, no release path twice
     grep '^file ' "$PLAN" | while read -r _ sha size name rel extra; do
         is_hex64 "$sha" && is_digits "$size" && [ -z "$extra" ] || die "bad file line for '$rel' in the plan"
-        safe_rel "$rel"; is_name "$name" || die "unsafe payload name '$name' in the plan"
+        safe_rel "$rel"; [ "$rel" != release.json ] || die "release.json as a release file in the plan"
+        is_name "$name" || die "unsafe payload name '$name' in the plan"
         [ "$name" != q25-plan ] && [ "$name" != release.json ] || die "payload name '$name' in a file line"
     done || exit 1
     [ -z "$(plan_rels | sort | uniq -d)" ] || die "the plan lists a release path twice"
