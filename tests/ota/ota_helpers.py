@@ -95,19 +95,23 @@ def mender_install(bb: str, root: Path, art: Path, tree: Path) -> list[subproces
 
 
 def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProcess:
-    """What SWUpdate does with the .swu: each `files` entry to its path, then the script with postinst."""
+    """What SWUpdate does with the .swu: the script with preinst (its failure ends the update),
+    each `files` entry to its path, then the script with postinst."""
     data = swu.read_bytes()
     members = cpio_members(data)
     off, size = members["sw-description"]
     desc = data[off:off + size].decode()
+    o, n = members["q25-ota.sh"]
+    script = root.parent / f"{root.name}-q25-ota.sh"
+    script.write_bytes(data[o:o + n])
+    pre = sh(bb, root, "preinst", script=script)
+    if pre.returncode != 0:
+        return pre
     for name, path in re.findall(r'filename = "([^"]+)";\s*path = "([^"]+)";', desc):
         dest = root / path.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         o, n = members[name]
         dest.write_bytes(data[o:o + n])
-    o, n = members["q25-ota.sh"]
-    script = root.parent / f"{root.name}-q25-ota.sh"
-    script.write_bytes(data[o:o + n])
     return sh(bb, root, "postinst", script=script)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh
+from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +189,23 @@ def test_every_plan_line_is_checked_before_anything_is_staged(tmp_path, busybox_
         r = sh(bb, board, "ArtifactInstall", str(tree))
         assert r.returncode != 0 and "plan" in r.stderr, (pattern, r.stderr)
         assert layout(board) == before, pattern
+
+
+def test_swupdate_writes_the_payload_into_a_fresh_drop_directory(tmp_path, busybox_path, q25tok_bin, ota_builds):
+    """SWUpdate's files handler writes into `.q25-ota-incoming` under the install dir before the
+    post-install: the script's preinst (SWUpdate calls it before the files) refuses a planted
+    link there and replaces a leftover directory with a fresh one of its own."""
+    bb = busybox_path
+    board = make_board(tmp_path / "board", q25tok_bin)
+    swu = package(ota_builds["A"], "swupdate", tmp_path / "a.swu")
+    elsewhere, drop = tmp_path / "elsewhere", board / INSTALL / ".q25-ota-incoming"
+    elsewhere.mkdir()
+    drop.parent.mkdir(parents=True)
+    drop.symlink_to(elsewhere)
+    r = swupdate_install(bb, board, swu)
+    assert r.returncode != 0 and "symlink" in r.stderr and not list(elsewhere.iterdir()), r.stderr
+    drop.unlink()
+    drop.mkdir()
+    (drop / "q25-plan").write_text("left over\n")
+    r = swupdate_install(bb, board, swu)
+    assert r.returncode == 0 and "smoke test passed" in r.stderr and not drop.exists(), r.stderr

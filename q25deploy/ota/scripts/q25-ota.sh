@@ -3,7 +3,7 @@
 # the on-board layout of `q25deploy deploy` (POSIX sh; BusyBox sh, awk, sed, sha256sum).
 #
 #   Mender update module (/usr/share/mender/modules/v3/q25-release):  q25-ota STATE FILE-TREE
-#   SWUpdate post-install script:                                     q25-ota postinst
+#   SWUpdate shellscript (before and after its files handler):        q25-ota preinst|postinst
 #   by hand:                                                          q25-ota install|smoke DIR
 #
 # DIR holds the payload's flat files and the line-based plan `q25-plan` (values validated by
@@ -380,6 +380,11 @@ case "${1:-}" in
     ArtifactCommit) smoke "$2/files" ;;
     ArtifactRollback) rollback "$2/files" ;;
     Cleanup) [ -f "$2/files/q25-plan" ] && cleanup "$2/files" || true ;;
+    preinst)  # SWUpdate, before its files handler writes into the drop directory: a fresh one
+        [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
+        swu_dir="$ROOT$Q25_SWU_DIR"
+        no_link "${swu_dir%/*}" "$swu_dir" "${swu_dir%/*}/releases"
+        rm -rf "$swu_dir" && mkdir -p "${swu_dir%/*}" && mkdir -m 0700 "$swu_dir" || die "cannot create $swu_dir" ;;
     postinst)
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
