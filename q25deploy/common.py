@@ -1,5 +1,6 @@
 """Small helpers every subpackage shares, so there is one of each: a file's sha256, canonical
-JSON (for files and for content keys), sizes for people, and a file written atomically."""
+JSON (for files and for content keys), sizes for people, text for a terminal, and a file
+written atomically."""
 
 from __future__ import annotations
 
@@ -39,6 +40,16 @@ def json_bytes(obj: Any) -> bytes:
 def json_digest(obj: Any) -> str:
     """The sha256 of an object's compact canonical JSON: a content key (release ids, build stages)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def printable(text: object) -> str:
+    """Text from outside (model metadata, a board's answers) for a terminal: control characters
+    (escape sequences, newlines, C1 controls) shown as ``\\xNN``, so it cannot move the cursor,
+    clear the screen or fake a line of its own."""
+    return str(text).translate(_CONTROL)
 
 
 def format_size(n: int) -> str:

@@ -160,18 +160,35 @@ def parse_build_info(doc: Any, where: str) -> BuildInfo:
 
 
 def parse_partition_map(doc: Any, where: str) -> dict:
+    """A build's (or a board's) ``partition_map.json``: every field its readers use (the smoke
+    test, ``status --svg``'s memory plan) is there and of its kind."""
     d = obj(doc, where)
+    indexes = set()
     for i, r in enumerate(array(d.get("regions"), where, "regions")):
         f = f"regions[{i}]"
         r = obj(r, where, f)
         index = size(r.get("index"), where, f"{f}.index")
+        if index in indexes:
+            raise _fail(where, f"{f}.index", f"region {index} is listed twice")
+        indexes.add(index)
         if r.get("file") != layout.partition_file(index):
             raise _fail(where, f"{f}.file", f"{r.get('file')!r:.120} is not {layout.partition_file(index)}")
         hex64(r.get("sha256"), where, f"{f}.sha256")
         for k in ("base", "size", "used"):
             size(r.get(k), where, f"{f}.{k}")
+        name(r.get("bank"), where, f"{f}.bank")
         if not isinstance(r.get("node"), str) or not _NODE.fullmatch(r["node"]):
             raise _fail(where, f"{f}.node", f"{r.get('node')!r:.80} is not a device-tree node name")
+    for i, t in enumerate(array(d.get("tensors"), where, "tensors")):
+        f = f"tensors[{i}]"
+        t = obj(t, where, f)
+        name(t.get("name"), where, f"{f}.name"), name(t.get("type"), where, f"{f}.type")
+        for k in ("bytes", "source_offset", "offset"):
+            size(t.get(k), where, f"{f}.{k}")
+        _expect(t.get("region") in indexes and type(t.get("region")) is int, t.get("region"), where, f"{f}.region",
+                "the index of a region")
+        shape = array(t.get("shape"), where, f"{f}.shape")
+        _expect(all(type(n) is int and n >= 0 for n in shape), shape, where, f"{f}.shape", "a list of sizes")
     return d
 
 

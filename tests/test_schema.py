@@ -94,6 +94,30 @@ def test_partition_map_files_and_nodes(builds, tmp_path):
             schema.parse_partition_map(bad, "p")
 
 
+def _drop(doc: dict, path: str) -> None:
+    *parents, last = path.split(".")
+    for p in parents:
+        doc = doc[int(p)] if p.isdigit() else doc[p]
+    del doc[last]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda m: _drop(m, "regions.0.bank"), r"regions\[0\]\.bank"),
+    (lambda m: _drop(m, "tensors"), "tensors"),
+    (lambda m: _drop(m, "tensors.0.shape"), r"tensors\[0\]\.shape"),
+    (lambda m: m["tensors"][0].update(region=99), r"tensors\[0\]\.region"),
+    (lambda m: m["tensors"][0].update(bytes=-1), r"tensors\[0\]\.bytes"),
+    (lambda m: m["regions"].append(dict(m["regions"][0])), r"regions\[\d+\]\.index"),
+])
+def test_a_partition_map_has_what_its_readers_use(builds, change, field):
+    """status --svg draws the map's banks and tensors: a map without them is refused here
+    (issue 22, item 10), not a KeyError in the picture."""
+    bad = json.loads((builds["qemu"] / "partition_map.json").read_text())
+    change(bad)
+    with pytest.raises(SchemaError, match=field):
+        schema.parse_partition_map(bad, "p")
+
+
 def test_a_symlinked_partition_is_refused(builds, tmp_path):
     b = tmp_path / "b"
     shutil.copytree(builds["qemu"], b, symlinks=True)

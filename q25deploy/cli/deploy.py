@@ -112,12 +112,21 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
             write_status_svgs(svgs, results, fleet.target.board, fleet.partition_map)
         print(json.dumps(results, indent=2) if a.json else "\n".join(map(_status_line, results)))
+        _raise_bugs(fleet)
         return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
     if a.json:
         print(json.dumps([r.as_json() for r in results], indent=2))
     else:
         print(render_results(results))
+    _raise_bugs(fleet)
     return 0 if all(r.ok for r in results) else EXIT_DEPLOY
+
+
+def _raise_bugs(fleet) -> None:
+    """Every board's result is printed; a bug on one of them (not a board's answer: those are
+    that board's failure) then ends the command as a bug does (main: exit 70)."""
+    if fleet.bugs:
+        raise RuntimeError("; ".join(fleet.bugs))
 
 
 def _svg_paths(a: argparse.Namespace, fleet) -> dict:
@@ -126,14 +135,19 @@ def _svg_paths(a: argparse.Namespace, fleet) -> dict:
         return {}
     if fleet.opts.build_dir is None:
         raise UsageError("status --svg draws a build's memory map: give --build")
-    from ..deploy.status_svg import svg_paths
+    from ..deploy.status_svg import plan_from_map, svg_paths
 
-    return svg_paths(a.svg, [h.name for h in fleet.hosts])
+    paths = svg_paths(a.svg, [h.name for h in fleet.hosts])
+    plan_from_map(fleet.partition_map, fleet.target.board)  # the map through the schema, before any board
+    return paths
 
 
 def _status_line(r: dict) -> str:
+    """One board's status for the terminal (board text escaped: :func:`~q25deploy.common.printable`)."""
+    from ..common import printable
+
     if "error" in r:
-        return f"{r['host']:<28} error: {r['error']}"
-    return (f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
+        return printable(f"{r['host']:<28} error: {r['error']}")
+    return printable(f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
             f"{' regions ' + r['residency'] if r.get('residency') else ''}{' map ' + r['svg'] if r.get('svg') else ''}"
             f"{'' if r['consistent'] else ' (state and current link disagree)'}")

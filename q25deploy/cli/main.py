@@ -31,6 +31,7 @@ from ..errors import (
     UnknownTargetError,
     UsageError,
 )
+from ..common import printable
 from . import build, deploy, models, package, progress, runtime, tokens
 from .common import validate
 
@@ -140,7 +141,9 @@ def exit_code_for(err: Q25Error) -> int:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """A message on one line, its control characters shown as ``\\xNN`` (a board's or a model's
+    text may carry escape sequences)."""
+    return printable(" ".join(str(text).split()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,7 @@ import paramiko
 from ..errors import DeployError
 
 HEADER = b"@@q25 "
+_HEADER = re.compile(rb"@@q25 ([0-9]{1,3}) +([0-9]{1,15}) +([0-9]{1,15}) *")  # status, stdout and stderr bytes
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # serve(): one command per line until standard input ends; $t is a private temporary directory.
 # On the way out it also calls q25unlock (the lock holder defines it; a no-op otherwise).
@@ -119,9 +120,10 @@ class Agent:
                 self.chan.settimeout(timeout + 30)
                 self.chan.sendall(command_line(argv, stdin, timeout))
                 header = self._read_line()
-                if not header.startswith(HEADER):
+                m = _HEADER.fullmatch(header)
+                if m is None:
                     raise DeployError(f"{self.name}: unexpected answer from the board: {header[:80]!r}")
-                status, n_out, n_err = (int(x) for x in header[len(HEADER):].split())
+                status, n_out, n_err = (int(x) for x in m.groups())
                 return status, self._read_exact(n_out), self._read_exact(n_err)
             except (TimeoutError, paramiko.SSHException, OSError, EOFError, ValueError) as e:
                 raise DeployError(f"{self.name}: connection lost during {argv[0]}: {e or 'closed'}") from None

@@ -28,8 +28,14 @@ READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] |
 SNAPSHOT = ('for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
             'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
             'done; readlink "$3" || true')
-# $1 file: standard input into it, on the disk
-WRITE = 'cat > "$1" && { sync "$1" 2>/dev/null || sync; }'
+# $1 file: standard input into a fresh temporary beside it, on the disk; prints the temporary's
+# name. mktemp (O_EXCL) never opens a planted name, and $1 may not be a symlink or a directory
+# (mv would follow it or move into it): root never writes through a link it did not create
+STAGE = ('if [ -L "$1" ] || [ -d "$1" ]; then echo "$1: a symlink or a directory" >&2; exit 1; fi; '
+         't=$(mktemp "$1.XXXXXX") || exit 1; '
+         'if cat > "$t" && chmod 0644 "$t" && { sync "$t" 2>/dev/null || sync; }; then echo "$t"; '
+         'else rm -f "$t"; exit 1; fi')
+_TEMPORARY = re.compile(r"[A-Za-z0-9]{6}")  # what mktemp puts for XXXXXX
 # $1 temporary link, $2 target, $3 current: an atomic switch where mv has -T, else ln -sfn
 SWITCH = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
           'if mv -T -f "$1" "$3" 2>/dev/null; then sync; '
@@ -43,6 +49,19 @@ def _plain(path: str, what: str) -> str:
     if any(p in (".", "..") for p in parts) or _CONTROL.search(path):
         raise DeployError(f"refusing {what} {path!r}: it has a '.' or '..' part or a control character")
     return "/".join(p for p in parts if p)
+
+
+def _framed(data: bytes) -> tuple[bytes | None | bool, bytes]:
+    """One document of SNAPSHOT's answer: (its bytes, or None for ``none``, or False when the
+    answer is not ``none`` nor ``file N`` followed by N bytes; the rest of the answer)."""
+    head, newline, rest = data.partition(b"\n")
+    if head == b"none" and newline:
+        return None, rest
+    words = head.split()
+    if len(words) != 2 or words[0] != b"file" or not (words[1].isdigit() and len(words[1]) <= 15) or not newline:
+        return False, data
+    n = int(words[1])
+    return (rest[:n], rest[n:]) if n <= len(rest) else (False, data)
 
 
 class BoardFiles:
@@ -85,8 +104,8 @@ class BoardFiles:
     def _write(self, name: str, doc: dict) -> None:
         # the rename itself must reach the disk too: a power cut after a deploy returned must
         # not bring the old state back (found on the emulated board's ext4 disk)
-        self.board.run(["sh", "-c", WRITE + ' && mv -f "$1" "$2" && sync', "sh", self.path(name + ".tmp"),
-                        self.path(name)], stdin=json_bytes(doc))
+        self.board.run(["sh", "-c", STAGE + ' && mv -f "$t" "$1" && sync', "sh", self.path(name)],
+                       stdin=json_bytes(doc))
 
     def snapshot(self) -> tuple[dict, dict | None, str | None]:
         """(state, intent or None, the release ``current`` points at or None) in one command."""
@@ -97,11 +116,12 @@ class BoardFiles:
             raise DeployError(f"{self.board.spec.name}: cannot read {self.base}'s state ({status}: "
                               f"{msg[-1] if msg else 'no output'}); nothing was changed")
         docs, rest = [], out
-        for _ in range(2):
-            head, _, rest = rest.partition(b"\n")
-            n = int(head.split()[1]) if head.startswith(b"file ") else -1
-            docs.append(rest[:n] if n >= 0 else None)
-            rest = rest[max(n, 0):]
+        for name in (STATE_NAME, INTENT_NAME):
+            doc, rest = _framed(rest)
+            if doc is False:
+                raise DeployError(f"{self.board.spec.name}: a malformed answer when reading {self.base}'s {name} "
+                                  f"({out[:40]!r}); nothing was changed")
+            docs.append(doc)
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
 
@@ -145,8 +165,12 @@ class BoardFiles:
         (three commands: the intent written, the new state staged, then switch + state + no intent)."""
         self.release_dir(state["current"])
         self._write(INTENT_NAME, {"format": schema.INTENT_FORMAT, "current": state["current"], "state": state})
-        state_tmp = self.path(STATE_NAME + ".tmp")
-        self.board.run(["sh", "-c", WRITE, "sh", state_tmp], stdin=json_bytes(state))
+        _, out, _ = self.board.run(["sh", "-c", STAGE, "sh", self.path(STATE_NAME)], stdin=json_bytes(state))
+        state_tmp = out.decode("utf-8", "replace").strip()
+        if not (state_tmp.startswith(self.path(STATE_NAME) + ".")
+                and _TEMPORARY.fullmatch(state_tmp[len(self.path(STATE_NAME)) + 1:])):
+            raise DeployError(f"{self.board.spec.name}: mktemp answered {state_tmp[:80]!r}, not a temporary "
+                              f"beside {STATE_NAME}; nothing was switched")
         script = (SWITCH + '; mv -f "$4" "$5" && sync && rm -f "$6"')
         _, out, _ = self.board.run(["sh", "-c", script, "sh", self.path(".current.tmp"),
                                     f"releases/{state['current']}", self.path("current"), state_tmp,

@@ -49,7 +49,7 @@ if ln -s "$me" "$lock" 2>/dev/null; then
 fi
 cur=$(readlink "$lock") || exit 75
 pid=$(echo "$cur" | cut -d: -f2); since=$(echo "$cur" | cut -d: -f3); held=$(echo "$cur" | cut -d: -f4); stale=0
-case "$pid:$since" in *[!0-9:]*|:*|*:) stale=1 ;; esac
+case "$pid:$since" in *[!0-9:]*|:*|*:|*:?????????????*) stale=1 ;; esac  # malformed (a SINCE of 13+ digits too)
 if [ $stale = 0 ] && [ -n "$boot" ] && [ "$held" != "$boot" ]; then stale=1; fi
 if [ $stale = 0 ] && [ ! -d "/proc/$pid" ]; then
   if [ -d /proc/self ] || ! kill -0 "$pid" 2>/dev/null; then stale=1; fi
@@ -78,9 +78,13 @@ def _last_error_line(chan: paramiko.Channel) -> str:
 
 
 def _describe(record: str) -> str:
+    """The holder of a lock record for people (the record is the board's: any text)."""
     parts = record.split(":", 4)
-    if len(parts) == 5 and parts[2].isdigit():
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(parts[2])))
+    if len(parts) == 5 and parts[2].isascii() and parts[2].isdigit() and len(parts[2]) <= 12:
+        try:
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(parts[2])))
+        except (OverflowError, OSError, ValueError):  # a time this platform cannot show
+            when = f"{parts[2]} (seconds since 1970)"
         return f"{parts[4]} (board pid {parts[1]}) since {when}"
     return repr(record)
 

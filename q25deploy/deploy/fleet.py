@@ -3,15 +3,16 @@ never stops the others."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..packer.layout import RUNTIME_BIN
 from ..builddir import BuildDir
-from ..common import file_sha256
+from ..common import file_sha256, printable
+from ..packer.layout import RUNTIME_BIN
 from ..errors import DeployError, Q25Error, UsageError
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
@@ -86,6 +87,7 @@ class Fleet:
         self.become = opts.become or target.board.ssh_become
         become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
         self.on_bytes: Callable[[str, int], None] | None = None  # (host, bytes) as an upload goes
+        self.bugs: list[str] = []  # "host: error" of each board whose run raised an unexpected exception
 
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
     @cached_property
@@ -240,9 +242,16 @@ class Fleet:
                     return self.rollback_one(spec)
                 return self.status_one(spec)
             except Q25Error as e:
-                if action == "status":
-                    return {"host": spec.name, "error": " ".join(str(e).split())}
-                return HostResult(spec.name, error=" ".join(str(e).split()))
+                return failed(spec, " ".join(str(e).split()))
+            except Exception as e:  # a bug, not the board's answer: that board's failure, the others
+                if os.environ.get("Q25DEPLOY_DEBUG"):  # still run and print; the CLI then exits 70
+                    raise
+                self.bugs.append(f"{spec.name}: {type(e).__name__}: {e}")
+                return failed(spec, f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                                    "(a bug in q25deploy)")
+
+        def failed(spec: HostSpec, error: str):
+            return {"host": spec.name, "error": error} if action == "status" else HostResult(spec.name, error=error)
 
         with ThreadPoolExecutor(max_workers=max(1, self.opts.jobs)) as pool:
             return list(pool.map(one, self.hosts))
@@ -254,12 +263,13 @@ def _mismatch(res: HostResult) -> bool:
 
 
 def render_results(results: list[HostResult]) -> str:
+    """The results table; what a board said (errors, warnings) is escaped for the terminal."""
     lines = [f"{'host':<28} {'ok':<4} {'release':<17} {'sent':>14} {'files':>5} {'smoke':<6} detail"]
     for r in results:
         smoke = "-" if r.smoke is None else ("pass" if r.smoke["ok"] else "FAIL")
         detail = r.error or "; ".join(r.warnings + (r.smoke.get("warnings", []) if r.smoke else []))
-        lines.append(f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} {r.bytes_sent:>14,} "
-                     f"{r.files_sent:>5} {smoke:<6} {detail}")
+        lines.append(printable(f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} "
+                               f"{r.bytes_sent:>14,} {r.files_sent:>5} {smoke:<6} {detail}"))
     failed = sum(1 for r in results if not r.ok)
     lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
     return "\n".join(lines)

@@ -32,7 +32,9 @@ if [ "$7" != - ]; then
   rm -f "$7"
 fi
 "$q" "$3" --mem "$5" --dt "$6" "$4"; st=$?
-if [ $st = 0 ] && [ "$7" != - ]; then echo "$want" > "$7.tmp" && mv -f "$7.tmp" "$7"; fi
+if [ $st = 0 ] && [ "$7" != - ] && [ ! -L "$7" ] && [ ! -d "$7" ] && t=$(mktemp "$7.XXXXXX"); then
+  echo "$want" > "$t" && mv -f "$t" "$7" || rm -f "$t"  # never through a planted name
+fi
 exit $st'''
 
 

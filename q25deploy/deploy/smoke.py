@@ -109,7 +109,7 @@ def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dic
     if regions:
         paths = {posixpath.join(cur, r["file"]): r["file"] for r in regions}
         status, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *paths], check=False, timeout=3600)
-        got = {paths.get(p): d for d, _, p in (ln.partition(" ") for ln in out.decode().splitlines())}
+        got = {paths.get(p): d for d, _, p in (ln.partition(" ") for ln in out.decode("utf-8", "replace").splitlines())}
         bad = [r["file"] for r in regions if got.get(r["file"]) != r["sha256"]]
         report.check("partition sha256", status == 0 and not bad, ", ".join(bad))
 

@@ -29,7 +29,15 @@ def svg_paths(pattern: str, hosts: list[str]) -> dict[str, Path]:
 
 
 def plan_from_map(pmap: dict, board: Board) -> MemoryPlan:
-    """The memory plan a build's ``partition_map.json`` records."""
+    """The memory plan a build's ``partition_map.json`` records (as the schema checked it:
+    anything else is a one-line error, not a KeyError)."""
+    try:
+        return _plan(pmap, board)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise OutputError(f"the partition map cannot be drawn: {type(e).__name__} {e}") from None
+
+
+def _plan(pmap: dict, board: Board) -> MemoryPlan:
     regions = tuple(Region(r["index"], r["base"], r["size"], r["used"], r["bank"]) for r in pmap["regions"])
     tensors = tuple(Placement(t["name"], t["type"], tuple(t["shape"]), t["bytes"], t["source_offset"], t["region"],
                               t["offset"]) for t in pmap["tensors"])
@@ -39,17 +47,18 @@ def plan_from_map(pmap: dict, board: Board) -> MemoryPlan:
 def region_residency(pmap: dict, status: dict) -> dict[int, str]:
     """region index → "resident" / "differs" / "missing" from one board's ``status`` result
     (regions the board did not report are left out: unknown)."""
-    reported = {r.get("node"): r for r in status.get("regions") or []}
+    reported = {r.get("node"): r for r in status.get("regions") or [] if isinstance(r, dict)}
     out = {}
-    for region in pmap["regions"]:
-        r = reported.get(region["node"])
+    for region in pmap.get("regions", []):
+        r = reported.get(region.get("node"))
         if r is None:
             continue
-        if r["state"] in ("resident", "loaded"):
+        state = r.get("state")
+        if state in ("resident", "loaded"):
             out[region["index"]] = "resident" if r.get("sha256", region["sha256"]) == region["sha256"] else "differs"
-        elif r["state"] == "MISMATCH":
+        elif state == "MISMATCH":
             out[region["index"]] = "differs"
-        elif r["state"] == "REFUSED":
+        elif state == "REFUSED":
             out[region["index"]] = "missing"
     return out
 

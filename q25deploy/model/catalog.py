@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType
 
-from ..common import format_size
+from ..common import format_size, printable
 from ..tokenizer.vocab import CONTROL, TYPE_NAMES, UNKNOWN, USER_DEFINED
 from .gguf import GGUFFile, StringArray
 from .source import ModelSource
@@ -95,14 +95,6 @@ def build_catalog(src: ModelSource, f: GGUFFile) -> dict:
         "quant_mix": {k: mix[k] for k in sorted(mix, key=lambda k: -mix[k]["bytes"])},
         "tensor_bytes": total,
     }
-
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def printable(text: object) -> str:
-    """Metadata for a terminal: control characters (escape sequences, newlines) shown as \\xNN."""
-    return str(text).translate(_CONTROL)
 
 
 def render_catalog(cat: dict) -> str:

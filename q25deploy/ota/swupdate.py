@@ -4,7 +4,8 @@
 ``sw-description`` (libconfig) has the board file's ``hardware-compatibility``, one
 ``files`` entry per payload file, each with its ``sha256``, written into one directory
 under the install dir (``.q25-ota-incoming``), and the board script ``q25-ota.sh`` as a
-``shellscript`` that SWUpdate runs with ``postinst`` after the files are in: it stages
+``shellscript``. SWUpdate runs it with ``preinst`` before the files are written (it makes the
+drop directory afresh, refusing a planted link) and with ``postinst`` after: it stages
 ``releases/<id>``, verifies every sha256, switches ``current`` and records the state as
 ``q25deploy deploy`` does, smoke-tests with ``q25tok`` and rolls back when that fails.
 """

@@ -13,6 +13,7 @@ import pytest
 from requirements import need_program
 
 from q25deploy.deploy.agent import PLAIN, Agent, command_line
+from q25deploy.errors import DeployError
 from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
 
 
@@ -89,3 +90,17 @@ def test_a_command_that_outlives_its_timeout_is_stopped(agent):
         pytest.skip("no timeout program")
     status, _, _ = agent.call(["sleep", "30"], b"", 1)
     assert status in (124, 143)  # GNU timeout says 124, BusyBox's the signal (128 + TERM)
+
+
+@pytest.mark.parametrize("header", [b"@@q25 0 -5 0", b"@@q25 0 5", b"@@q25 x 0 0", b"@@q25 0 99999999999999999999 0",
+                                    b"@@q25 0 \xd9\xa1 0"])
+def test_a_malformed_header_is_an_error_not_a_read(header):
+    """A board whose agent answers a header that is not three decimal counts (issue 22): that
+    board's one-line error; a negative count was read as a slice of the buffer."""
+    need_program("dash", "Debian: dash")
+    script = b"echo ready; read -r line; printf '%s\\nrest\\n' '" + header + b"'; cat >/dev/null"
+    a = Agent("hostile", PipeChannel(["dash", "-c", script.decode("utf-8", "surrogateescape")]))
+    assert a.first_line() == "ready"
+    with pytest.raises(DeployError, match="unexpected answer from the board"):
+        a.call(["true"], b"", 10)
+    a.close()

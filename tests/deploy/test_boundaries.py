@@ -211,3 +211,22 @@ def test_a_cut_before_the_switch_is_dropped_and_a_lost_link_restored(tmp_path, c
     assert os.readlink(base / "current") == f"releases/{release_a}"
     assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
     assert not (base / ".q25deploy-intent.json").exists()
+
+
+def test_the_state_is_never_written_through_a_planted_link(tmp_path, capsys, ssh, models, q25tok):
+    """Links planted at the names the old state and intent writes went through (`<name>.tmp`)
+    point at a stand-in for /etc/passwd: the deploy writes through fresh temporaries (mktemp)
+    and the stand-in is untouched (as issue 22's item 2 for the OTA script)."""
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    base = root / INSTALL
+    base.mkdir(parents=True)
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/sh\n")
+    for name in (".q25deploy-state.json.tmp", ".q25deploy-intent.json.tmp"):
+        os.symlink(passwd, base / name)
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0 and res[0]["ok"], res
+    assert passwd.read_text() == "root:x:0:0:root:/root:/bin/sh\n"
+    assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == res[0]["release"]
+    assert not [p.name for p in base.iterdir() if p.name.startswith(".q25deploy-state.json.")
+                and not p.is_symlink()]  # no temporary left

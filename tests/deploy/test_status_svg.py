@@ -6,6 +6,7 @@ apart and renders (rsvg-convert). The real board: tests/plugins/qemu/test_qemu_b
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,24 @@ def test_several_boards_without_host_in_the_name_are_refused_before_any_connecti
                  "--host", "root@127.0.0.1:2", "--svg", str(tmp_path / "map.svg")])
     err = capsys.readouterr().err
     assert code == 2 and "several boards need {host}" in err and not list(tmp_path.iterdir())
+
+
+def _no_bank(pmap):
+    for r in pmap["regions"]:
+        del r["bank"]
+
+
+@pytest.mark.parametrize("change", [_no_bank, lambda m: m.pop("tensors")])
+def test_a_map_without_banks_or_tensors_is_one_line_before_any_board(builds, capsys, tmp_path, change):
+    """A partition_map.json lacking what the picture needs (issue 22, item 10): exit 1 with one
+    line naming the file, before any board is contacted, nothing written (was KeyError, exit 70)."""
+    build = tmp_path / "build"
+    shutil.copytree(builds["qemu"], build)
+    pmap = json.loads((build / "partition_map.json").read_text())
+    change(pmap)
+    (build / "partition_map.json").write_text(json.dumps(pmap))
+    code = main(["status", "--target", "qemu", "--build", str(build), "--host", "root@127.0.0.1:1",
+                 "--svg", str(tmp_path / "map.svg")])
+    err = capsys.readouterr().err
+    assert code == 1 and "partition_map.json" in err and "internal" not in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "map.svg").exists()

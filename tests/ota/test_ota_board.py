@@ -6,98 +6,16 @@ updates give deploy's release id, and a failing smoke test rolls back."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
-import re
-import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from ota_helpers import cpio_members, package
 
 from q25deploy.cli import main
-from q25deploy.ota.mender import read_members
-from q25deploy.ota.scripts import SCRIPT
 
-INSTALL = "lib/firmware/q25"
-
-
-def make_board(root: Path, q25tok: Path) -> Path:
-    (root / "usr" / "bin").mkdir(parents=True)
-    shutil.copy2(q25tok, root / "usr" / "bin" / "q25tok")
-    return root
-
-
-def sh(busybox_path: str, root: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
-    env = {"PATH": busybox_path, "Q25_ROOT": str(root)}
-    return subprocess.run([f"{busybox_path}/sh", str(script), *args], env=env, capture_output=True, text=True,
-                          timeout=120)
-
-
-def mender_tree(art: Path, tree: Path) -> Path:
-    """The update module's file tree as the Mender client lays it out (files/ from data/0000)."""
-    shutil.rmtree(tree, ignore_errors=True)
-    (tree / "files").mkdir(parents=True)
-    (tree / "tmp").mkdir()
-    members = read_members(art)
-    with tarfile.open(fileobj=io.BytesIO(members["data/0000.tar.gz"]), mode="r:gz") as t:
-        t.extractall(tree / "files", filter="data")
-    return tree
-
-
-def mender_install(bb: str, root: Path, art: Path, tree: Path) -> list[subprocess.CompletedProcess]:
-    """Download → ArtifactInstall → ArtifactCommit (→ ArtifactRollback on failure) → Cleanup."""
-    mender_tree(art, tree)
-    runs = [sh(bb, root, "SupportsRollback", str(tree)), sh(bb, root, "Download", str(tree))]
-    for state in ("ArtifactInstall", "NeedsArtifactReboot", "ArtifactCommit"):
-        runs.append(sh(bb, root, state, str(tree)))
-        if runs[-1].returncode != 0:
-            runs.append(sh(bb, root, "ArtifactRollback", str(tree)))
-            break
-    runs.append(sh(bb, root, "Cleanup", str(tree)))
-    assert runs[0].stdout.strip() == "Yes"
-    return runs
-
-
-def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProcess:
-    """What SWUpdate does with the .swu: each `files` entry to its path, then the script with postinst."""
-    data = swu.read_bytes()
-    members = cpio_members(data)
-    off, size = members["sw-description"]
-    desc = data[off:off + size].decode()
-    for name, path in re.findall(r'filename = "([^"]+)";\s*path = "([^"]+)";', desc):
-        dest = root / path.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        o, n = members[name]
-        dest.write_bytes(data[o:o + n])
-    o, n = members["q25-ota.sh"]
-    script = root.parent / f"{root.name}-q25-ota.sh"
-    script.write_bytes(data[o:o + n])
-    return sh(bb, root, "postinst", script=script)
-
-
-def layout(root: Path) -> dict:
-    """Everything under the install dir: files with their bytes, links, the state without times."""
-    base = root / INSTALL
-    out = {}
-    for p in sorted(base.rglob("*")):
-        rel = p.relative_to(base).as_posix()
-        if p.is_symlink():
-            out[rel] = ("link", os.readlink(p))
-        elif p.is_dir():
-            out[rel] = ("dir",)
-        elif rel == ".q25deploy-state.json":
-            state = json.loads(p.read_text())
-            for r in state["releases"].values():
-                r.pop("deployed_at")
-            out[rel] = ("state", state)
-        else:
-            out[rel] = ("file", p.read_bytes())
-    return out
+from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
 
 
 @pytest.fixture(scope="module")

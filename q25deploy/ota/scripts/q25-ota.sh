@@ -3,7 +3,7 @@
 # the on-board layout of `q25deploy deploy` (POSIX sh; BusyBox sh, awk, sed, sha256sum).
 #
 #   Mender update module (/usr/share/mender/modules/v3/q25-release):  q25-ota STATE FILE-TREE
-#   SWUpdate post-install script:                                     q25-ota postinst
+#   SWUpdate shellscript (before and after its files handler):        q25-ota preinst|postinst
 #   by hand:                                                          q25-ota install|smoke DIR
 #
 # DIR holds the payload's flat files and the line-based plan `q25-plan` (values validated by
@@ -11,43 +11,125 @@
 #   releases/<id>/  releases/.incoming-<id>/  current -> releases/<id>  .q25deploy-state.json
 #   .q25-ota/       rollback data of the update in progress (old state, old current id)
 # Q25_ROOT prefixes every board path (tests, chroots), like deploy's --remote-root.
+# Everything under the install dir is input: a `--become none` deploy user, or anything else
+# that can write there, may have planted a symlink or a crafted `.q25-ota/*` or state file.
+# Every name the script derives is checked as a plain name before it is used; a symlink it
+# did not create is refused, never followed; its own files are written through a fresh
+# temporary (mktemp: O_EXCL) renamed over the name; only 16-hex directories under releases/
+# are ever removed. (A writer racing the script between a check and its use is not stopped:
+# the install dir should be writable by root only; docs/security.md.)
 set -u
+LC_ALL=C; export LC_ALL  # the name checks' [A-Za-z0-9] ranges are ASCII only in the C locale
 ROOT="${Q25_ROOT:-}"
 Q25_SWU_DIR=''  # set by `q25deploy package --format swupdate` (where the files handler writes)
 
 die() { echo "q25-ota: $*" >&2; exit 1; }
 say() { echo "q25-ota: $*" >&2; }
 
-plan_get() { sed -n "s/^$1 //p" "$PLAN" | head -n 1; }
-
-safe_rel() {  # a plain relative path (q25deploy package validated it; a crafted plan stops here)
-    case "$1" in ''|/*|*..*|*[!A-Za-z0-9._/+-]*) die "unsafe path '$1' in the plan" ;; esac
+# -- plain names -------------------------------------------------------------------------------
+is_rid() {  # 16 lower-case hex digits (a release id)
+    case "$1" in ????????????????) case "$1" in *[!0-9a-f]*) return 1 ;; esac; return 0 ;; esac; return 1
+}
+is_hex64() {
+    case "$1" in *[!0-9a-f]*) return 1 ;; esac; [ ${#1} -eq 64 ]
+}
+is_name() {  # a plain file name: [A-Za-z0-9][A-Za-z0-9._+-]*, at most 128 characters
+    case "$1" in [A-Za-z0-9]*) ;; *) return 1 ;; esac
+    case "$1" in *[!A-Za-z0-9._+-]*) return 1 ;; esac; [ ${#1} -le 128 ]
+}
+is_rel() {  # a plain relative path: parts [A-Za-z0-9_][A-Za-z0-9._+-]* (never '', '.', '..', hidden)
+    case "$1" in ''|/*|*/|*//*) return 1 ;; esac
+    q_rest=$1
+    while :; do
+        q_part=${q_rest%%/*}
+        case "$q_part" in [A-Za-z0-9_]*) ;; *) return 1 ;; esac
+        case "$q_part" in *[!A-Za-z0-9._+-]*) return 1 ;; esac
+        [ "$q_part" = "$q_rest" ] && return 0
+        q_rest=${q_rest#*/}
+    done
+}
+safe_rel() { is_rel "$1" || die "unsafe path '$1' in the plan"; }
+no_link() {  # PATH...: refuse a symlink (one this script did not create)
+    for q_p; do [ -L "$q_p" ] && die "$q_p is a symlink: refusing to follow it"; done; return 0
+}
+no_link_in() {  # DIR REL: no part of REL under DIR is a symlink
+    q_r=$2
+    while :; do no_link "$1/$q_r"; case "$q_r" in */*) q_r=${q_r%/*} ;; *) return 0 ;; esac; done
 }
 
-load_plan() {  # DIR
+# -- the plan ------------------------------------------------------------------------------------
+plan_get() { sed -n "s/^$1 //p" "$PLAN" | head -n 1; }
+
+load_plan() {  # DIR: every value checked before anything is derived from it
     DIR=$1
     PLAN="$DIR/q25-plan"
+    no_link "$DIR" "$PLAN"
     [ -f "$PLAN" ] || die "$PLAN: no plan in the payload"
     [ "$(head -n 1 "$PLAN")" = "q25-ota-plan 1" ] || die "$PLAN: not a plan this script reads"
     MODE=$(plan_get mode); RELEASE=$(plan_get release); FPR=$(plan_get fingerprint)
-    INSTALL=$(plan_get install); Q25TOK=$ROOT$(plan_get q25tok); IMAGE=$(plan_get image)
+    INSTALL=$(plan_get install); q25tok=$(plan_get q25tok); IMAGE=$(plan_get image)
     case "$MODE" in full|tokenizer) ;; *) die "bad mode '$MODE' in the plan" ;; esac
     case "$INSTALL" in /*) ;; *) die "bad install dir in the plan" ;; esac
-    case "$RELEASE" in *[!0-9a-f]*|'') die "bad release id in the plan" ;; esac
+    is_rid "$RELEASE" || die "bad release id in the plan"
+    is_hex64 "$FPR" || die "bad vocabulary fingerprint in the plan"
     safe_rel "${INSTALL#/}"; safe_rel "$IMAGE"
+    # q25tok: a plain absolute path outside the install dir (whose files anyone who can write
+    # there controls), under Q25_ROOT; where it is not, the q25tok on PATH (see smoke)
+    case "$q25tok" in /*) is_rel "${q25tok#/}" || die "bad q25tok path '$q25tok' in the plan" ;;
+                      *) die "bad q25tok path '$q25tok' in the plan" ;; esac
+    case "$q25tok/" in "$INSTALL"/*) die "the plan's q25tok $q25tok is inside the install dir" ;; esac
+    Q25TOK=$ROOT$q25tok
     BASE="$ROOT$INSTALL"
     OTA="$BASE/.q25-ota"
     STATE="$BASE/.q25deploy-state.json"
+    no_link "$BASE/releases" "$OTA" "$STATE"
+    check_plan_lines
 }
 
-# -- reading our own JSON (always written with indent=2, sort_keys) ------------------------
-release_files() {  # RELEASE.JSON -> "sha256 size path" lines
+check_plan_lines() {  # file and smoke lines: exactly their fields, plain names, no release path twice
+    grep '^file ' "$PLAN" | while read -r _ sha size name rel extra; do
+        is_hex64 "$sha" && is_digits "$size" && [ -z "$extra" ] || die "bad file line for '$rel' in the plan"
+        safe_rel "$rel"; [ "$rel" != release.json ] || die "release.json as a release file in the plan"
+        is_name "$name" || die "unsafe payload name '$name' in the plan"
+        [ "$name" != q25-plan ] && [ "$name" != release.json ] || die "payload name '$name' in a file line"
+    done || exit 1
+    [ -z "$(plan_rels | sort | uniq -d)" ] || die "the plan lists a release path twice"
+    grep '^smoke ' "$PLAN" | while read -r _ name special ids extra; do
+        is_name "$name" && [ -z "$extra" ] || die "bad smoke line '$name' in the plan"
+        case "$special" in 0|1) ;; *) die "bad smoke line '$name' in the plan" ;; esac
+        case "$ids" in *[!0-9,]*) die "bad smoke line '$name' in the plan" ;; esac
+    done || exit 1
+}
+
+is_digits() { case "$1" in ''|*[!0-9]*) return 1 ;; esac; return 0; }
+plan_rels() { grep '^file ' "$PLAN" | while read -r _ _ _ _ rel _; do echo "$rel"; done; }
+payload() {  # NAME -> the path of a payload file (a regular file, not a link)
+    no_link "$DIR/$1"; [ -f "$DIR/$1" ] || die "$DIR/$1: missing from the payload"; echo "$DIR/$1"
+}
+
+# -- reading our own JSON (always written with indent=2, sort_keys): checked, never trusted ------
+release_files() {  # RELEASE.JSON -> "sha256 size path" lines, each checked (die on anything else)
+    no_link "$1"
     awk '/^      "path": /{p=$2} /^      "sha256": /{s=$2} /^      "size": /{z=$2;
-         gsub(/[",]/,"",p); gsub(/[",]/,"",s); gsub(/[",]/,"",z); print s, z, p}' "$1"
+         gsub(/[",]/,"",p); gsub(/[",]/,"",s); gsub(/[",]/,"",z); print s, z, p}' "$1" |
+    while read -r sha size rel extra; do
+        is_hex64 "$sha" && is_digits "$size" && is_rel "$rel" && [ -z "$extra" ] &&
+            [ "$rel" != release.json ] || die "$1: bad file entry '$rel'"
+        echo "$sha $size $rel"
+    done
 }
 
 json_value() {  # FILE KEY -> the raw JSON value of a top-level key
     sed -n "s/^  \"$2\": \(.*\)$/\1/p" "$1" | sed 's/,$//' | head -n 1
+}
+
+json_checked() {  # FILE KEY KIND(hex64|name) NULL-OK(0|1) -> a JSON string of that kind (or null)
+    q_v=$(json_value "$1" "$2")
+    [ "$q_v" = null ] && [ "$4" = 1 ] && { echo null; return 0; }
+    q_in=${q_v#\"}; q_in=${q_in%\"}
+    [ "\"$q_in\"" = "$q_v" ] && if [ "$3" = hex64 ]; then is_hex64 "$q_in"; else is_name "$q_in"; fi ||
+        die "$1: bad $2"
+    echo "$q_v"
 }
 
 state_field() {  # RID FIELD -> a field of that release's record in the state file
@@ -59,48 +141,64 @@ state_field() {  # RID FIELD -> a field of that release's record in the state fi
 
 state_top() {  # KEY -> "current"/"previous" of the state file ("" when null or absent)
     [ -f "$STATE" ] || return 0
-    json_value "$STATE" "$1" | sed -n 's/^"\([0-9a-f]*\)"$/\1/p'
+    q_v=$(json_value "$STATE" "$1")
+    case "$q_v" in ''|null) return 0 ;; esac
+    q_in=${q_v#\"}; q_in=${q_in%\"}
+    [ "\"$q_in\"" = "$q_v" ] && is_rid "$q_in" || die "$STATE: $1 is $q_v, not a release id"
+    echo "$q_in"
+}
+
+# -- writing our files: a fresh temporary beside the name, renamed over it ----------------------
+put() {  # FILE: standard input into FILE (never through a link, never onto a directory)
+    no_link "$1"; [ -d "$1" ] && die "$1 is a directory"
+    q_tmp=$(mktemp "$1.XXXXXX") || die "cannot create a temporary beside $1"
+    cat > "$q_tmp" && chmod 0644 "$q_tmp" && sync && mv -f "$q_tmp" "$1" || { rm -f "$q_tmp"; die "cannot write $1"; }
 }
 
 # -- writing release.json and the state file as q25deploy does ------------------------------
-write_release_json() {  # FILES-LIST MODEL-JSON TARGET-JSON OUT -> prints the release id
-    body=$(awk -v fp="$FPR" -v model="$2" -v target="$3" '
+write_release_json() {  # FILES-LIST(text) MODEL-JSON TARGET-JSON OUT -> prints the release id
+    body=$(printf '%s\n' "$1" | awk -v fp="$FPR" -v model="$2" -v target="$3" '
         { f = f (NR > 1 ? ", " : "") "{\"path\": \"" $3 "\", \"sha256\": \"" $1 "\", \"size\": " $2 "}" }
-        END { printf "{\"files\": [%s], \"format\": \"q25deploy-release/1\", \"model_sha256\": %s, \"target\": %s, \"vocab_fingerprint\": \"%s\"}", f, model, target, fp }' "$1")
+        END { printf "{\"files\": [%s], \"format\": \"q25deploy-release/1\", \"model_sha256\": %s, \"target\": %s, \"vocab_fingerprint\": \"%s\"}", f, model, target, fp }')
     rid=$(printf '%s' "$body" | sha256sum | cut -c1-16)
-    awk -v fp="$FPR" -v model="$2" -v target="$3" -v rid="$rid" '
+    printf '%s\n' "$1" | awk -v fp="$FPR" -v model="$2" -v target="$3" -v rid="$rid" '
         BEGIN { print "{"; print "  \"files\": [" }
         { if (NR > 1) print "    },"; print "    {"; print "      \"path\": \"" $3 "\","
           print "      \"sha256\": \"" $1 "\","; print "      \"size\": " $2 }
         END { if (NR) print "    }"; print "  ],"; print "  \"format\": \"q25deploy-release/1\","
               print "  \"id\": \"" rid "\","; print "  \"model_sha256\": " model ","
-              print "  \"target\": " target ","; print "  \"vocab_fingerprint\": \"" fp "\""; print "}" }' "$1" > "$4"
+              print "  \"target\": " target ","; print "  \"vocab_fingerprint\": \"" fp "\""; print "}" }' > "$4"
     echo "$rid"
 }
 
 state_record() {  # RID DEPLOYED-AT IMAGE LAST(0|1)
     rj="$BASE/releases/$1/release.json"
+    no_link "$BASE/releases/$1"
+    files=$(release_files "$rj") && model=$(json_checked "$rj" model_sha256 hex64 1) &&
+        target=$(json_checked "$rj" target name 1) && vf=$(json_checked "$rj" vocab_fingerprint hex64 0) || exit 1
     echo "    \"$1\": {"
     echo "      \"deployed_at\": \"$2\","
     echo "      \"files\": {"
-    release_files "$rj" | awk '{ if (NR > 1) print "        ],"; print "        \"" $3 "\": ["
-                                 print "          \"" $1 "\","; print "          " $2 }
-                               END { if (NR) print "        ]" }'
+    printf '%s\n' "$files" | awk 'NF { if (n++) print "        ],"; print "        \"" $3 "\": ["
+                                       print "          \"" $1 "\","; print "          " $2 }
+                                  END { if (n) print "        ]" }'
     echo "      },"
     echo "      \"image\": \"$3\","
-    echo "      \"model_sha256\": $(json_value "$rj" model_sha256),"
-    echo "      \"target\": $(json_value "$rj" target),"
-    echo "      \"vocab_fingerprint\": $(json_value "$rj" vocab_fingerprint)"
+    echo "      \"model_sha256\": $model,"
+    echo "      \"target\": $target,"
+    echo "      \"vocab_fingerprint\": $vf"
     [ "$4" = 1 ] && echo "    }" || echo "    },"
 }
 
 write_state() {  # NEW-ID PREVIOUS-ID(or "") NOW
-    new=$1; prev=$2; tmp="$STATE.tmp"
+    new=$1; prev=$2
     prev_at=''; prev_image=''
     if [ -n "$prev" ]; then
         prev_at=$(state_field "$prev" deployed_at); prev_image=$(state_field "$prev" image)
+        case "$prev_at" in *[!0-9TZ:.+-]*) die "$STATE: bad deployed_at of $prev" ;; esac
+        [ -z "$prev_image" ] || is_rel "$prev_image" || die "$STATE: bad image of $prev"
     fi
-    {
+    body=$(
         echo "{"
         echo "  \"current\": \"$new\","
         echo "  \"format\": \"q25deploy-board-state/1\","
@@ -108,116 +206,166 @@ write_state() {  # NEW-ID PREVIOUS-ID(or "") NOW
         echo "  \"releases\": {"
         for rid in $(printf '%s\n' "$new" $prev | LC_ALL=C sort -u); do
             last=0; [ "$rid" = "$(printf '%s\n' "$new" $prev | LC_ALL=C sort -u | tail -n 1)" ] && last=1
-            if [ "$rid" = "$new" ]; then state_record "$rid" "$3" "$IMAGE" "$last"
-            else state_record "$rid" "${prev_at:-$3}" "${prev_image:-tokenizer.q25tokrt}" "$last"; fi
+            if [ "$rid" = "$new" ]; then state_record "$rid" "$3" "$IMAGE" "$last" || exit 1
+            else state_record "$rid" "${prev_at:-$3}" "${prev_image:-tokenizer.q25tokrt}" "$last" || exit 1; fi
         done
         echo "  }"
         echo "}"
-    } > "$tmp" || die "cannot write $tmp"
-    sync; mv -f "$tmp" "$STATE"
+    ) || exit 1
+    printf '%s\n' "$body" | put "$STATE" || exit 1
 }
 
 switch_current() {  # RID: one rename where mv has -T; BusyBox's mv falls back to ln -sfn
-    rm -f "$BASE/.current.tmp" && ln -s "releases/$1" "$BASE/.current.tmp" || die "cannot link current"
+    no_link "$BASE/releases/$1"
+    if [ -e "$BASE/current" ] || [ -L "$BASE/current" ]; then
+        [ -L "$BASE/current" ] || die "$BASE/current is not a symlink: refusing to replace it"
+    fi
+    rm -f "$BASE/.current.tmp" && ln -s -n "releases/$1" "$BASE/.current.tmp" || die "cannot link current"
     mv -T -f "$BASE/.current.tmp" "$BASE/current" 2>/dev/null && return 0
     rm -f "$BASE/.current.tmp"; ln -sfn "releases/$1" "$BASE/current" || die "cannot switch current"
     say "switched current with ln -sfn (this mv has no -T): not atomic"
 }
 
+current_release() {  # -> the id current points at (releases/<id>, a directory, not a link)
+    no_link "$BASE/releases"
+    q_l=$(readlink "$BASE/current") || die "$BASE/current is not a symlink"
+    q_id=${q_l#releases/}
+    [ "releases/$q_id" = "$q_l" ] && is_rid "$q_id" || die "$BASE/current points at '$q_l', not at a release"
+    no_link "$BASE/releases/$q_id"; [ -d "$BASE/releases/$q_id" ] || die "$BASE/current points at nothing"
+    echo "$q_id"
+}
+
+verify_release() {  # DIR: every file of DIR/release.json is a regular file (no link) of its sha256
+    files=$(release_files "$1/release.json") || exit 1
+    for rel in $(printf '%s\n' "$files" | awk '{ print $3 }'); do no_link_in "$1" "$rel"; done
+    (cd "$1" && printf '%s\n' "$files" | awk 'NF { print $1 "  " $3 }' | sha256sum -c - >/dev/null)
+}
+
 # -- install ---------------------------------------------------------------------------------
-place() {  # SRC DST: a hard link when on one filesystem, else a copy
+place() {  # SRC DST: a hard link when on one filesystem, else a copy; never onto an existing name
+    no_link "$1"; [ -f "$1" ] || die "$1: not a regular file"
+    if [ -e "$2" ] || [ -L "$2" ]; then die "$2 exists already: refusing to write onto it"; fi
     ln "$1" "$2" 2>/dev/null || cp "$1" "$2" || die "cannot copy $1"
 }
 
 stage_full() {  # STAGING
     grep '^file ' "$PLAN" | while read -r _ sha size name rel; do
-        safe_rel "$rel"; safe_rel "$name"
-        mkdir -p "$(dirname "$1/$rel")" && place "$DIR/$name" "$1/$rel" || exit 1
+        src=$(payload "$name") && mkdir -p "$(dirname "$1/$rel")" && place "$src" "$1/$rel" || exit 1
     done || die "staging failed"
-    place "$DIR/release.json" "$1/release.json"
+    src=$(payload release.json) || exit 1
+    place "$src" "$1/release.json"
     [ "$(json_value "$1/release.json" id)" = "\"$RELEASE\"" ] || die "release.json does not describe $RELEASE"
 }
 
 stage_tokenizer() {  # STAGING -> sets RELEASE (computed like deploy --tokenizer-only)
-    cur=$(state_top current)
+    cur=$(state_top current) || exit 1
+    [ -z "$cur" ] || no_link "$BASE/releases/$cur"
     [ -n "$cur" ] && [ -f "$BASE/releases/$cur/release.json" ] ||
         die "nothing is deployed on this board yet: install a full release before a tokenizer-only one"
     have=$(state_field "$cur" vocab_fingerprint)
     [ "$have" = "$FPR" ] || die "refusing the tokenizer-only update: vocabulary fingerprint $FPR differs from the deployed model's $have"
-    list="$1.files"
-    { release_files "$BASE/releases/$cur/release.json" | while read -r sha size rel; do
-          grep -q "^file .* $rel\$" "$PLAN" && continue
+    rels=$(plan_rels)
+    kept=$(release_files "$BASE/releases/$cur/release.json") || exit 1
+    list=$(
+      printf '%s\n' "$kept" | while read -r sha size rel; do  # the plan's paths are exact: no pattern
+          [ -n "$rel" ] || continue
+          printf '%s\n' "$rels" | grep -Fxq -- "$rel" && continue
+          no_link_in "$BASE/releases/$cur" "$rel"
           mkdir -p "$(dirname "$1/$rel")" && ln "$BASE/releases/$cur/$rel" "$1/$rel" || exit 1
           echo "$sha $size $rel"
       done || die "cannot link the current release's files"
       grep '^file ' "$PLAN" | while read -r _ sha size name rel; do
-          safe_rel "$rel"; safe_rel "$name"
-          mkdir -p "$(dirname "$1/$rel")" && place "$DIR/$name" "$1/$rel" || exit 1
+          src=$(payload "$name") && mkdir -p "$(dirname "$1/$rel")" && place "$src" "$1/$rel" || exit 1
           echo "$sha $size $rel"
       done || die "staging failed"
-    } | LC_ALL=C sort -k3 > "$list"
+    ) || exit 1
+    list=$(printf '%s\n' "$list" | LC_ALL=C sort -k3)
     rj="$BASE/releases/$cur/release.json"
-    RELEASE=$(write_release_json "$list" "$(json_value "$rj" model_sha256)" "$(json_value "$rj" target)" "$1/release.json")
-    rm -f "$list"
+    model=$(json_checked "$rj" model_sha256 hex64 1) && target=$(json_checked "$rj" target name 1) || exit 1
+    RELEASE=$(write_release_json "$list" "$model" "$target" "$1/release.json") || exit 1
 }
 
 install_release() {  # DIR: stage, verify, rename into place, switch, record (like deploy)
     load_plan "$1"
     mkdir -p "$BASE/releases" "$OTA" || die "cannot create $BASE/releases"
-    old=$(state_top current)
+    no_link "$BASE/releases" "$OTA"
+    old=$(state_top current) || exit 1
     staging="$BASE/releases/.incoming-ota"
-    rm -rf "$staging" "$staging.files"; mkdir -p "$staging"
+    rm -rf "$staging" "$staging.files"; mkdir "$staging" || die "cannot create $staging"
     if [ "$MODE" = full ]; then stage_full "$staging"; else stage_tokenizer "$staging"; fi
+    no_link "$BASE/releases/$RELEASE"
     if [ "$old" = "$RELEASE" ] && [ -d "$BASE/releases/$RELEASE" ]; then
         rm -rf "$staging"; say "release $RELEASE is already current"; return 0  # nothing to roll back
     fi
-    (cd "$staging" && release_files release.json | awk '{ print $1 "  " $3 }' | sha256sum -c - >/dev/null) ||
-        { rm -rf "$staging"; die "verify failed on the board; the current release is unchanged"; }
+    (verify_release "$staging") || { rm -rf "$staging"; die "verify failed on the board; the current release is unchanged"; }
     sync
     created=0
-    if [ -d "$BASE/releases/$RELEASE" ]; then rm -rf "$staging"
+    if [ -d "$BASE/releases/$RELEASE" ]; then  # kept from before: used only when it verifies too
+        rm -rf "$staging"
+        (verify_release "$BASE/releases/$RELEASE") ||
+            die "$BASE/releases/$RELEASE differs from release $RELEASE; the current release is unchanged"
     else mv "$staging" "$BASE/releases/$RELEASE" && created=1; fi
     sync
     # what ArtifactRollback needs: the old state and current release, and whether ours is new
-    rm -f "$OTA/state.old"; [ -f "$STATE" ] && cp "$STATE" "$OTA/state.old"
-    echo "$old" > "$OTA/old"; echo "$created" > "$OTA/created"; echo "$RELEASE" > "$OTA/new"
+    rm -f "$OTA/state.old"; if [ -f "$STATE" ]; then put "$OTA/state.old" < "$STATE"; fi
+    for q_rec in "old $old" "created $created" "new $RELEASE"; do
+        echo "${q_rec#* }" | put "$OTA/${q_rec%% *}" || exit 1
+    done
     switch_current "$RELEASE"
     write_state "$RELEASE" "$old" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    for rdir in "$BASE"/releases/*; do  # older releases go (only under releases/)
+    for rdir in "$BASE"/releases/*; do  # older releases go (only ours: release ids under releases/)
         rid=${rdir##*/}
-        [ -d "$rdir" ] && [ "$rid" != "$RELEASE" ] && [ "$rid" != "$old" ] && rm -rf "$rdir"
+        is_rid "$rid" && [ ! -L "$rdir" ] && [ -d "$rdir" ] && [ "$rid" != "$RELEASE" ] && [ "$rid" != "$old" ] &&
+            rm -rf "$rdir"
     done
     say "installed release $RELEASE"
 }
 
 # -- smoke test and rollback -------------------------------------------------------------------
-smoke() {  # DIR: q25tok info, every prompt's ids, every file's sha256 of the current release
+smoke() {  # DIR: every file's sha256 of the current release, then q25tok info and every prompt's ids
     load_plan "$1"
-    cur="$BASE/current"
-    [ -x "$cur/q25tok" ] && Q25TOK="$cur/q25tok"  # a release that carries its own runtime
+    rid=$(current_release) || exit 1
+    cur="$BASE/releases/$rid"
+    verify_release "$cur" || die "smoke: a file of the current release fails its sha256"
+    # q25tok: the release's own (just verified), else the plan's, else the one on PATH
+    if [ -f "$cur/q25tok" ] && [ -x "$cur/q25tok" ] && release_files "$cur/release.json" | grep -q ' q25tok$'; then Q25TOK="$cur/q25tok"
+    elif [ ! -x "$Q25TOK" ]; then Q25TOK=$(command -v q25tok) || die "smoke: no q25tok at $Q25TOK nor on PATH"; fi
+    no_link "$cur/$IMAGE"
     "$Q25TOK" info "$cur/$IMAGE" >/dev/null || die "smoke: q25tok info failed on $cur/$IMAGE"
     grep '^smoke ' "$PLAN" | while read -r _ name special ids; do
         flag=''; [ "$special" = 1 ] && flag=--special
-        got=$("$Q25TOK" encode $flag "$cur/$IMAGE" < "$DIR/$name" | tr -s ' \n' ',,' | sed 's/^,//; s/,$//')
+        src=$(payload "$name") || exit 1
+        got=$("$Q25TOK" encode $flag "$cur/$IMAGE" < "$src" | tr -s ' \n' ',,' | sed 's/^,//; s/,$//')
         [ "$got" = "$ids" ] || { echo "q25-ota: smoke: $name: board ids differ from the host's" >&2; exit 1; }
     done || exit 1
-    (cd "$cur" && release_files release.json | awk '{ print $1 "  " $3 }' | sha256sum -c - >/dev/null) ||
-        die "smoke: a file of the current release fails its sha256"
-    say "smoke test passed on $(readlink "$cur")"
+    say "smoke test passed on releases/$rid"
+}
+
+ota_get() {  # NAME KIND(rid|rid-or-empty|flag): a rollback record, as strictly as the plan
+    no_link "$OTA/$1"
+    q_v=$(cat "$OTA/$1" 2>/dev/null)
+    case "$2" in
+        rid) is_rid "$q_v" ;;
+        rid-or-empty) [ -z "$q_v" ] || is_rid "$q_v" ;;
+        flag) case "$q_v" in 0|1) ;; *) false ;; esac ;;
+    esac || die "$OTA/$1: '$q_v' is not what q25-ota wrote there"
+    echo "$q_v"
 }
 
 rollback() {  # DIR: back to the release that was current before this update
     load_plan "$1"
+    no_link "$OTA/new"
     [ -f "$OTA/new" ] || { say "nothing to roll back"; return 0; }
-    old=$(cat "$OTA/old" 2>/dev/null); new=$(cat "$OTA/new")
+    old=$(ota_get old rid-or-empty) && new=$(ota_get new rid) && created=$(ota_get created flag) || exit 1
+    no_link "$OTA/state.old"
     if [ -n "$old" ] && [ -d "$BASE/releases/$old" ]; then
         switch_current "$old"
     else
         rm -f "$BASE/current"
     fi
-    if [ -f "$OTA/state.old" ]; then mv -f "$OTA/state.old" "$STATE"; else rm -f "$STATE"; fi
+    if [ -f "$OTA/state.old" ]; then put "$STATE" < "$OTA/state.old"; rm -f "$OTA/state.old"; else rm -f "$STATE"; fi
     # only a release this update created goes (a kept previous one stays for the old state)
-    [ "$(cat "$OTA/created" 2>/dev/null)" = 1 ] && [ "$new" != "$old" ] && rm -rf "$BASE/releases/$new"
+    [ "$created" = 1 ] && [ "$new" != "$old" ] && rm -rf "$BASE/releases/$new"
     rm -f "$OTA/old" "$OTA/new" "$OTA/created"; sync
     say "rolled back to ${old:-nothing}"
 }
@@ -232,6 +380,11 @@ case "${1:-}" in
     ArtifactCommit) smoke "$2/files" ;;
     ArtifactRollback) rollback "$2/files" ;;
     Cleanup) [ -f "$2/files/q25-plan" ] && cleanup "$2/files" || true ;;
+    preinst)  # SWUpdate, before its files handler writes into the drop directory: a fresh one
+        [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
+        swu_dir="$ROOT$Q25_SWU_DIR"
+        no_link "${swu_dir%/*}" "$swu_dir" "${swu_dir%/*}/releases"
+        rm -rf "$swu_dir" && mkdir -p "${swu_dir%/*}" && mkdir -m 0700 "$swu_dir" || die "cannot create $swu_dir" ;;
     postinst)
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
