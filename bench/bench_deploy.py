@@ -41,12 +41,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 from shaped_link import shaped_link  # noqa: E402
 from sshd import SSHServer, keygen  # noqa: E402
 
-from q25deploy.packer.runtime import build_runtime  # noqa: E402
 from q25deploy.cli import main as cli  # noqa: E402
 from q25deploy.deploy.connection import Board  # noqa: E402
 from q25deploy.deploy.hosts import HostSpec  # noqa: E402
 from q25deploy.model.demo import vocab_path  # noqa: E402
 from q25deploy.model.synthetic import write_model  # noqa: E402
+from q25deploy.packer.runtime import build_runtime  # noqa: E402
 
 
 class Bench:

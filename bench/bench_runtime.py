@@ -30,8 +30,8 @@ import tiktoken  # noqa: E402
 from corpus import CORPUS  # noqa: E402
 from minivocab import mini_vocab  # noqa: E402
 
-from q25deploy.packer.runtime import build_runtime  # noqa: E402
 from q25deploy.model.gguf import GGUFFile  # noqa: E402
+from q25deploy.packer.runtime import build_runtime  # noqa: E402
 from q25deploy.resources import runtime_library_sources, runtime_sources  # noqa: E402
 from q25deploy.tokenizer.codec import Codec  # noqa: E402
 from q25deploy.tokenizer.image.format import build_image  # noqa: E402

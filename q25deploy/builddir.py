@@ -9,8 +9,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .packer import layout
 from .errors import SchemaError
+from .packer import layout
 from .schema import (
     MAX_JSON,
     Artifact,

@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .packer import layout
 from .errors import SchemaError
+from .packer import layout
 from .tokenizer.prompts import SMOKE_IDS_FORMAT
 
 MAX_JSON = 64 << 20  # a partition map of a 7B model is a few MB

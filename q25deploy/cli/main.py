@@ -15,6 +15,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from .. import __version__
+from ..common import printable
 from ..errors import (
     BoardFileError,
     CodecError,
@@ -31,7 +32,6 @@ from ..errors import (
     UnknownTargetError,
     UsageError,
 )
-from ..common import printable
 from . import build, deploy, models, package, progress, runtime, tokens
 from .common import validate
 

@@ -60,8 +60,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def cmd_export_tokenizer(a: argparse.Namespace) -> int:
-    from ..packer.outputs import OutputDir
     from ..model.source import file_sha256
+    from ..packer.outputs import OutputDir
     from ..tokenizer.assets import tokenizer_assets, write_assets
     from ..tokenizer.vocab import vocab_from_gguf
     from .progress import Progress

@@ -9,9 +9,9 @@ import hashlib
 import os
 
 from .. import schema
-from ..packer import layout
 from ..common import cache_dir
 from ..errors import DeployError, SchemaError
+from ..packer import layout
 from .boardfiles import BoardFiles
 
 

@@ -51,17 +51,17 @@ def _plain(path: str, what: str) -> str:
     return "/".join(p for p in parts if p)
 
 
-def _framed(data: bytes) -> tuple[bytes | None | bool, bytes]:
-    """One document of SNAPSHOT's answer: (its bytes, or None for ``none``, or False when the
-    answer is not ``none`` nor ``file N`` followed by N bytes; the rest of the answer)."""
+def _framed(data: bytes) -> tuple[bytes | None, bytes] | None:
+    """One document of SNAPSHOT's answer: (its bytes, or None for ``none``; the rest of the
+    answer), or None when the answer is not ``none`` nor ``file N`` followed by N bytes."""
     head, newline, rest = data.partition(b"\n")
     if head == b"none" and newline:
         return None, rest
     words = head.split()
     if len(words) != 2 or words[0] != b"file" or not (words[1].isdigit() and len(words[1]) <= 15) or not newline:
-        return False, data
+        return None
     n = int(words[1])
-    return (rest[:n], rest[n:]) if n <= len(rest) else (False, data)
+    return (rest[:n], rest[n:]) if n <= len(rest) else None
 
 
 class BoardFiles:
@@ -115,12 +115,14 @@ class BoardFiles:
             msg = err.decode("utf-8", "replace").strip().splitlines()
             raise DeployError(f"{self.board.spec.name}: cannot read {self.base}'s state ({status}: "
                               f"{msg[-1] if msg else 'no output'}); nothing was changed")
-        docs, rest = [], out
+        docs: list[bytes | None] = []
+        rest = out
         for name in (STATE_NAME, INTENT_NAME):
-            doc, rest = _framed(rest)
-            if doc is False:
+            framed = _framed(rest)
+            if framed is None:
                 raise DeployError(f"{self.board.spec.name}: a malformed answer when reading {self.base}'s {name} "
                                   f"({out[:40]!r}); nothing was changed")
+            doc, rest = framed
             docs.append(doc)
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ..builddir import BuildDir
 from ..common import file_sha256, printable
-from ..packer.layout import RUNTIME_BIN
 from ..errors import DeployError, Q25Error, UsageError
+from ..packer.layout import RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
 from . import board_release

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .. import schema
-from ..packer import layout
 from ..builddir import BuildDir
 from ..common import json_bytes, json_digest
 from ..errors import DeployError
+from ..packer import layout
 from ..schema import STATE_FORMAT
 
 __all__ = ["STATE_FORMAT", "Release", "ReleaseFile", "Transfer", "plan_transfer", "release_from_build", "tokenizer_only"]

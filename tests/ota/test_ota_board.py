@@ -12,10 +12,9 @@ import platform
 from pathlib import Path
 
 import pytest
+from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
 
 from q25deploy.cli import main
-
-from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
 
 

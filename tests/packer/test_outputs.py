@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
+from q25deploy.cli import main
 from q25deploy.packer import replace
 from q25deploy.packer.outputs import OutputDir
-from q25deploy.cli import main
 
 
 def _foreign(tmp_path):

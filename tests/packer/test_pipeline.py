@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gguf_craft import gguf, kv_str, tensor_info
 
-from q25deploy.packer.pipeline import build
 from q25deploy.cli import main
+from q25deploy.packer.pipeline import build
 from q25deploy.resources import data_dir
 
 

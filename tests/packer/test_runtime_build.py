@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from requirements import need_program
 
-from q25deploy.packer.runtime import build_runtime
 from q25deploy.cli import main
 from q25deploy.errors import ToolError
+from q25deploy.packer.runtime import build_runtime
 
 
 def test_host_build_writes_binary_library_header_and_manifest(tmp_path, capsys):

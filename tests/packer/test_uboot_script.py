@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from requirements import need, need_program
 
-from q25deploy.packer.uboot_script import uboot_script
 from q25deploy.cli import main
 from q25deploy.errors import Q25Error
+from q25deploy.packer.uboot_script import uboot_script
 from q25deploy.resources import data_dir
 
 UBOOT = Path("/usr/lib/u-boot/qemu_arm64/u-boot.bin")

@@ -13,10 +13,10 @@ import pytest
 from board_fixtures import wait_until
 from dropbear_default import apply_window, oe_dropbear_files, window_function
 
-from q25deploy.packer.dropbear import BBAPPEND
 from q25deploy.cli import main
 from q25deploy.deploy.connection import Board
 from q25deploy.deploy.hosts import HostSpec
+from q25deploy.packer.dropbear import BBAPPEND
 
 pytestmark = pytest.mark.board
 
