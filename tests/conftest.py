@@ -11,7 +11,7 @@ from q25deploy.tokenizer.image.format import build_image
 from q25deploy.tokenizer.image.reader import open_image
 from q25deploy.tokenizer.vocab import vocab_from_gguf
 
-from board_fixtures import _boards, board, board_client_key, board_machine, board_root, boot_board, q25tok_aarch64, q25tok_aarch64_static  # noqa: F401  (the emulated A53 board)
+from board_fixtures import _boards, board, board_client_key, board_machine, board_root, boot_board, devmem_guard, q25tok_aarch64, q25tok_aarch64_static  # noqa: F401  (the emulated A53 board)
 
 DATA = Path(__file__).parent / "data"
 VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"
