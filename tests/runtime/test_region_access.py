@@ -103,3 +103,15 @@ def test_region_read_and_write_at_odd_offsets_and_lengths_on_aarch64(tmp_path, w
                        text=True, env={**os.environ, "Q25TOK_MMIO_WIDTH": width}, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.fullmatch(rf"{width}-byte access: \d+ passed, 0 failed\n", r.stdout)
+
+
+def test_the_boot_service_reaches_the_regions_only_through_q25tok():
+    """The boot service (q25-regions) loads at boot with `q25tok load`, which the checks above
+    hold to aligned accesses; it must not touch /dev/mem itself (BusyBox devmem, dd, cat).
+    On the emulated board it runs under the /dev/mem guard (test_board_regions.py)."""
+    files = runtime_sources().parent.parent / "q25-regions" / "files"
+    script = (files / "q25-regions").read_text()
+    code = "\n".join(ln.split("#", 1)[0] for ln in script.splitlines())
+    assert '"$q" "$1" "$t"' in code and "q=q25tok" in code  # q25tok load|verify TABLE
+    assert not re.search(r"/dev/mem|\bdevmem\b|\bdd\b|\bmmap\b", code)
+    assert "ExecStart=/usr/sbin/q25-regions start" in (files / "q25-regions.service").read_text()
