@@ -13,12 +13,14 @@ from .errors import SchemaError
 from .packer import layout
 from .schema import (
     MAX_JSON,
+    MAX_REGION_TABLE,
     Artifact,
     BuildInfo,
     loads,
     parse_build_info,
     parse_manifest,
     parse_partition_map,
+    parse_region_table,
     parse_smoke_ids,
     rel_path,
 )
@@ -72,6 +74,18 @@ class BuildDir:
     @cached_property
     def partition_map(self) -> dict:
         return parse_partition_map(self.read_json(layout.PARTITION_MAP), str(self.path / layout.PARTITION_MAP))
+
+    def check_region_table(self) -> list[dict]:
+        """``partitions/regions.tab``: checked, and the same regions as the partition map
+        (it is what ``q25tok load`` writes into physical memory on the board)."""
+        where = str(self.path / layout.REGION_TABLE)
+        with open_under(self.path, layout.REGION_TABLE) as f:
+            rows = parse_region_table(f.read(MAX_REGION_TABLE + 1), where)
+        planned = [{k: r[k] for k in ("node", "base", "size", "file", "used", "sha256")}
+                   for r in self.partition_map["regions"]]
+        if rows != planned:
+            raise SchemaError(f"{where}: its regions differ from {layout.PARTITION_MAP}'s; rebuild with q25deploy build")
+        return rows
 
     @cached_property
     def smoke_ids(self) -> tuple[str, list[tuple[bytes, bool, list[int]]]] | None:

@@ -1,8 +1,8 @@
 """The one way q25deploy reads a JSON file that crossed a trust boundary, and the checks on
 every value in it (see docs/security.md).
 
-Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json`` and
-``smoke_ids.json`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
+Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json``,
+``smoke_ids.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
 ``.q25deploy-state.json`` and its intent record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
@@ -276,6 +276,47 @@ def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, 
         _expect(all(type(t) is int and 0 <= t < 1 << 32 for t in ids), ids, where, f"{f}.ids", "a list of token ids")
         cases.append((text.encode("utf-8", "surrogatepass"), special, ids))
     return hex64(d.get("image_sha256"), where, "image_sha256"), cases
+
+
+MAX_REGION_TABLE = 64 << 10  # q25tok reads at most 64 regions of lines under 512 bytes
+_TABLE_HEX = re.compile(r"0x[0-9a-f]{1,16}")
+
+
+def parse_region_table(data: bytes, where: str) -> list[dict]:
+    """A build's ``partitions/regions.tab`` (``NODE BASE SIZE FILE FILE_SIZE SHA256`` lines,
+    ``#`` comments), checked as strictly as ``q25_region_table_parse`` on the board and by the
+    build's own rules: NODE a device-tree node name, FILE a partition's plain name in
+    ``partitions/``, BASE and SIZE hex multiples of 16, FILE_SIZE at most SIZE. Rows as in
+    ``partition_map.json``: node, base, size, file (``partitions/...``), used, sha256."""
+    if len(data) > MAX_REGION_TABLE:
+        raise _fail(where, "", f"larger than {MAX_REGION_TABLE:,} bytes")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise _fail(where, "", "not ASCII text") from None
+    rows: list[dict] = []
+    for n, line in enumerate(text.split("\n"), 1):
+        f = line.split("#", 1)[0].split()
+        if not f:
+            continue
+        field = f"line {n}"
+        if len(line) >= 512 or len(f) != 6:
+            raise _fail(where, field, "is not NODE BASE SIZE FILE FILE_SIZE SHA256")
+        node, base, length, file, used, digest = f
+        _expect(bool(_NODE.fullmatch(node)), node, where, f"{field} NODE", "a device-tree node name")
+        file = _expect(_PARTITION.fullmatch(f"partitions/{file}") is not None, file, where, f"{field} FILE",
+                       "a partition's file name (region_NN.bin)")
+        for v, what in ((base, "BASE"), (length, "SIZE")):
+            _expect(bool(_TABLE_HEX.fullmatch(v)) and int(v, 16) % 16 == 0, v, where, f"{field} {what}",
+                    "a hex multiple of 16")
+        _expect(used.isdigit() and used.isascii() and int(used) <= int(length, 16) and int(length, 16) > 0, used,
+                where, f"{field} FILE_SIZE", "a byte count within SIZE")
+        hex64(digest, where, f"{field} SHA256")
+        if len(rows) == 64:
+            raise _fail(where, "", "more than 64 regions")
+        rows.append({"node": node, "base": int(base, 16), "size": int(length, 16), "file": f"partitions/{file}",
+                     "used": int(used), "sha256": digest})
+    return rows
 
 
 def loads(data: bytes | str, where: str) -> Any:

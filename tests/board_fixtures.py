@@ -8,6 +8,11 @@
 - ``boot_board``: a factory for extra boards a test needs (without the fragment, with a disk),
   stopped at the end of the test.
 - ``q25tok_aarch64``: the runtime cross-built for the board.
+- ``devmem_guard``: the /dev/mem guard (emulated_board/devmem_guard.c), preloaded on every
+  board through /etc/ld.so.preload: a glibc mem* call on a /dev/mem mapping aborts.
+
+The boards need QEMU >= 10.0 (``eb.FAULTING_QEMU``), the first measured to fault an unaligned
+access to Device memory as Cortex-A53 silicon does.
 
 A missing tool or package fails on CI and skips elsewhere (``requirements.py``).
 """
@@ -22,7 +27,7 @@ from pathlib import Path
 import emulated_board as eb
 import paramiko
 import pytest
-from requirements import need_program, unavailable
+from requirements import need, need_program, unavailable
 
 from q25deploy.errors import Q25Error
 
@@ -87,6 +92,9 @@ class TestBoard:
 
 def _need_board_tools() -> None:
     need_program("qemu-system-aarch64", "Debian: qemu-system-arm")
+    version = eb.qemu_version()
+    need(version[:2] >= eb.FAULTING_QEMU, f"qemu-system-aarch64 >= 10.0 (this one is {'.'.join(map(str, version))}, "
+         "which forgives unaligned access to Device memory)", "Debian: qemu-system-arm from bookworm-backports")
     need_program("dtc", "Debian: device-tree-compiler")
     need_program("apt-get", "a Debian host")
     need_program("dpkg-deb", "a Debian host")
@@ -121,7 +129,13 @@ def board_machine():
 
 
 @pytest.fixture(scope="session")
-def _boards(tmp_path_factory, board_root, board_client_key, board_machine):
+def devmem_guard(tmp_path_factory) -> Path:
+    need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
+    return eb.build_guard(tmp_path_factory.mktemp("guard") / "q25-devmem-guard.so")
+
+
+@pytest.fixture(scope="session")
+def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devmem_guard):
     """Starts boards and stops them all at the end (of the test or of the session)."""
     started: list[eb.QemuBoard] = []
     base = tmp_path_factory.mktemp("boards")
@@ -134,7 +148,8 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine):
         ikey = (flavour, tuple(dropbear_args), tuple(sorted((extra_files or {}).items())))
         if ikey not in initrds:
             spec = eb.InitramfsSpec(flavour, Path(str(board_client_key) + ".pub").read_text(),
-                                    dropbear_args=tuple(dropbear_args), extra_files=dict(extra_files or {}))
+                                    dropbear_args=tuple(dropbear_args), extra_files=dict(extra_files or {}),
+                                    preload=eb.guard_files(devmem_guard))
             initrds[ikey] = eb.assemble_initramfs(board_root, work / "initramfs.cpio", spec)
         dtb = eb.make_dtb(work / "board.dtb", board_machine, dtsi)
         q = eb.boot(work, board_machine, eb.Boot(eb.kernel_image(board_root).absolute(), initrds[ikey].absolute(),

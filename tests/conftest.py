@@ -10,6 +10,7 @@ from board_fixtures import (  # noqa: F401  (the emulated A53 board)
     board_machine,
     board_root,
     boot_board,
+    devmem_guard,
     q25tok_aarch64,
     q25tok_aarch64_static,
 )

@@ -170,3 +170,47 @@ def test_smoke_ids():
 def test_tampered_smoke_ids_are_refused(doc, field):
     with pytest.raises(SchemaError, match=rf"^s: {field}"):
         schema.parse_smoke_ids(doc, "s")
+
+
+ROW = "q25-region0@13f800000 0x13f800000 0x800000 region_00.bin 5292160 " + H
+
+
+def test_region_table_rows():
+    rows = schema.parse_region_table(f"# q25deploy region table 1\n{ROW}\n\n".encode(), "t")
+    assert rows == [{"node": "q25-region0@13f800000", "base": 0x13f800000, "size": 0x800000,
+                     "file": "partitions/region_00.bin", "used": 5292160, "sha256": H}]
+
+
+@pytest.mark.parametrize("old,new,field", [
+    ("q25-region0@13f800000 ", "../../../proc/self ", "NODE"),   # climbs out of /reserved-memory
+    ("q25-region0@13f800000 ", "a/b ", "NODE"),
+    ("region_00.bin", "../../../etc/shadow", "FILE"),            # climbs out of partitions/
+    ("region_00.bin", "tokenizer.q25tokrt", "FILE"),
+    ("0x13f800000", "0x13f800004", "BASE"),                       # not a whole 16-byte word
+    ("0x800000", "8388608", "SIZE"),
+    ("5292160", "8388609", "FILE_SIZE"),                          # larger than the region
+    ("5292160", "-1", "FILE_SIZE"),
+    (H, H.upper(), "SHA256"),
+    (H, H + " extra", "line"),
+])
+def test_tampered_region_tables_are_refused(old, new, field):
+    with pytest.raises(SchemaError, match=rf"^t: line 1 ?{field if field != 'line' else ''}"):
+        schema.parse_region_table(ROW.replace(old, new, 1).encode(), "t")
+
+
+def test_a_build_whose_region_table_was_edited_is_not_deployed(builds, tmp_path):
+    """regions.tab travels to the board, where q25tok load writes physical memory by it: a
+    ``../`` node of the same length (the manifest records only the size the deploy checks
+    first) is refused before anything is sent, and so is a table that names other regions
+    than the partition map."""
+    b = tmp_path / "b"
+    shutil.copytree(builds["qemu"], b)
+    table = b / "partitions" / "regions.tab"
+    text = table.read_text()
+    node = json.loads((b / "partition_map.json").read_text())["regions"][0]["node"]
+    table.write_text(text.replace(node, ("../" * 8 + "x")[:len(node)], 1))
+    with pytest.raises(SchemaError, match=r"regions\.tab: line \d+ NODE"):
+        release_from_build(b)
+    table.write_text(text.replace("region_00.bin", "region_01.bin", 1))
+    with pytest.raises(SchemaError, match=r"regions\.tab: its regions differ from partition_map\.json"):
+        release_from_build(b)

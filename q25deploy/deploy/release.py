@@ -62,6 +62,7 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
     build = BuildDir(build_dir)
     manifest, info = build.manifest, build.info
     partitions = sorted(p for p in manifest if p.startswith("partitions/") and p != layout.REGION_TABLE)
+    build.check_region_table()  # what q25tok load writes into physical memory: checked before it travels
     where = str(build.path / layout.MANIFEST)
     files = []
     for rel in layout.release_files(info.image_path, partitions):

@@ -162,6 +162,7 @@ class InitramfsSpec:
     disk_mount: str = "/lib/firmware/q25"  # where a virtio disk, if any, is mounted
     dropbear_args: tuple[str, ...] = ()  # e.g. ("-W", "1048576"): a bigger receive window
     extra_files: dict[str, bytes] = field(default_factory=dict)  # path -> content (0755 under bin/ and init.d/)
+    preload: dict[str, bytes] = field(default_factory=dict)  # the /dev/mem guard's files (guard.guard_files)
 
 
 def _system(c: Cpio, root: Path, spec: InitramfsSpec) -> None:
@@ -216,7 +217,7 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     for lib in library_closure(root, binaries):
         c.copy(root, lib)
     c.file("etc/inittab", INITTAB.replace("@SSH_SERVER@", server).encode())
-    for path, data in spec.extra_files.items():
+    for path, data in {**spec.preload, **spec.extra_files}.items():
         c.file(path, data, 0o755 if "/bin/" in f"/{path}" or "/init.d/" in f"/{path}" else 0o644)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -138,6 +138,13 @@ def test_u_boot_loads_every_region(qwen25_tiny, tmp_path, reserve_uboot):
         uboot.p.stdin.write(b"\n")
         uboot.p.stdin.flush()
         uboot.expect(r"\n=> ")
+        # caches on: U-Boot has built its MMU tables (arm64 enable_caches), so DDR, the regions
+        # included, is normal cacheable memory here, where load's memcpy and mw.b's memset
+        # (DC ZVA) are allowed; booti cleans the data cache to DDR before Linux starts
+        # (cleanup_before_linux), and the script itself turns no cache off
+        tlb = re.search(r"TLB addr\s*=\s*0x([0-9a-f]+)", uboot.run("bdinfo"))
+        assert tlb and int(tlb[1], 16) != 0, "U-Boot runs without MMU tables (caches off)"
+        assert not re.search(r"\b(dcache|icache)\b", (build / "uboot" / "q25-regions.cmd").read_text())
         uboot.run("virtio scan")
         uboot.run("setenv q25_dev virtio 0")
         out = uboot.run("load virtio 0 ${scriptaddr} /boot/q25-regions.scr && source ${scriptaddr} && echo ok=${q25_ok}")

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from requirements import need_program
 
 from q25deploy.packer.region_table import TABLE, region_table
 
@@ -96,3 +97,66 @@ def test_a_malformed_table_is_refused(tmp_path, q25tok, line):
     table.write_text("# comment\n" + line + "\n")
     r = run(q25tok, "verify", "--mem", tmp_path / "nomem", "--dt", tmp_path, table)
     assert r.returncode == 6 and "not a region table" in r.stderr
+
+
+def one_region_table(tmp_path: Path, data: bytes, *, node="q25-region0@100000", base=0x100000, size=0x10000,
+                     file="region_00.bin") -> Path:
+    """A table of one region holding ``data`` (written as ``file`` beside it)."""
+    import hashlib
+
+    (tmp_path / "region_00.bin").write_bytes(data)
+    table = tmp_path / "regions.tab"
+    table.write_text(f"{node} {base:#x} {size:#x} {file} {len(data)} {hashlib.sha256(data).hexdigest()}\n")
+    return table
+
+
+def test_an_odd_partition_and_an_odd_tail(tmp_path, q25tok):
+    """A partition of 16n+13 bytes: its last word and the first of the zeros after it are
+    read-modify-written; every byte of the region ends up as planned, the bytes beside it
+    untouched."""
+    data = bytes((i * 7 + 3) & 0xFF for i in range(0x4000 * 2 + 29))  # 16n + 13: the tail after it is odd
+    table = one_region_table(tmp_path, data)
+    pmap = {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]}
+    mem, dt = fake_board(tmp_path, pmap)
+    with open(mem, "r+b") as f:  # old contents everywhere, and a neighbour after the region
+        f.truncate(0x100000 + 0x10000 + 64)
+        f.seek(0x100000)
+        f.write(b"\xa5" * (0x10000 + 64))
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 0 and r.stdout.endswith(" loaded\n"), r.stdout + r.stderr
+    ddr = mem.read_bytes()[0x100000:]
+    assert ddr[:len(data)] == data and ddr[len(data):0x10000] == bytes(0x10000 - len(data))
+    assert ddr[0x10000:] == b"\xa5" * 64
+    r = run(q25tok, "verify", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 0 and r.stdout.endswith(" resident\n")
+
+
+@pytest.mark.parametrize("field,value", [("node", "../../../../tmp/x"), ("node", "q25/../q25-region0@100000"),
+                                         ("file", "../region_00.bin"), ("file", ".hidden")])
+def test_names_in_the_table_are_plain_names(tmp_path, q25tok, field, value):
+    """Issue 22 (6): NODE is joined into the device-tree path and FILE into the table's
+    directory, so a '/' in either would read a `reg` and `no-map` of the table author's
+    choosing, or load a file from anywhere. q25tok refuses the table before anything else."""
+    table = one_region_table(tmp_path, b"weights", **{field: value})
+    mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 6 and "not a region table" in r.stderr, r.stdout + r.stderr
+    assert not mem.read_bytes().strip(b"\0")
+
+
+def test_a_missing_partition_is_reported_as_missing(tmp_path, q25tok):
+    """Issue 22 (7): after a failed read the loader reported "wrong size" from a size it never
+    set; now the real error, and valgrind finds no use of an uninitialised value."""
+    table = one_region_table(tmp_path, b"weights")
+    (tmp_path / "region_00.bin").unlink()
+    mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 1 and "region_00.bin: No such file or directory" in r.stdout, r.stdout
+    assert not mem.read_bytes().strip(b"\0")
+    valgrind = need_program("valgrind", "Debian: valgrind")
+    v = subprocess.run([valgrind, "-q", "--error-exitcode=99", str(q25tok), "load", "--mem", str(mem), "--dt", str(dt),
+                        str(table)], capture_output=True, text=True, timeout=300)
+    assert v.returncode == 1 and "uninitialised" not in v.stderr, v.stderr
+    (tmp_path / "region_00.bin").write_bytes(b"weights!")  # and one of another size than the table's
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 1 and "wrong size: 8 bytes, the table says 7" in r.stdout, r.stdout

@@ -19,6 +19,7 @@ SRC_URI = "file://LICENSE \
            file://q25tok_image.c \
            file://q25tok_internal.h \
            file://q25tok_region.c \
+           file://q25tok_mmio.c \
            file://q25tok_sha256.c \
           "
 

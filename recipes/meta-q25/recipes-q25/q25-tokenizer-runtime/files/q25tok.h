@@ -168,13 +168,46 @@ typedef struct q25_region {
     char sha256[65];     /* the partition's sha256, lowercase hex */
 } q25_region;
 
-/* Parse a region table (not NUL-terminated: len bytes) into out[0..cap); no allocation. */
+/* Parse a region table (not NUL-terminated: len bytes) into out[0..cap); no allocation.
+ * NODE is a device-tree node name ([A-Za-z0-9][A-Za-z0-9,._+@-]*) and FILE a plain file
+ * name ([A-Za-z0-9_][A-Za-z0-9._+-]*), as the build writes them: no '/', so neither climbs
+ * out of /reserved-memory or the table's directory. BASE and SIZE are multiples of 16. A
+ * line that breaks a rule: Q25_ERR_TABLE. */
 int q25_region_table_parse(const char *text, size_t len, q25_region *out, size_t cap, size_t *count);
 
 /* Map a region through mem_path (NULL: /dev/mem) with O_SYNC, read-only unless writable;
- * NULL with errno on failure. The A53 program maps its weights with writable = 0. */
+ * NULL with errno on failure.
+ *
+ * The mapping is Device memory, not RAM. A no-map region is outside the kernel's linear
+ * map, so arm64 maps it Device-nGnRnE whatever O_SYNC says. On Cortex-A53 silicon:
+ *   - an unaligned load or store to it is an alignment fault (SIGBUS);
+ *   - DC ZVA on it is an alignment fault, and glibc's memset uses DC ZVA for long ranges;
+ *   - glibc's memcpy/memmove end most copies with overlapping unaligned stores, and
+ *     memcmp/strlen/... read unaligned: none of the mem and str functions may touch it;
+ *   - exclusives and atomics are not guaranteed on Device memory.
+ * What a program may do with the raw pointer: naturally aligned loads and stores of 1, 2,
+ * 4, 8 (or an LDP/STP pair of 8) bytes through a volatile pointer, or hand its physical
+ * address to the programmable logic. Simpler and safe: q25_region_read/q25_region_write.
+ * (QEMU before 10.0 forgives all of the above, and even 10.0 forgives DC ZVA.)
+ *
+ * Reading Device memory is slow for a CPU: nothing is cached and nothing is prefetched, so
+ * every load is its own bus transaction. The no-map regions are for the programmable logic
+ * (AXI masters read DDR directly, with nothing cached on the CPU side to go stale) and for
+ * loading. A CPU program that computes from the weights wants cached memory: map the
+ * release's partition files (read-only, from the page cache), or reserve a region without
+ * no-map and reach it through a driver (u-dma-buf, or CMA as a shared-dma-pool). */
 void *q25_region_map(const q25_region *region, const char *mem_path, int writable);
 int q25_region_unmap(const q25_region *region, void *mapped);
+
+/* Copy len bytes at offset in the region (mapped by q25_region_map) to dst, or from src
+ * (src NULL: zeros) into it, for any offset and length: only naturally aligned 8- or
+ * 16-byte accesses touch the mapping, the words at unaligned ends read-modify-written.
+ * dst and src are normal memory. Q25_ERR_ARG when [offset, offset+len) leaves the region
+ * or mapped is not 16-byte aligned. Not atomic: one writer at a time per region. */
+int q25_region_read(const q25_region *region, const void *mapped, uint64_t offset, void *dst, size_t len);
+int q25_region_write(const q25_region *region, void *mapped, uint64_t offset, const void *src, size_t len);
+/* "16-byte" (LDP/STP pairs, the default) or "8-byte" (Q25TOK_MMIO_WIDTH=8 in the environment) */
+const char *q25_region_access(void);
 
 /* SHA-256 of len bytes, at once or streamed (init, update..., final). The compression
  * function is the CPU's SHA-256 instructions where it has them (ARMv8 crypto extensions,

@@ -7,7 +7,9 @@
  *     NODE BASE SIZE FILE FILE_SIZE SHA256
  *     q25-region0@13f800000 0x13f800000 0x800000 region_00.bin 5292160 03c1c1af…
  *
- * FILE is relative to the table's directory. A region is reachable through /dev/mem with
+ * NODE is a device-tree node name and FILE a plain file name in the table's directory: the
+ * build's rules, without '/' (a NODE of ../x would make the device-tree check read a node
+ * of the table author's choosing; a FILE of ../x would load a file from anywhere). A region is reachable through /dev/mem with
  * mmap() and O_SYNC (read()/write() of memory without a linear mapping are refused on
  * arm64; a no-map region is not System RAM, so CONFIG_STRICT_DEVMEM allows it). Before a
  * region is written, the running device tree must reserve exactly that range
@@ -29,6 +31,23 @@
 #include <unistd.h>
 
 /* ---- the region table -------------------------------------------------------------- */
+
+static int is_alnum(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* a name whose first character passes alnum (or is in first) and the rest alnum or in rest:
+ * the build's rules for node and file names (q25deploy/schema.py), which leave out '/' */
+static int plain_name(const char *s, const char *first, const char *rest)
+{
+    if (!*s || !(is_alnum(*s) || strchr(first, *s)))
+        return 0;
+    for (s++; *s; s++)
+        if (!(is_alnum(*s) || strchr(rest, *s)))
+            return 0;
+    return 1;
+}
 
 int q25_region_table_parse(const char *text, size_t len, q25_region *out, size_t cap, size_t *count)
 {
@@ -61,7 +80,8 @@ int q25_region_table_parse(const char *text, size_t len, q25_region *out, size_t
         unsigned long long base, size, fsize;
         char extra[2];
         if (sscanf(s, "%127s %llx %llx %255s %llu %64s %1s", r->node, &base, &size, r->file, &fsize, r->sha256,
-                   extra) != 6 || strlen(r->sha256) != 64 || fsize > size || size == 0)
+                   extra) != 6 || strlen(r->sha256) != 64 || fsize > size || size == 0 || base % 16 || size % 16 ||
+            !plain_name(r->node, "", ",._+@-") || !plain_name(r->file, "_", "._+-"))
             return Q25_ERR_TABLE;
         r->base = (uint64_t)base;
         r->size = (uint64_t)size;
