@@ -61,7 +61,7 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
     checked by :mod:`q25deploy.schema`, no file read through a symlink)."""
     build = BuildDir(build_dir)
     manifest, info = build.manifest, build.info
-    partitions = sorted(p for p in manifest if p.startswith("partitions/") and p != layout.REGION_TABLE)
+    partitions = sorted(p for p in manifest if p.startswith("partitions/") and p not in layout.TABLES)
     where = str(build.path / layout.MANIFEST)
     files = []
     for rel in layout.release_files(info.image_path, partitions):
