@@ -123,7 +123,7 @@ static inline float fp16(const uint8_t *p) { return bits_f32(half_bits(rd16(p)))
 static inline void put_bits(float *dst, uint32_t u) { memcpy(dst, &u, sizeof u); }
 
 /* ---- 32-element blocks --------------------------------------------------------------- */
-static void q4_0(const uint8_t *b, float *y)
+static void q4_0(const uint8_t *restrict b, float *restrict y)
 {
     const float d = fp16(b);
     for (int l = 0; l < 16; l++) {
@@ -132,7 +132,7 @@ static void q4_0(const uint8_t *b, float *y)
     }
 }
 
-static void q4_1(const uint8_t *b, float *y)
+static void q4_1(const uint8_t *restrict b, float *restrict y)
 {
     const float d = fp16(b), m = fp16(b + 2);
     for (int l = 0; l < 16; l++) {
@@ -142,7 +142,7 @@ static void q4_1(const uint8_t *b, float *y)
     }
 }
 
-static void q5_0(const uint8_t *b, float *y)
+static void q5_0(const uint8_t *restrict b, float *restrict y)
 {
     const float d = fp16(b);
     const uint32_t qh = rd32le(b + 2);
@@ -154,7 +154,7 @@ static void q5_0(const uint8_t *b, float *y)
     }
 }
 
-static void q5_1(const uint8_t *b, float *y)
+static void q5_1(const uint8_t *restrict b, float *restrict y)
 {
     const float d = fp16(b), m = fp16(b + 2);
     const uint32_t qh = rd32le(b + 4);
@@ -167,7 +167,7 @@ static void q5_1(const uint8_t *b, float *y)
     }
 }
 
-static void q8_0(const uint8_t *b, float *y)
+static void q8_0(const uint8_t *restrict b, float *restrict y)
 {
     const float d = fp16(b);
     for (int l = 0; l < 32; l++)
@@ -175,19 +175,25 @@ static void q8_0(const uint8_t *b, float *y)
 }
 
 /* ---- 256-element super-blocks -------------------------------------------------------- */
-static void q2_k(const uint8_t *b, float *y)
+static void q2_k(const uint8_t *restrict b, float *restrict y)
 {
     const uint8_t *scales = b, *qs = b + 16;
     const float d = fp16(b + 80), dmin = fp16(b + 82);
-    for (int j = 0; j < QK_K; j++) {
-        int h = j >> 7, s = (j >> 5) & 3, l = j & 31, sb = j >> 4;
-        float dl = d * (float)(scales[sb] & 0x0F), ml = dmin * (float)(scales[sb] >> 4);
-        float p = dl * (float)((qs[32 * h + l] >> (2 * s)) & 3);
-        y[j] = p - ml;
+    /* element 128h + 32s + l: bits 2s of qs[32h + l]; scale and min (j / 16) */
+    for (int g = 0; g < 8; g++) {
+        const int h = g >> 2, shift = 2 * (g & 3);
+        for (int half = 0; half < 2; half++) {
+            const int sb = 2 * g + half;
+            const float dl = d * (float)(scales[sb] & 0x0F), ml = dmin * (float)(scales[sb] >> 4);
+            for (int l = 16 * half; l < 16 * half + 16; l++) {
+                float p = dl * (float)((qs[32 * h + l] >> shift) & 3);
+                y[32 * g + l] = p - ml;
+            }
+        }
     }
 }
 
-static void q3_k(const uint8_t *b, float *y)
+static void q3_k(const uint8_t *restrict b, float *restrict y)
 {
     const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
     const float d = fp16(b + 108);
@@ -197,11 +203,13 @@ static void q3_k(const uint8_t *b, float *y)
         int hi = (sc[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
         dl[i] = d * (float)((lo | (hi << 4)) - 32);
     }
-    for (int j = 0; j < QK_K; j++) {
-        int h = j >> 7, s = (j >> 5) & 3, l = j & 31;
-        int ql = (qs[32 * h + l] >> (2 * s)) & 3;
-        int q = ql - ((((hmask[l] >> (j >> 5)) & 1) ^ 1) << 2);
-        y[j] = dl[j >> 4] * (float)q;
+    /* element 32g + l (g = 4h + s): bits 2s of qs[32h + l], minus 4 unless bit g of hmask[l] */
+    for (int g = 0; g < 8; g++) {
+        const int h = g >> 2, shift = 2 * (g & 3);
+        for (int l = 0; l < 32; l++) {
+            int q = ((qs[32 * h + l] >> shift) & 3) - ((((hmask[l] >> g) & 1) ^ 1) << 2);
+            y[32 * g + l] = dl[2 * g + (l >> 4)] * (float)q;
+        }
     }
 }
 
@@ -216,7 +224,8 @@ static void k_scale_min(const uint8_t *s, int *sc, int *mn)
     }
 }
 
-static void q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *y)
+static void q45_k(const uint8_t *restrict b, const uint8_t *restrict qh, const uint8_t *restrict qs,
+                  float *restrict y)
 {
     const float d = fp16(b), dmin = fp16(b + 2);
     int sc[8], mn[8];
@@ -225,32 +234,40 @@ static void q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float 
         const float dl = d * (float)sc[g], ml = dmin * (float)mn[g];
         const uint8_t *q = qs + 32 * (g >> 1);
         const int shift = 4 * (g & 1);
-        for (int l = 0; l < 32; l++) {
-            int v = (q[l] >> shift) & 0x0F;
-            if (qh)
-                v |= ((qh[l] >> g) & 1) << 4;
-            float p = dl * (float)v;
-            y[32 * g + l] = p - ml;
-        }
+        if (qh)
+            for (int l = 0; l < 32; l++) {
+                float p = dl * (float)(((q[l] >> shift) & 0x0F) | (((qh[l] >> g) & 1) << 4));
+                y[32 * g + l] = p - ml;
+            }
+        else
+            for (int l = 0; l < 32; l++) {
+                float p = dl * (float)((q[l] >> shift) & 0x0F);
+                y[32 * g + l] = p - ml;
+            }
     }
 }
 
-static void q4_k(const uint8_t *b, float *y) { q45_k(b, NULL, b + 16, y); }
-static void q5_k(const uint8_t *b, float *y) { q45_k(b, b + 16, b + 48, y); }
+static void q4_k(const uint8_t *restrict b, float *restrict y) { q45_k(b, NULL, b + 16, y); }
+static void q5_k(const uint8_t *restrict b, float *restrict y) { q45_k(b, b + 16, b + 48, y); }
 
-static void q6_k(const uint8_t *b, float *y)
+static void q6_k(const uint8_t *restrict b, float *restrict y)
 {
-    const uint8_t *ql = b, *qh = b + 128;
-    const int8_t *scales = (const int8_t *)(b + 192);
     const float d = fp16(b + 208);
     float dl[16];
     for (int i = 0; i < 16; i++)
-        dl[i] = d * (float)scales[i];
-    for (int j = 0; j < QK_K; j++) {
-        int h = j >> 7, hi = (j >> 6) & 1, s = (j >> 5) & 3, l64 = j & 63, l32 = j & 31;
-        int lo = (ql[64 * h + l64] >> (4 * hi)) & 0x0F;
-        int up = (qh[32 * h + l32] >> (2 * s)) & 3;
-        y[j] = dl[j >> 4] * (float)((lo | (up << 4)) - 32);
+        dl[i] = d * (float)(int8_t)b[192 + i];
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        const float *s = dl + 8 * h;
+        float *o = y + 128 * h;
+        /* element 32k + l of the half: low nibble of ql[l + 32 (k & 1)] (high for k >= 2), bits 2k of qh[l] */
+        for (int l = 0; l < 32; l++) {
+            int is = l >> 4;
+            o[l] = s[is] * (float)(((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
+            o[l + 32] = s[is + 2] * (float)(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = s[is + 4] * (float)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = s[is + 6] * (float)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
     }
 }
 
