@@ -19,14 +19,18 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from requirements import need_program
 from test_c_runtime import QEMU_LIBS, arm_q25tok, san_q25tok  # noqa: F401 (session fixtures)
 
 from q25deploy.model.gguf import GGUFFile
 from q25deploy.model.synthetic import write_model
+from q25deploy.packer.runtime import SANITIZE_FLAGS
+from q25deploy.resources import runtime_library_sources, runtime_sources
 
 TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 BIT_MOVES = {"F32", "F16", "BF16"}
-VOCAB = Path(__file__).resolve().parents[1] / "data" / "ggml-vocab-qwen2.gguf"
+HERE = Path(__file__).resolve().parent
+VOCAB = HERE.parent / "data" / "ggml-vocab-qwen2.gguf"
 
 
 def reference_bits(data: bytes, type_name: str) -> np.ndarray:
@@ -55,18 +59,30 @@ def c_dequant(exe: list, type_name: str, data: bytes, tmp: Path) -> np.ndarray:
     return np.frombuffer(r.stdout, dtype=np.uint32)
 
 
-def check_model(exe: list, model: Path, tmp: Path) -> set[str]:
-    """Every tensor of ``model``, one q25tok run per type (the tensors of a type concatenated)."""
-    by_type: dict[str, list] = {}
-    with GGUFFile(model) as f, open(model, "rb") as raw:
-        for t in f.tensors:
-            raw.seek(t.data_offset)
-            by_type.setdefault(t.type_name, []).append((t.name, raw.read(t.nbytes)))
-    for type_name, tensors in by_type.items():
-        data = b"".join(d for _, d in tensors)
-        got, ref = c_dequant(exe, type_name, data, tmp), reference_bits(data, type_name)
-        assert_same_floats(got, ref, type_name, f"{model.name} {type_name} ({', '.join(n for n, _ in tensors[:3])}...)")
-    return set(by_type)
+def check_model(exe: list, model: Path, tmp: Path, batch: int = 64 << 20) -> set[str]:
+    """Every block of every tensor of ``model``: the tensors of a type concatenated (large ones
+    cut at block boundaries) into runs of at most ``batch`` bytes, one q25tok run each."""
+    with GGUFFile(model) as f:
+        tensors = sorted(f.tensors, key=lambda t: (t.type_name, t.data_offset))
+    runs: list[tuple[str, list[tuple[str, int, int]]]] = []  # (type, [(tensor, offset, bytes)])
+    for t in tensors:
+        step = batch // GGML_QUANT_SIZES[Q[t.type_name]][1] * GGML_QUANT_SIZES[Q[t.type_name]][1]
+        for start in range(t.data_offset, t.data_offset + t.nbytes, step):
+            piece = (t.name, start, min(step, t.data_offset + t.nbytes - start))
+            if runs and runs[-1][0] == t.type_name and sum(p[2] for p in runs[-1][1]) + piece[2] <= batch:
+                runs[-1][1].append(piece)
+            else:
+                runs.append((t.type_name, [piece]))
+    with open(model, "rb") as raw:
+        for type_name, pieces in runs:
+            data = b""
+            for _, start, size in pieces:
+                raw.seek(start)
+                data += raw.read(size)
+            got, ref = c_dequant(exe, type_name, data, tmp), reference_bits(data, type_name)
+            names = sorted({p[0] for p in pieces})
+            assert_same_floats(got, ref, type_name, f"{model.name} {type_name} ({', '.join(names[:3])}...)")
+    return {r[0] for r in runs}
 
 
 def qemu(arm: Path) -> list:
@@ -94,11 +110,13 @@ def test_every_tensor_of_the_test_models_on_aarch64(arm_q25tok, models, tmp_path
 
 
 @pytest.mark.slow
-def test_every_tensor_of_the_0_5b_model(tmp_path, q25tok):
-    model = tmp_path / "qwen25-0.5b.gguf"
-    write_model(model, "0.5b", str(VOCAB))
-    # 896-wide rows fall back to Q5_0 / Q8_0; ffn_down's 4864-wide rows are Q4_K / Q6_K
-    assert check_model([q25tok], model, tmp_path) == {"F32", "Q5_0", "Q8_0", "Q4_K", "Q6_K"}
+@pytest.mark.parametrize("preset", ["0.5b", "1.5b"])
+def test_every_tensor_of_the_full_size_models(tmp_path, q25tok, preset):
+    model = tmp_path / f"qwen25-{preset}.gguf"
+    write_model(model, preset, str(VOCAB))
+    # rows that are not whole 256-blocks (0.5B's 896) fall back to Q5_0 / Q8_0
+    expected = {"F32", "Q4_K", "Q6_K"} | ({"Q5_0", "Q8_0"} if preset == "0.5b" else set())
+    assert check_model([q25tok], model, tmp_path) == expected
 
 
 def blocks(type_name: str, bulk: int) -> st.SearchStrategy[bytes]:
@@ -189,3 +207,20 @@ def test_a_malformed_tensor_line_is_refused(san_q25tok, tmp_path, line):  # noqa
         parse_tensor_table(good + line + "\n", "tensors.tab")
     assert parse_tensor_table(good, "t")[0] == {"name": "ok.weight", "type": 0, "type_name": "F32", "region": 0,
                                                 "offset": 0, "bytes": 4, "shape": [1]}
+
+
+@pytest.mark.parametrize("arch", ["host", "armhf"])
+def test_weights_api_contract(tmp_path, arch):
+    """tests/runtime/weights_api_test.c under ASan+UBSan, and with a 32-bit size_t (armhf under
+    qemu-arm, as an armv7 board would run it)."""
+    if arch == "host":
+        cc, flags, run_with = need_program("cc", "Debian: gcc"), SANITIZE_FLAGS.split(), []
+    else:
+        cc = need_program("arm-linux-gnueabihf-gcc", "Debian: gcc-arm-linux-gnueabihf libc6-dev-armhf-cross")
+        flags, run_with = ["-O2"], [need_program("qemu-arm", "Debian: qemu-user"), "-L", "/usr/arm-linux-gnueabihf"]
+    exe = tmp_path / "weights_api_test"
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", *flags,
+                    "-I", str(runtime_sources()), str(HERE / "weights_api_test.c"),
+                    *map(str, runtime_library_sources()), "-o", str(exe), "-lm"], check=True)
+    r = subprocess.run([*run_with, exe], capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and r.stdout.endswith(" passed, 0 failed\n"), r.stdout + r.stderr
