@@ -166,9 +166,14 @@ def test_the_build_tensor_table_finds_every_tensor(builds, san_q25tok):  # noqa:
     says, and the bytes there dequantize as the GGUF's do."""
     from q25deploy.builddir import BuildDir
 
+    from q25deploy.deploy.release import release_from_build
+
     b = BuildDir(builds["kv260"])
     pmap, table = b.partition_map, b.tensor_table
-    assert [t["name"] for t in table] == [t["name"] for t in pmap["tensors"]]
+    assert b.manifest["partitions/tensors.tab"].kind == "tensor-table"
+    assert "partitions/tensors.tab" in {f.rel for f in release_from_build(b.path).files}  # the board gets it
+    assert [(t["name"], t["region"], t["offset"], t["bytes"]) for t in table] == \
+        [(t["name"], t["region"], t["offset"], t["bytes"]) for t in pmap["tensors"]]
     for t in pmap["tensors"][:6] + pmap["tensors"][-3:]:
         r = subprocess.run([san_q25tok, "tensor", b.path / "partitions/tensors.tab", t["name"]],
                            capture_output=True, text=True, check=True)

@@ -108,6 +108,15 @@ static void tensor_table(void)
     CHECK(q25_tensor_find(table, sizeof table - 1, "blk.0.odd", &t) == Q25_OK && t.type == 16
           && strcmp(t.type_name, "IQ2_XXS") == 0 && q25_ggml_type_name(t.type) == NULL);
     CHECK(q25_tensor_find(table, sizeof table - 1, "last", &t) == Q25_OK && t.offset == 0xabc);
+    uint64_t off, bytes;
+    CHECK(q25_tensor_blocks(&t, 0, 1, &off, &bytes) == Q25_OK && off == 0xabc && bytes == 34);
+    CHECK(q25_tensor_blocks(&t, 1, 0, &off, &bytes) == Q25_OK && off == 0xabc + 34 && bytes == 0);
+    CHECK(q25_tensor_blocks(&t, 1, 1, &off, &bytes) == Q25_ERR_ARG && q25_tensor_blocks(&t, 0, 2, &off, &bytes)
+          == Q25_ERR_ARG && q25_tensor_blocks(&t, 0, UINT64_MAX, &off, &bytes) == Q25_ERR_ARG);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "token_embd.weight", &t) == Q25_OK
+          && q25_tensor_blocks(&t, 1, 1, &off, &bytes) == Q25_OK && off == 210 && bytes == 210);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "blk.0.odd", &t) == Q25_OK
+          && q25_tensor_blocks(&t, 0, 1, &off, &bytes) == Q25_ERR_UNSUPPORTED);
     CHECK(q25_tensor_find(table, sizeof table - 1, "token_embd", &t) == Q25_ERR_NOT_FOUND);
     CHECK(q25_tensor_find(table, 0, "last", &t) == Q25_ERR_NOT_FOUND);
     CHECK(q25_tensor_find(NULL, 0, "last", &t) == Q25_ERR_ARG);

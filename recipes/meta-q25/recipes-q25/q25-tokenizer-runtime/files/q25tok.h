@@ -231,6 +231,12 @@ int q25_tensor_table_next(const char *text, size_t len, size_t *pos, q25_tensor 
  * before it. Linear in the table (a 0.5B model has 290 lines). */
 int q25_tensor_find(const char *text, size_t len, const char *name, q25_tensor *out);
 
+/* Where blocks [first, first + count) of t lie in its region: *offset (from the region's
+ * start) and *bytes, for q25_region_read. The last block is t->bytes / block_bytes - 1; row r
+ * starts at block r * (ne[0] / block_elems). Q25_ERR_UNSUPPORTED for a type q25_dequantize
+ * does not know, Q25_ERR_ARG for a range outside the tensor. */
+int q25_tensor_blocks(const q25_tensor *t, uint64_t first, uint64_t count, uint64_t *offset, uint64_t *bytes);
+
 /* "Q4_K" etc., NULL for a type q25_dequantize does not know; and back (Q25_ERR_UNSUPPORTED) */
 const char *q25_ggml_type_name(uint32_t type);
 int q25_ggml_type_from_name(const char *name, uint32_t *type);

@@ -155,3 +155,19 @@ int q25_tensor_find(const char *text, size_t len, const char *name, q25_tensor *
             return Q25_OK;
     return rc == 0 ? Q25_ERR_NOT_FOUND : rc;
 }
+
+int q25_tensor_blocks(const q25_tensor *t, uint64_t first, uint64_t count, uint64_t *offset, uint64_t *bytes)
+{
+    uint32_t block_bytes;
+    if (!t || !offset || !bytes)
+        return Q25_ERR_ARG;
+    int rc = q25_ggml_block(t->type, NULL, &block_bytes);
+    if (rc != Q25_OK)
+        return rc;
+    uint64_t blocks = t->bytes / block_bytes;
+    if (first > blocks || count > blocks - first)
+        return Q25_ERR_ARG;
+    *offset = t->offset + first * block_bytes;
+    *bytes = count * block_bytes;
+    return Q25_OK;
+}
