@@ -9,6 +9,8 @@ and BF16 only move bits: their NaNs are compared bit for bit."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -165,7 +167,6 @@ def test_the_build_tensor_table_finds_every_tensor(builds, san_q25tok):  # noqa:
     """partitions/tensors.tab: q25_tensor_find gives each tensor's place as the partition map
     says, and the bytes there dequantize as the GGUF's do."""
     from q25deploy.builddir import BuildDir
-
     from q25deploy.deploy.release import release_from_build
 
     b = BuildDir(builds["kv260"])
@@ -229,3 +230,20 @@ def test_weights_api_contract(tmp_path, arch):
                     *map(str, runtime_library_sources()), "-o", str(exe), "-lm"], check=True)
     r = subprocess.run([*run_with, exe], capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stdout.endswith(" passed, 0 failed\n"), r.stdout + r.stderr
+
+
+def test_weights_fuzz_harness_finds_nothing(tmp_path):
+    """fuzz/weights_fuzz.c: mutated tensor tables and blocks of every type under ASan+UBSan."""
+    clang = need_program("clang", "Debian: clang (libFuzzer)")
+    exe = tmp_path / "weights_fuzz"
+    subprocess.run([clang, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
+                    "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-I", str(runtime_sources()),
+                    str(HERE / "fuzz" / "weights_fuzz.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
+                   check=True)
+    work = tmp_path / "corpus"
+    shutil.copytree(HERE / "fuzz" / "weights_corpus", work)
+    seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
+    r = subprocess.run([str(exe), f"-max_total_time={seconds}", "-timeout=10", f"-artifact_prefix={tmp_path}/",
+                        str(work)], capture_output=True, text=True, timeout=seconds + 120, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
