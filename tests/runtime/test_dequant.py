@@ -61,9 +61,11 @@ def c_dequant(exe: list, type_name: str, data: bytes, tmp: Path) -> np.ndarray:
     return np.frombuffer(r.stdout, dtype=np.uint32)
 
 
-def check_model(exe: list, model: Path, tmp: Path, batch: int = 64 << 20) -> set[str]:
+def check_model(exe: list, model: Path, tmp: Path, batch: int = 8 << 20) -> set[str]:
     """Every block of every tensor of ``model``: the tensors of a type concatenated (large ones
-    cut at block boundaries) into runs of at most ``batch`` bytes, one q25tok run each."""
+    cut at block boundaries) into runs of at most ``batch`` bytes, one q25tok run each. Small
+    runs keep this process's peak RSS low: a child inherits it (ru_maxrss survives fork and
+    exec), and libFuzzer's -rss_limit_mb in a later test would count it."""
     with GGUFFile(model) as f:
         tensors = sorted(f.tensors, key=lambda t: (t.type_name, t.data_offset))
     runs: list[tuple[str, list[tuple[str, int, int]]]] = []  # (type, [(tensor, offset, bytes)])
