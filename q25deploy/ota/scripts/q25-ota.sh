@@ -251,13 +251,16 @@ verify_release() {  # DIR: every file of DIR/release.json is a regular file (no 
 # files 0644 (a program that does not run as root reads the tokenizer image), q25tok 0755,
 # directories 0755. The engines' files come out 0600 (SWUpdate's rawfile handler, the Mender
 # client's file tree): the staged release gets its modes before it is verified and moved in.
-set_modes() {  # STAGING: every file of its release.json, release.json, every directory
-    find "$1" -type d | while read -r q_d; do chmod 0755 "$q_d" || exit 1; done || die "cannot set modes in $1"
-    chmod 0644 "$1/release.json" || die "cannot set modes in $1"
+set_modes() {  # RELEASE-DIR: the directory, release.json, every file it lists and their directories
+    # (only paths release.json names, each checked and no part of it a link: never what find lists)
+    no_link "$1" "$1/release.json"
+    chmod 0755 "$1" && chmod 0644 "$1/release.json" || die "cannot set modes in $1"
     release_files "$1/release.json" | while read -r _ _ rel; do
         no_link_in "$1" "$rel"
         q_m=0644; [ "$rel" = q25tok ] && q_m=0755
         chmod "$q_m" "$1/$rel" || exit 1
+        q_r=$rel
+        while :; do case "$q_r" in */*) q_r=${q_r%/*}; chmod 0755 "$1/$q_r" || exit 1 ;; *) break ;; esac; done
     done || die "cannot set modes in $1"
 }
 
