@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
+from release_modes import wrong_modes
 
 from q25deploy.cli import main
 
@@ -159,3 +160,19 @@ def test_a_crafted_plan_cannot_leave_the_install_dir(tmp_path, bb, q25tok_bin, o
     r = sh(bb, board, "ArtifactInstall", str(tree))
     assert r.returncode != 0 and "unsafe path" in r.stderr
     assert not (board / "etc").exists() and not (board / INSTALL / "current").exists()
+
+
+def test_a_release_from_0600_payload_files_gets_the_one_mode(tmp_path, bb, q25tok_bin, ota_builds):
+    """The Mender client's file tree and SWUpdate's rawfile handler write 0600 files (the real
+    clients: test_ota_real_*.py); the release still gets deploy's modes, under any umask."""
+    board = make_board(tmp_path / "board", q25tok_bin)
+    tree = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
+    for f in (tree / "files").iterdir():
+        f.chmod(0o600)
+    old_umask = os.umask(0o077)
+    try:
+        assert sh(bb, board, "ArtifactInstall", str(tree)).returncode == 0
+    finally:
+        os.umask(old_umask)
+    release = board / INSTALL / "current"
+    assert wrong_modes(release.resolve()) == {}
