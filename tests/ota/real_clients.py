@@ -17,6 +17,7 @@ update module and SWUpdate's script run under ``/bin/sh``. Every directory lives
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,12 +28,13 @@ from requirements import need, need_program
 from q25deploy.ota.scripts import SCRIPT
 
 MODULES = "/usr/share/mender/modules/v3"
-# $1 the scratch board; the rest: the client's command line
+# $1 the scratch board; the rest: the client's command line. The mounts with util-linux's mount
+# (PATH is the board's BusyBox from the start: the clients inherit it)
 NAMESPACE = (
-    "set -e; b=$1; shift; mount --make-rprivate /; "
-    'mount -t overlay overlay -o "lowerdir=/etc,upperdir=$b/etc,workdir=$b/.work-etc" /etc; '
-    'mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$b/var/lib,workdir=$b/.work-var-lib" /var/lib; '
-    f'mount --bind "$b/modules" {MODULES}; mount --bind "$b/lib/firmware" /lib/firmware; exec "$@"'
+    "set -e; b=$1; shift; m=/bin/mount; $m --make-rprivate /; "
+    '$m -t overlay overlay -o "lowerdir=/etc,upperdir=$b/etc,workdir=$b/.work-etc" /etc; '
+    '$m -t overlay overlay -o "lowerdir=/var/lib,upperdir=$b/var/lib,workdir=$b/.work-var-lib" /var/lib; '
+    f'$m --bind "$b/modules" {MODULES}; $m --bind "$b/lib/firmware" /lib/firmware; exec "$@"'
 )
 
 
@@ -83,8 +85,6 @@ class ClientBoard:
         conf = {"DeviceTypeFile": "/var/lib/mender/device_type"}
         if artifact_verify_key is not None:
             conf["ArtifactVerifyKey"] = str(artifact_verify_key)
-        import json
-
         (root / "etc/mender/mender.conf").write_text(json.dumps(conf) + "\n")
         (root / "etc/mender/artifact_info").write_text("artifact_name=q25-test-image\n")
         (root / "var/lib/mender/device_type").write_text(f"device_type={device_type}\n")
