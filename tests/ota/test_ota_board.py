@@ -2,7 +2,9 @@
 a directory standing in for the board's root and q25tok built from our C sources: the
 Mender update-module states and SWUpdate's post-install give the on-board layout and state
 file of `q25deploy deploy` (compared with a real deploy through sshd), tokenizer-only
-updates give deploy's release id, and a failing smoke test rolls back."""
+updates give deploy's release id, and a failing smoke test rolls back. Fast unit tests of the
+script: the real Mender and SWUpdate clients run it in test_ota_real_mender.py and
+test_ota_real_swupdate.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Debian's SWUpdate (2022.12, ``swupdate -i``) installs our signed .swu (files handler and the
 board script as preinst/postinst, the hardware revision of /etc/hwrevision) in a private mount
 namespace (real_clients.py): one file mode; the script's progress logged as information, its
-errors as errors; a failed smoke test rolled back; a tampered payload, a wrong hardware revision
-and an unsigned image refused."""
+errors as errors; a failed smoke test rolled back; a tokenizer-only image on a board without a
+release, a tampered payload, a wrong hardware revision and an unsigned image refused."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ def test_a_failed_smoke_test_is_an_error_and_rolls_back(tmp_path, board, ota_bui
 def test_a_tampered_payload_a_wrong_hardware_revision_and_an_unsigned_swu_are_refused(
     tmp_path, board, ota_builds, keys
 ):
+    tok = signed(ota_builds["A2"], tmp_path / "a2-tok.swu", keys, "--tokenizer-only")
+    r = board.swupdate(tok, keys["rsa.crt"])  # no release on the board: the script refuses it
+    assert r.returncode != 0 and "install a full release" in r.stderr, r.stderr
+    assert [k for k, v in layout(board.root).items() if v[0] != "dir"] == []  # no payload left behind
     assert board.swupdate(signed(ota_builds["A"], tmp_path / "a.swu", keys), keys["rsa.crt"]).returncode == 0
     before = layout(board.root)
     swu = signed(ota_builds["B"], tmp_path / "b.swu", keys)

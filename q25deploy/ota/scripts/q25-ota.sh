@@ -414,7 +414,9 @@ case "${1:-}" in
         exec 3>&1
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
-        install_release "$swu_dir" || exit 1
+        if ! (install_release "$swu_dir"); then  # its error said why; no payload or staging is left behind
+            rollback "$swu_dir"; cleanup "$swu_dir"; rm -rf "$swu_dir"; die "install failed: nothing was changed"
+        fi
         if ! (smoke "$swu_dir"); then
             rollback "$swu_dir"; cleanup "$swu_dir"; rm -rf "$swu_dir"; die "smoke test failed: rolled back"
         fi
