@@ -19,8 +19,7 @@ def cells(value: int) -> str:
 
 def reserved_memory_dtsi(board: Board, plan: MemoryPlan, notes: str = "") -> str:
     lines = [
-        f"// q25deploy reserved memory for {board.name}: {len(plan.regions)} region(s), "
-        f"{plan.reserved_bytes:,} bytes",
+        f"// q25deploy reserved memory for {board.name}: {len(plan.regions)} region(s), {plan.reserved_bytes:,} bytes",
         "// Include from system-user.dtsi (PetaLinux) or list in EXTRA_DT_INCLUDE_FILES (meta-xilinx).",
     ]
     lines += [f"// {n}" for n in notes.splitlines()]

@@ -97,9 +97,18 @@ def _inputs(pm, req: Request) -> dict:
     }
 
 
-def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
-          target_file: str | None = None, model_license: str | None = None, model_license_file: str | None = None,
-          layer_release: int = 0, layer_maintainer: str | None = None, progress: Progress = lambda s: None) -> BuildResult:
+def build(
+    target_name: str | None,
+    *,
+    model: str | None = None,
+    out: Path | None = None,
+    target_file: str | None = None,
+    model_license: str | None = None,
+    model_license_file: str | None = None,
+    layer_release: int = 0,
+    layer_maintainer: str | None = None,
+    progress: Progress = lambda s: None,
+) -> BuildResult:
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
     if model:
@@ -108,8 +117,15 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
         from ..model.demo import default_model
 
         src, note = default_model()
-    req = Request(target, src, Path(out) if out else Path("q25-build") / target.name, model_license,
-                  model_license_file, layer_release, layer_maintainer)
+    req = Request(
+        target,
+        src,
+        Path(out) if out else Path("q25-build") / target.name,
+        model_license,
+        model_license_file,
+        layer_release,
+        layer_maintainer,
+    )
     inputs = _inputs(pm, req)
     old = read_json(req.out / layout.STAMP)
     if old and old.get("inputs") == inputs and _outputs_intact(req.out):
@@ -153,8 +169,9 @@ def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) 
     return {
         "copy": pool.submit(write_outputs, path, p.pieces, [str(o.path(f)) for f in p.files], p.sizes),
         "tensors": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=False, streams="pieces"),
-        "outputs": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None,
-                               streams="outputs"),
+        "outputs": pool.submit(
+            digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None, streams="outputs"
+        ),
     }
 
 
@@ -239,5 +256,9 @@ def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> None:
     codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
     ids = smoke_ids(codec)
     o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
-    write_layer(o, stages.layer(pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release,
-                                maintainer=req.layer_maintainer))
+    write_layer(
+        o,
+        stages.layer(
+            pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release, maintainer=req.layer_maintainer
+        ),
+    )
