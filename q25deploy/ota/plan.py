@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .. import schema
 from ..common import stream_sha256
@@ -155,6 +155,8 @@ def plan_package(
     check_rel(meta["image"], f"{build_dir}/build.json: image")
     check_abs(install_dir, "install dir")
     check_abs(q25tok, "q25tok path")
+    if PurePosixPath(q25tok).name != "q25tok":
+        raise PackageError(f"q25tok path {q25tok!r}: the board runs it as root, so it must be a file named q25tok")
     names = [f.name for f in files]
     if len(set(names)) != len(names) or PLAN_NAME in names:
         raise PackageError(f"{build_dir}: release file names collide once flattened ({', '.join(sorted(names))})")

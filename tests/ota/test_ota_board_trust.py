@@ -157,12 +157,15 @@ def test_a_tokenizer_only_plan_never_changes_the_live_image(tmp_path, busybox_pa
     assert state_of(board)["previous"] == old and sha256(new_image) == new_digest != digest
 
 
-@pytest.mark.parametrize("q25tok", ["/" + "../" * 16 + "bin/rm", "/lib/firmware/q25/current/q25tok", "usr/bin/q25tok"])
+@pytest.mark.parametrize(
+    "q25tok", ["/" + "../" * 16 + "bin/rm", "/bin/rm", "/lib/firmware/q25/current/q25tok", "usr/bin/q25tok"]
+)
 def test_the_plan_names_no_q25tok_outside_the_root_or_inside_the_install_dir(
     tmp_path, busybox_path, q25tok_bin, artifacts, q25tok
 ):
     """Item 5: `q25tok /../../../../bin/rm` left Q25_ROOT and the smoke step ran `rm` as root on
-    the current image. A q25tok inside the install dir is anybody's who can write there."""
+    the current image; a plain `/bin/rm` would run it too (the plan's q25tok must be named
+    q25tok). A q25tok inside the install dir is anybody's who can write there."""
     bb = busybox_path
     board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
     before = layout(board)

@@ -83,6 +83,8 @@ load_plan() {  # DIR: every value checked before anything is derived from it
     case "$q25tok" in /*) is_rel "${q25tok#/}" || die "bad q25tok path '$q25tok' in the plan" ;;
                       *) die "bad q25tok path '$q25tok' in the plan" ;; esac
     case "$q25tok/" in "$INSTALL"/*) die "the plan's q25tok $q25tok is inside the install dir" ;; esac
+    # and it is a q25tok: a plain path to /bin/rm would still run `rm info IMAGE` as root
+    case "$q25tok" in */q25tok) ;; *) die "the plan's q25tok $q25tok is not a file named q25tok" ;; esac
     Q25TOK=$ROOT$q25tok
     BASE="$ROOT$INSTALL"
     OTA="$BASE/.q25-ota"
