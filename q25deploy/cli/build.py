@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..common import parse_size
 from ..errors import Q25Error
 from .common import add_model_argument, one_line_text, release_number, report_failures
 
@@ -27,6 +28,10 @@ def add_commands(sub) -> None:
     bd.add_argument("--model-license-file", metavar="FILE",
                     help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
                     "ships for Apache-2.0)")
+    bd.add_argument("--reserve", metavar="SIZE", type=reserve_size,
+                    help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this model needs: one image's "
+                    "device tree then holds every later model that fits (overrides the board file's [layout] "
+                    "reserve; 0: regions sized to this model; see docs/boards.md)")
     _add_layer_options(bd.add_argument_group("the BitBake layer"))
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
@@ -46,6 +51,13 @@ def _add_layer_options(group) -> None:
                        help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
 
 
+def reserve_size(text: str) -> int:
+    n = parse_size(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (1GiB, 768MiB, 0x40000000, bytes)")
+    return n
+
+
 def cmd_build(a: argparse.Namespace) -> int:
     from ..packer.pipeline import build
     from .progress import Progress
@@ -53,7 +65,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     prog = Progress()
     result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
                    model_license_file=a.model_license_file, layer_release=a.layer_release,
-                   layer_maintainer=a.layer_maintainer, progress=prog.step)
+                   layer_maintainer=a.layer_maintainer, reserve=a.reserve, progress=prog.step)
     prog.done()
     report_failures(result.failures)
     if a.json:
