@@ -16,10 +16,14 @@ from q25deploy.cli import main
 INSTALL = Path("lib") / "firmware" / "q25"
 
 
-def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
+def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy", unreserved=True):
+    """``unreserved``: a deploy passes --allow-unreserved, as these boards (the test host under
+    sshd) have no device tree that reserves the build's regions, unless a test gives one."""
     kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
     argv = [action, "--target", "qemu", "--host", f"{USER}@127.0.0.1:{server.port}", "--build", str(build),
             "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+    if unreserved and action == "deploy":
+        argv.append("--allow-unreserved")
     if runtime and action in ("deploy",):
         argv += ["--runtime-bin", str(runtime)]
     capsys.readouterr()

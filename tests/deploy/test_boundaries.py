@@ -153,7 +153,7 @@ def cli(ssh, srv, root, build, q25tok, *extra):
     return subprocess.run([sys.executable, "-m", "q25deploy", "deploy", "--target", "qemu", "--host",
                            f"{USER}@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(ssh["key"]),
                            "--known-hosts", str(kh), "--remote-root", str(root), "--runtime-bin", str(q25tok),
-                           "--json", *extra], capture_output=True, text=True, timeout=600)
+                           "--json", "--allow-unreserved", *extra], capture_output=True, text=True, timeout=600)
 
 
 def test_two_deploys_to_one_board_do_not_interleave(tmp_path, capsys, ssh, models, q25tok):

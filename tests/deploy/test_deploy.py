@@ -70,7 +70,7 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp
         kh.write_text(srv.host_line.replace(f"]:{srv.port}", f"]:{proxy.port}") + "\n")
         argv = ["deploy", "--target", "qemu", "--host", f"{USER}@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
                 "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root),
-                "--runtime-bin", str(q25tok), "--transfer", transfer, "--json"]
+                "--runtime-bin", str(q25tok), "--transfer", transfer, "--json", "--allow-unreserved"]
         capsys.readouterr()
         assert main(argv) == 13
         res = json.loads(capsys.readouterr().out)
@@ -223,7 +223,7 @@ def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
     capsys.readouterr()
     code = main(["deploy", "--target", "qemu", "--hosts-file", str(hosts), "--build", str(models["A"]), "--identity",
                  str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(tmp_path / "fleet" / "{port}"), "--runtime-bin",
-                 str(q25tok), "--jobs", "2", "--json"])
+                 str(q25tok), "--jobs", "2", "--json", "--allow-unreserved"])
     res = json.loads(capsys.readouterr().out)
     assert code == 13 and len(res) == 4
     ok = [r for r in res if r["ok"]]

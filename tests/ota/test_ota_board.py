@@ -67,7 +67,7 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
         for build, extra in ((builds["A"], []), (builds["A2"], ["--tokenizer-only"]), (builds["B"], [])):
             argv = ["deploy", "--target", "qemu", "--target-file", str(board_file), "--host",
                     f"root@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(key),
-                    "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+                    "--known-hosts", str(kh), "--remote-root", str(root), "--json", "--allow-unreserved", *extra]
             capsys.readouterr()
             assert main(argv) == 0, capsys.readouterr()
             out.append(layout(root))

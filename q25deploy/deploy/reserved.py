@@ -1,0 +1,81 @@
+"""Can the board hold the build's regions? Its live ``/reserved-memory``, read in the same round
+trip as the board's state (:meth:`.boardfiles.BoardFiles.snapshot`), against the region table.
+
+A region is held when the running device tree has a node of the region's name under
+``/reserved-memory`` whose ``reg`` is exactly ``<base size>`` (two address and two size cells)
+and that is ``no-map``: the rule ``q25tok load`` applies before it touches ``/dev/mem``
+(``reserved_in_dt`` in cli_load.c), so what ``deploy`` accepts the loader accepts. A fixed
+reservation (``[layout] reserve``) keeps that rule: the packer writes the reservation's own
+regions into the table, so their nodes and ranges are the same for every model that fits.
+
+Parsing is total: whatever a board answers is a verdict or None (a malformed answer).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Sequence
+
+# $4: the device tree ("-": not asked). Framed like the state documents: "file N" and N bytes of
+# "tree none|empty|present" then "node NAME NOMAP REGHEX" per child of /reserved-memory with a reg
+LISTING = (
+    'if [ "$4" = - ]; then echo none; else t=$(if [ ! -d "$4" ]; then echo tree none; '
+    'elif [ ! -d "$4/reserved-memory" ]; then echo tree empty; else echo tree present; '
+    'for n in "$4"/reserved-memory/*; do [ -f "$n/reg" ] || continue; m=0; [ -e "$n/no-map" ] && m=1; '
+    "echo \"node ${n##*/} $m $(od -An -v -tx1 \"$n/reg\" 2>/dev/null | tr -d ' \\n')\"; done; fi); "
+    "printf 'file %s\\n%s' \"$(printf %s \"$t\" | wc -c)\" \"$t\"; fi; "
+)
+_NODE = re.compile(r"[A-Za-z0-9,._+@-]{1,127}")
+_HEX = re.compile(r"(?:[0-9a-f]{2}){0,64}")
+MAX_NODES = 1024
+TREES = ("none", "empty", "present")
+
+
+def parse_listing(data: bytes) -> dict | None:
+    """``{"tree": none|empty|present, "nodes": {name: {"reg": bytes, "no_map": bool}}}`` from
+    :data:`LISTING`'s answer, or None when it is not one."""
+    try:
+        lines = data.decode("ascii").split("\n")
+    except UnicodeDecodeError:
+        return None
+    head = lines[0].split(" ")
+    if len(head) != 2 or head[0] != "tree" or head[1] not in TREES or len(lines) > MAX_NODES + 1:
+        return None
+    nodes: dict[str, dict] = {}
+    for line in lines[1:]:
+        f = line.split(" ")
+        if (len(f) != 4 or f[0] != "node" or not _NODE.fullmatch(f[1]) or f[1] in nodes or f[2] not in ("0", "1")
+                or not _HEX.fullmatch(f[3]) or head[1] != "present"):
+            return None
+        nodes[f[1]] = {"reg": bytes.fromhex(f[3]), "no_map": f[2] == "1"}
+    return {"tree": head[1], "nodes": nodes}
+
+
+def why_not_held(region: dict, live: dict) -> str | None:
+    """None when ``live`` holds ``region`` (node, exact reg, no-map), else why not."""
+    node = live["nodes"].get(region["node"])
+    if node is None:
+        return "absent"
+    if node["reg"] != struct.pack(">QQ", region["base"], region["size"]):
+        return "reserves another range" if node["reg"] else "reg unreadable"
+    return None if node["no_map"] else "not no-map"
+
+
+def unheld(regions: Sequence[dict], live: dict) -> list[tuple[dict, str]]:
+    """The regions ``live`` does not hold, each with why."""
+    return [(r, why) for r in regions for why in [why_not_held(r, live)] if why]
+
+
+def refusal(regions: Sequence[dict], live: dict, device_tree: str) -> str | None:
+    """One line naming the regions the board cannot hold and the file to put in its image; None
+    when it holds them all."""
+    missing = unheld(regions, live)
+    if not missing:
+        return None
+    names = ", ".join(f"{r['node']} [{r['base']:#x}, {r['base'] + r['size']:#x}) {why}" for r, why in missing)
+    where = {"none": f"the board has no {device_tree}, so", "empty": f"the board's {device_tree} has no "
+             "reserved-memory node, so", "present": f"the board's {device_tree}/reserved-memory"}[live["tree"]]
+    return (f"{where} does not reserve {len(missing)} of the build's {len(regions)} region(s) ({names}): boot an image "
+            "whose device tree includes the build's reserved-memory.dtsi, or pass --allow-unreserved to send "
+            "anyway; nothing was sent")
