@@ -74,6 +74,8 @@ class Bench:
                 *(["--build", str(build)] if build else []),
                 "--identity", str(self.key), "--known-hosts", str(self.kh), "--remote-root", str(self.root),
                 "--json", *extra]
+        if action == "deploy":  # this host has no device tree that reserves the regions (the check still runs)
+            argv.append("--allow-unreserved")
         with contextlib.redirect_stdout(io.StringIO()) as out:
             code = cli(argv)
         assert code == 0, out.getvalue()

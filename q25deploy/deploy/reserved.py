@@ -18,17 +18,19 @@ import struct
 from collections.abc import Sequence
 
 # $4: the device tree ("-": not asked). Framed like the state documents: "file N" and N bytes of
-# "tree none|empty|present" then "node NAME NOMAP REGHEX" per child of /reserved-memory with a reg
+# "tree none|empty|present", then per child of /reserved-memory with a reg "node NAME NOMAP" and
+# its reg as od prints it (lines of " xx" bytes): one process per node, forks are dear on the A53
 LISTING = (
     'if [ "$4" = - ]; then echo none; else t=$(if [ ! -d "$4" ]; then echo tree none; '
     'elif [ ! -d "$4/reserved-memory" ]; then echo tree empty; else echo tree present; '
     'for n in "$4"/reserved-memory/*; do [ -f "$n/reg" ] || continue; m=0; [ -e "$n/no-map" ] && m=1; '
-    "echo \"node ${n##*/} $m $(od -An -v -tx1 \"$n/reg\" 2>/dev/null | tr -d ' \\n')\"; done; fi); "
+    'echo "node ${n##*/} $m"; od -An -v -tx1 "$n/reg"; done; fi); '
     "printf 'file %s\\n%s' \"$(printf %s \"$t\" | wc -c)\" \"$t\"; fi; "
 )
 _NODE = re.compile(r"[A-Za-z0-9,._+@-]{1,127}")
-_HEX = re.compile(r"(?:[0-9a-f]{2}){0,64}")
+_OD_LINE = re.compile(r"(?: +[0-9a-f]{2}){1,16} *")
 MAX_NODES = 1024
+MAX_REG = 256  # bytes of one node's reg: ours are 16
 TREES = ("none", "empty", "present")
 
 
@@ -40,15 +42,20 @@ def parse_listing(data: bytes) -> dict | None:
     except UnicodeDecodeError:
         return None
     head = lines[0].split(" ")
-    if len(head) != 2 or head[0] != "tree" or head[1] not in TREES or len(lines) > MAX_NODES + 1:
+    if len(head) != 2 or head[0] != "tree" or head[1] not in TREES:
         return None
     nodes: dict[str, dict] = {}
+    name = None
     for line in lines[1:]:
         f = line.split(" ")
-        if (len(f) != 4 or f[0] != "node" or not _NODE.fullmatch(f[1]) or f[1] in nodes or f[2] not in ("0", "1")
-                or not _HEX.fullmatch(f[3]) or head[1] != "present"):
+        if f[0] == "node" and len(f) == 3 and _NODE.fullmatch(f[1]) and f[1] not in nodes and f[2] in ("0", "1") \
+                and head[1] == "present" and len(nodes) < MAX_NODES:
+            name = f[1]
+            nodes[name] = {"reg": b"", "no_map": f[2] == "1"}
+        elif name is not None and _OD_LINE.fullmatch(line) and len(nodes[name]["reg"]) < MAX_REG:
+            nodes[name]["reg"] += bytes.fromhex(line.replace(" ", ""))
+        else:
             return None
-        nodes[f[1]] = {"reg": bytes.fromhex(f[3]), "no_map": f[2] == "1"}
     return {"tree": head[1], "nodes": nodes}
 
 
