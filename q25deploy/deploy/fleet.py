@@ -215,6 +215,18 @@ class Fleet:
         return refusal(self.partition_map["regions"] if regions is None else regions, live,
                        self.board_paths["device_tree"])
 
+    def _reserved_status(self, files: BoardFiles) -> dict:
+        """``reserved`` and ``unreserved`` of the current release's plan; nothing when the board
+        has no partition map to compare (its status is still shown)."""
+        if files.live_reserved is None:
+            return {}
+        try:
+            pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
+        except DeployError:
+            return {}
+        why = unheld(pmap["regions"], files.live_reserved)
+        return {"reserved": not why, "unreserved": [{"node": r["node"], "why": w} for r, w in why]}
+
     def _load(self, board: Board, files: BoardFiles):
         # the release's own q25tok when it has one, else the image's
         return lambda: load_regions(board, files, self.runtime, **self.board_paths)
@@ -233,10 +245,7 @@ class Fleet:
             files = self._files(board)
             result = status(board, files, self.board_paths["device_tree"])
             if result["current"]:  # does the device tree reserve the current plan? does it hold the partitions?
-                regions = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
-                why = unheld(regions["regions"], files.live_reserved) if files.live_reserved else []
-                result["reserved"] = not why
-                result["unreserved"] = [{"node": r["node"], "why": w} for r, w in why]
+                result.update(self._reserved_status(files))
                 verified = verify_regions(board, files, self.runtime, **self.board_paths)
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
             return result
