@@ -57,3 +57,12 @@ def test_reserve_must_be_a_size(capsys, tmp_path, qwen25_tiny):
 def test_without_reserve_the_build_has_no_reservation(capsys, tmp_path, qwen25_tiny):
     code, out, _ = _build(capsys, qwen25_tiny, tmp_path / "d", "--json")
     assert code == 0 and "reservation" not in json.loads(out)["memory"]
+
+
+def test_changing_the_reservation_rebuilds(capsys, tmp_path, qwen25_tiny):
+    out = tmp_path / "e"
+    first = json.loads(_build(capsys, qwen25_tiny, out, "--reserve", "64MiB", "--json")[1])
+    again = json.loads(_build(capsys, qwen25_tiny, out, "--reserve", "64MiB", "--json")[1])
+    plain = json.loads(_build(capsys, qwen25_tiny, out, "--json")[1])
+    assert not first["up_to_date"] and again["up_to_date"] and not plain["up_to_date"]
+    assert "reservation" not in plain["memory"] and plain["memory"]["reserved"] < 64 << 20
