@@ -17,7 +17,7 @@ from ..common import json_bytes
 from ..errors import DeployError, SchemaError
 from .boardlock import LOCK_NAME, board_lock
 from .connection import Board
-from .reserved import LISTING, parse_listing
+from .reserved import LISTING, parse_listing, split_listing
 
 STATE_NAME = ".q25deploy-state.json"
 INTENT_NAME = ".q25deploy-intent.json"
@@ -26,7 +26,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # $1 file: its bytes; exit ABSENT when there is none; a symlink or unreadable file is an error
 READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] || exit 44; exec cat "$1"'
 # $1 state, $2 intent: "file <size>" and its bytes, or "none", each; then $4's reserved memory
-# (reserved.LISTING, "none" when $4 is -); then $3's link target
+# (reserved.LISTING: its lines and "end"); then $3's link target
 SNAPSHOT = ('for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
             'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
             'done; ' + LISTING + 'readlink "$3" || true')
@@ -130,12 +130,12 @@ class BoardFiles:
                                   f"({out[:40]!r}); nothing was changed")
             doc, rest = framed
             docs.append(doc)
-        framed = _framed(rest)
-        live = parse_listing(framed[0]) if framed and framed[0] is not None else None
-        if framed is None or (device_tree and live is None):
+        listed = split_listing(rest)
+        live = parse_listing(listed[0]) if listed and device_tree else None
+        if listed is None or (device_tree and live is None):
             raise DeployError(f"{self.board.spec.name}: a malformed answer when reading {device_tree}/reserved-memory; "
                               "nothing was changed")
-        self.live_reserved, rest = live, framed[1]
+        self.live_reserved, rest = live, listed[1]
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
 

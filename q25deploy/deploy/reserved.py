@@ -17,15 +17,15 @@ import re
 import struct
 from collections.abc import Sequence
 
-# $4: the device tree ("-": not asked). Framed like the state documents: "file N" and N bytes of
-# "tree none|empty|present", then per child of /reserved-memory with a reg "node NAME NOMAP" and
-# its reg as od prints it (lines of " xx" bytes): one process per node, forks are dear on the A53
+# $4: the device tree ("-": not asked). "tree none|empty|present", then per child of
+# /reserved-memory with a reg "node NAME NOMAP" and its reg as od prints it (lines of " xx"
+# bytes), then "end" (also when not asked). No subshell: one process per node, forks are dear
+# on the A53 (measured on the emulated board, docs/deploying.md)
 LISTING = (
-    'if [ "$4" = - ]; then echo none; else t=$(if [ ! -d "$4" ]; then echo tree none; '
+    'if [ "$4" = - ]; then :; elif [ ! -d "$4" ]; then echo tree none; '
     'elif [ ! -d "$4/reserved-memory" ]; then echo tree empty; else echo tree present; '
     'for n in "$4"/reserved-memory/*; do [ -f "$n/reg" ] || continue; m=0; [ -e "$n/no-map" ] && m=1; '
-    'echo "node ${n##*/} $m"; od -An -v -tx1 "$n/reg"; done; fi); '
-    "printf 'file %s\\n%s' \"$(printf %s \"$t\" | wc -c)\" \"$t\"; fi; "
+    'echo "node ${n##*/} $m"; od -An -v -tx1 "$n/reg"; done; fi; echo end; '
 )
 _NODE = re.compile(r"[A-Za-z0-9,._+@-]{1,127}")
 _OD_LINE = re.compile(r"(?: +[0-9a-f]{2}){1,16} *")
@@ -34,9 +34,15 @@ MAX_REG = 256  # bytes of one node's reg: ours are 16
 TREES = ("none", "empty", "present")
 
 
+def split_listing(data: bytes) -> tuple[bytes, bytes] | None:
+    """(:data:`LISTING`'s lines without ``end``, what follows) or None when there is no ``end``."""
+    head, sep, rest = (b"\n" + data).partition(b"\nend\n")
+    return (head[1:], rest) if sep else None
+
+
 def parse_listing(data: bytes) -> dict | None:
     """``{"tree": none|empty|present, "nodes": {name: {"reg": bytes, "no_map": bool}}}`` from
-    :data:`LISTING`'s answer, or None when it is not one."""
+    :data:`LISTING`'s lines, or None when they are not its answer."""
     try:
         lines = data.decode("ascii").split("\n")
     except UnicodeDecodeError:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from requirements import need_program
 
-from q25deploy.deploy.reserved import LISTING, parse_listing, refusal, unheld, why_not_held
+from q25deploy.deploy.reserved import LISTING, parse_listing, refusal, split_listing, unheld, why_not_held
 
 REGION = {"node": "q25-region0@13fe00000", "base": 0x13FE00000, "size": 0x200000}
 
@@ -28,9 +28,9 @@ def listing(dt: str) -> bytes:
     """What the board answers: LISTING's framed document (``$4`` the device tree)."""
     need_program("od", "Debian: coreutils")
     out = subprocess.run(["sh", "-c", LISTING, "sh", "-", "-", "-", dt], capture_output=True, check=True).stdout
-    head, _, rest = out.partition(b"\n")
-    assert head.split()[0] == b"file" and int(head.split()[1]) == len(rest)
-    return rest
+    listed = split_listing(out)
+    assert listed is not None and listed[1] == b""
+    return listed[0]
 
 
 def test_a_board_that_reserves_the_region_holds_it(tmp_path):
@@ -111,3 +111,9 @@ def test_a_hostile_answer_is_none_never_an_exception(answer):
 def test_a_node_name_with_a_space_makes_the_answer_malformed(tmp_path):
     make_node(tmp_path, "q25 region0", REGION["base"], REGION["size"])
     assert parse_listing(listing(str(tmp_path))) is None
+
+
+def test_the_listing_ends_at_its_end_line():
+    assert split_listing(b"end\nreleases/0123456789abcdef\n") == (b"", b"releases/0123456789abcdef\n")
+    assert split_listing(b"tree present\nnode end 1\nend\n") == (b"tree present\nnode end 1", b"")
+    assert split_listing(b"tree none\n") is None and split_listing(b"") is None
