@@ -22,6 +22,7 @@ from .schema import (
     parse_partition_map,
     parse_region_table,
     parse_smoke_ids,
+    parse_tensor_table,
     rel_path,
 )
 
@@ -93,6 +94,18 @@ class BuildDir:
         if layout.SMOKE_IDS not in self.manifest:
             return None
         return parse_smoke_ids(self.read_json(layout.SMOKE_IDS), str(self.path / layout.SMOKE_IDS))
+
+    @cached_property
+    def tensor_table(self) -> list[dict] | None:
+        """The tensor table's lines (``partitions/tensors.tab``), or None (a build by an older q25deploy)."""
+        if layout.TENSOR_TABLE not in self.manifest:
+            return None
+        with open_under(self.path, layout.TENSOR_TABLE) as f:
+            data = f.read(MAX_JSON + 1)
+        where = str(self.path / layout.TENSOR_TABLE)
+        if len(data) > MAX_JSON:
+            raise SchemaError(f"{where}: larger than {MAX_JSON:,} bytes")
+        return parse_tensor_table(data.decode("ascii", "replace"), where)
 
     def open(self, rel: str) -> BinaryIO:
         return open_under(self.path, rel)

@@ -31,7 +31,7 @@ _PART = re.compile(r"[A-Za-z0-9_%@+,=~][A-Za-z0-9._%@+,=~-]{0,254}")  # one path
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")  # a plain file name (no hidden files)
 _PARTITION = re.compile(r"partitions/region_[0-9]{2,4}\.bin")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,127}")  # a device-tree node name
-BUILD_FILES = frozenset({layout.BUILD_INFO, layout.PARTITION_MAP, layout.REGION_TABLE, layout.MEMORY_HEADER,
+BUILD_FILES = frozenset({layout.BUILD_INFO, layout.PARTITION_MAP, *layout.TABLES, layout.MEMORY_HEADER,
                          layout.DTSI, layout.SVG, layout.UBOOT_SCRIPT, layout.SMOKE_IDS})
 LAYER_DIR = "meta-q25"
 RELEASE_JSON = "release.json"
@@ -106,7 +106,7 @@ def build_path(v: Any, where: str, field: str) -> str:
 def release_name(v: Any, where: str, field: str) -> str:
     """A file inside ``releases/<id>/`` on a board: a plain name or a partition."""
     if isinstance(v, str) and v != RELEASE_JSON and (_NAME.fullmatch(v) or _PARTITION.fullmatch(v)
-                                                     or v == layout.REGION_TABLE):
+                                                     or v in layout.TABLES):
         return v
     raise _fail(where, field, f"{v!r:.120} is not a release file name")
 
@@ -317,6 +317,42 @@ def parse_region_table(data: bytes, where: str) -> list[dict]:
         rows.append({"node": node, "base": int(base, 16), "size": int(length, 16), "file": f"partitions/{file}",
                      "used": int(used), "sha256": digest})
     return rows
+
+
+_TENSOR_LINE = re.compile(r"([A-Za-z0-9._-]{1,127}) (0|[1-9][0-9]{0,9}) ([A-Z][A-Z0-9_]{0,14}) (0|[1-9][0-9]{0,9}) "
+                          r"0x([0-9a-f]{1,16}) (0|[1-9][0-9]{0,19}) ([1-9][0-9]{0,19}(?:,[1-9][0-9]{0,19}){0,3})")
+
+
+def parse_tensor_table(text: str, where: str) -> list[dict]:
+    """A build's ``partitions/tensors.tab`` (text): one dict per tensor line, with the checks of
+    the C reader (``q25_tensor_table_next``): number and name of a known type agree, its rows are
+    whole blocks and its bytes the shape's, offset + bytes fits in 64 bits."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # only here: gguf is slow to import
+
+    out: list[dict] = []
+    for no, line in enumerate(text.split("\n"), 1):
+        line = line.partition("#")[0].strip(" ")
+        if not line:
+            continue
+        m = _TENSOR_LINE.fullmatch(line)
+        if not m:
+            raise _fail(where, f"line {no}", f"{line!r:.120} is not NAME TYPE TYPE_NAME REGION 0xOFFSET BYTES SHAPE")
+        name_, qtype, qname, region, offset, nbytes, shape = m.groups()
+        dims = [int(d) for d in shape.split(",")]
+        start, size = int(offset, 16), int(nbytes)
+        n = 1
+        for d in dims:
+            n *= d
+        if start + size >= 1 << 64 or n >= 1 << 64:
+            raise _fail(where, f"line {no}", "offset + bytes or the element count exceeds 64 bits")
+        known = GGMLQuantizationType._value2member_map_.get(int(qtype))
+        if known is not None and known in GGML_QUANT_SIZES:
+            block, block_bytes = GGML_QUANT_SIZES[known]
+            if known.name != qname or dims[0] % block or n // block * block_bytes != size:
+                raise _fail(where, f"line {no}", f"{qname} (type {qtype}) of shape {shape} is not {nbytes} bytes")
+        out.append({"name": name_, "type": int(qtype), "type_name": qname, "region": int(region),
+                    "offset": start, "bytes": size, "shape": dims})
+    return out
 
 
 def loads(data: bytes | str, where: str) -> Any:

@@ -1,8 +1,8 @@
 """Print the sha256 of every file the output commands write, for one model.
 
 A refactoring check: run it before and after a change and diff the two listings; every
-output of ``build`` (kv260, zcu104, qemu), ``export tokenizer`` and ``export tensors`` must
-be byte-identical. The build's stamp file is left out (it records local paths and mtimes).
+output of ``build`` (kv260, zcu104, qemu), ``export tokenizer``, ``export tensors`` and
+``export fixtures`` must be byte-identical. The build's stamp file is left out (it records local paths and mtimes).
 
     python3 tools/output_digests.py MODEL.gguf WORKDIR > before.txt
 """
@@ -31,6 +31,8 @@ def main() -> int:
     run("export", "tokenizer", model, "--out", str(outs[-1]))
     outs.append(work / "tensors")
     run("export", "tensors", model, "--out", str(outs[-1]))
+    outs.append(work / "fixtures")
+    run("export", "fixtures", model, "--out", str(outs[-1]))
     for out in outs:
         for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name not in SKIP):
             digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,4 +1,5 @@
-"""The commands that read a model: ``inspect``, ``export tokenizer`` and ``export tensors``."""
+"""The commands that read a model: ``inspect``, ``export tokenizer``, ``export tensors`` and
+``export fixtures``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from .common import add_group, add_model_argument, emit, positive_pow2
 
 
 def add_commands(sub) -> None:
-    """Add inspect and export (tokenizer, tensors) to the CLI's sub-parsers."""
+    """Add inspect and export (tokenizer, tensors, fixtures) to the CLI's sub-parsers."""
     sp = sub.add_parser("inspect", help="show a model's metadata, tensors, tokenizer and quant mix",
                         description="Show the catalog of MODEL: metadata, tensor directory, tokenizer summary "
                         "and quant mix. Reads the GGUF header only; tensor data is never read.")
@@ -40,6 +41,21 @@ def add_commands(sub) -> None:
                      help="output directory (tensors/ and the manifest go there)")
     ex2.add_argument("--json", action="store_true", help="print the manifest as JSON")
     ex2.set_defaults(func=cmd_export_tensors)
+
+    ex3 = exs.add_parser("fixtures", help="write golden blocks, float32 values and dot products for testbenches",
+                         description="For each quant type in MODEL, the first and last tensor of that type (or each "
+                         "--tensor): a few rows' raw ggml blocks, their float32 values (bit-exact with gguf-py and "
+                         "q25_dequantize), an input vector and each row's dot product with it (float32 and float64), "
+                         "as little-endian files with fixtures.json and the C header q25_fixtures.h "
+                         "(docs/fixtures.md). DIR is replaced atomically; the same model gives the same bytes.")
+    add_model_argument(ex3, required=True)
+    ex3.add_argument("--out", required=True, metavar="DIR", type=Path, help="output directory (replaced atomically)")
+    ex3.add_argument("--tensor", action="append", default=[], metavar="NAME",
+                     help="export this tensor (repeatable) instead of the first and last of each type")
+    ex3.add_argument("--rows", type=int, default=2, metavar="N",
+                     help="rows per tensor (default 2; the first rows with finite values)")
+    ex3.add_argument("--json", action="store_true", help="print fixtures.json")
+    ex3.set_defaults(func=cmd_export_fixtures)
 
 
 def _open_model(ref: str):
@@ -98,3 +114,17 @@ def cmd_export_tensors(a: argparse.Namespace) -> int:
     prog.done()
     total = sum(t["bytes"] for t in manifest["tensors"])
     return emit(a, manifest, f"wrote {len(manifest['tensors'])} tensors ({total:,} bytes) to {a.out}/tensors")
+
+
+def cmd_export_fixtures(a: argparse.Namespace) -> int:
+    from ..packer.fixtures import export_fixtures
+    from .progress import Progress
+
+    prog = Progress()
+    prog.step(f"exporting fixtures of {a.model}")
+    src, f = _open_model(a.model)
+    with f:
+        index = export_fixtures(src, f, a.out, a.tensor, a.rows)
+    prog.done()
+    types = sorted({e["type"] for e in index["fixtures"]})
+    return emit(a, index, f"wrote fixtures of {len(index['fixtures'])} tensors ({', '.join(types)}) to {a.out}")

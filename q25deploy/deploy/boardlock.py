@@ -38,7 +38,7 @@ BUSY = 75  # the board script's status when the lock is held by someone else (EX
 # $1 lock path, $2 owner, $3 max age; prints "acquired" and serves commands (the agent) until
 # stdin closes, then removes the lock; or exits BUSY
 HOLD = SERVE + r'''lock=$1; owner=$2; max=$3
-mkdir -p "${lock%/*}" || exit 1
+if [ ! -d "${lock%/*}" ]; then mkdir -p "${lock%/*}" && chmod 0755 "${lock%/*}" || exit 1; fi  # the install dir: 0755 as deploy makes it
 boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
 if ln -s "$me" "$lock" 2>/dev/null; then

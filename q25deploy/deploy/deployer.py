@@ -69,18 +69,21 @@ def _record(release: Release, when: str) -> dict:
 
 
 UPLOAD_CHANNELS = 3  # files sent at once, each on its own channel (the board hashes each as it writes it)
-# $1 the directory to check, $2 its free space: "<machine> <df -Pk line or statfs a S>". BusyBox df
+# $1 the releases directory, $2 the install dir (each made 0755 when deploy creates it), their free space: "<machine> <df -Pk line or statfs a S>". BusyBox df
 # skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's INITRAMFS packaging)
 # `df -P` fails with "can't find mount point"; statfs through `stat -f` works there (and with coreutils)
-PREFLIGHT = ('mkdir -p "$1" || exit 1; printf "%s " "$(uname -m)"; '
+PREFLIGHT = ('for d in "$2" "$1"; do if [ ! -d "$d" ]; then mkdir -p "$d" && chmod 0755 "$d" || exit 1; fi; done; printf "%s " "$(uname -m)"; '
              'd=$(df -Pk "$2" 2>/dev/null) && echo "$d" | tail -n 1 || stat -f -c "statfs %a %S" "$2"')
 # $1 staging, the directories in it, "--", then "ln" pairs (existing, staged): a fresh staging
 # directory with the kept files linked
-PREPARE = ('s=$1; shift; rm -rf "$s" && mkdir -p "$s" || exit 1; while [ $# -gt 0 ] && [ "$1" != -- ]; do '
-           'mkdir -p "$1" || exit 1; shift; done; shift; while [ $# -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done')
+# (directories 0755 whatever the login's umask: one mode for a release, whatever installs it)
+PREPARE = ('s=$1; shift; rm -rf "$s" && mkdir -p "$s" && chmod 0755 "$s" || exit 1; '
+           'while [ $# -gt 0 ] && [ "$1" != -- ]; do mkdir -p "$1" && chmod 0755 "$1" || exit 1; shift; done; '
+           'shift; while [ $# -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done')
 # $1 staging, $2 release dir; stdin release.json: described, synced, renamed into place (rdir does
 # not exist when mv runs, so plain mv is rename(2): BusyBox's mv has no -T)
-PROMOTE = ('cat > "$1/release.json" || exit 1; if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
+PROMOTE = ('cat > "$1/release.json" && chmod 0644 "$1/release.json" || exit 1; '
+           'if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
            'sync; if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2" || exit 1; fi; sync')
 
 

@@ -61,11 +61,13 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
     checked by :mod:`q25deploy.schema`, no file read through a symlink)."""
     build = BuildDir(build_dir)
     manifest, info = build.manifest, build.info
-    partitions = sorted(p for p in manifest if p.startswith("partitions/") and p != layout.REGION_TABLE)
+    partitions = sorted(p for p in manifest if p.startswith("partitions/") and p not in layout.TABLES)
     build.check_region_table()  # what q25tok load writes into physical memory: checked before it travels
     where = str(build.path / layout.MANIFEST)
     files = []
     for rel in layout.release_files(info.image_path, partitions):
+        if rel == layout.TENSOR_TABLE and rel not in manifest:
+            continue  # a build of an older q25deploy: it deploys, only the board's weights API lacks its table
         local = build.check_file(rel)
         a = manifest[rel]
         name = schema.release_name(layout.release_name(rel), where, rel)

@@ -10,6 +10,8 @@ STAMP = ".q25deploy-stamp.json"  # incremental-build record, outside the manifes
 BUILD_INFO = "build.json"
 PARTITION_MAP = "partition_map.json"
 REGION_TABLE = "partitions/regions.tab"  # the partition map for C: q25tok load/verify on the board
+TENSOR_TABLE = "partitions/tensors.tab"  # where each tensor lies in the regions, for C (q25_tensor_find)
+TABLES = (REGION_TABLE, TENSOR_TABLE)  # the files under partitions/ that are not partitions
 MEMORY_HEADER = "q25_memory_map.h"
 DTSI = "reserved-memory.dtsi"
 SVG = "memory-map.svg"
@@ -31,8 +33,9 @@ def tokenizer_file(name: str) -> str:
 
 def release_files(image: str, partitions: Sequence[str]) -> list[str]:
     """The build files a release carries to the board (paths in the build directory): the
-    runtime image and its manifest, the partition map, the region table and every partition."""
-    return [image, IMAGE_MANIFEST, PARTITION_MAP, REGION_TABLE, *partitions]
+    runtime image and its manifest, the partition map, the region and tensor tables and every
+    partition."""
+    return [image, IMAGE_MANIFEST, PARTITION_MAP, REGION_TABLE, TENSOR_TABLE, *partitions]
 
 
 def release_name(build_path: str) -> str:

@@ -38,6 +38,8 @@ from .layer import (
 from .payload import Piece, check_plain_names
 from .region_table import KIND as REGION_TABLE_KIND
 from .region_table import region_table
+from .tensor_table import KIND as TENSOR_TABLE_KIND
+from .tensor_table import tensor_table
 from .uboot_script import KIND as UBOOT_SCRIPT_KIND
 from .uboot_script import uboot_script
 
@@ -127,10 +129,11 @@ def partition_map(target: Target, p: Plan, model_sha256: str, info: ModelInfo, t
 
 def board_files(target: Target, p: Plan, pmap: dict) -> list[tuple[str, bytes, str]]:
     """The plan for other tools: (path, bytes, kind) of the region table (``q25tok load`` on the
-    board), the C header, the dtsi, the picture and the U-Boot script (the regions loaded before
+    board), the tensor table (``q25_tensor_find``), the C header, the dtsi, the picture and the U-Boot script (the regions loaded before
     Linux)."""
     return [
         (layout.REGION_TABLE, region_table(pmap).encode(), REGION_TABLE_KIND),
+        (layout.TENSOR_TABLE, tensor_table(pmap).encode(), TENSOR_TABLE_KIND),
         (layout.MEMORY_HEADER, memory_header(target.board, p.memory).encode(), "memory-map-header"),
         (layout.DTSI, p.dtsi.encode(), "reserved-memory-dtsi"),
         (layout.SVG, memory_svg(target.board, p.memory).encode(), "memory-map-svg"),

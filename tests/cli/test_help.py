@@ -26,7 +26,7 @@ COMMANDS = [path for path, _ in walk(build_parser())]
 
 def test_the_walk_finds_every_command():
     assert {("inspect",), ("build",), ("targets",), ("deploy",), ("smoke",), ("status",), ("rollback",),
-            ("export", "tokenizer"), ("export", "tensors"), ("tokenize",), ("detokenize",),
+            ("export", "tokenizer"), ("export", "tensors"), ("export", "fixtures"), ("tokenize",), ("detokenize",),
             ("runtime", "build"), ("qemu", "up"), ("qemu", "down"), ("qemu", "status")} <= set(COMMANDS)
 
 
@@ -53,7 +53,8 @@ def test_every_command_that_reads_a_model_takes_it_both_ways():
         if "model" in dests or "model_option" in dests:
             readers.append(path)
             assert not dests["model"].option_strings and dests["model_option"].option_strings == ["--model"]
-    assert set(readers) == {("inspect",), ("build",), ("export", "tokenizer"), ("export", "tensors")}
+    assert set(readers) == {("inspect",), ("build",), ("export", "tokenizer"), ("export", "tensors"),
+                            ("export", "fixtures")}
 
 
 HEAVY = ("numpy", "gguf", "paramiko", "fabric", "pluggy", "q25deploy.model", "q25deploy.tokenizer",

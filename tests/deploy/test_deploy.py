@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import deploy, older_q25tok, release_bytes
+from release_modes import wrong_modes
 from sshd import USER, CuttingProxy, SSHServer, free_port
 
 from q25deploy.cli import main
@@ -56,6 +57,27 @@ def test_deploy_smoke_status_redeploy_rollback(tmp_path, capsys, ssh, models, q2
     assert "partition sha256" in [c["name"] for c in res[0]["smoke"]["checks"]]  # standalone: the full check
     # nothing was written outside the install path under the remote root
     assert {p.relative_to(root).parts[:3] for p in root.rglob("*") if p.is_file()} == {("lib", "firmware", "q25")}
+
+
+def test_a_release_has_one_mode_whatever_the_login_umask(tmp_path, capsys, ssh, models, q25tok):
+    """Files 0644, q25tok and directories 0755, as the layer's recipe and the OTA engines
+    install them (tests/ota/test_ota_real_*.py), even where the board's login umask is 077."""
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "sh").write_text('#!/bin/sh\numask 077\nexec /bin/sh "$@"\n')
+    (wrappers / "sh").chmod(0o755)
+    board = SSHServer(tmp_path / "umask077", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
+    root = tmp_path / "board"
+    try:
+        for build in (models["A"], models["B"]):  # B links the q25tok A sent
+            code, res, err = deploy(capsys, ssh, board, root, build, runtime=q25tok)
+            assert code == 0 and res[0]["ok"], err
+            release = root / "lib" / "firmware" / "q25" / "releases" / res[0]["release"]
+            assert (release / "q25tok").is_file() and wrong_modes(release) == {}, wrong_modes(release)
+            for made in (release.parent, release.parents[1]):  # releases/ and the install dir deploy made
+                assert oct(made.stat().st_mode & 0o777) == oct(0o755), made
+    finally:
+        board.stop()
 
 
 @pytest.mark.parametrize("transfer", ["paramiko", "openssh"])

@@ -2,7 +2,9 @@
 a directory standing in for the board's root and q25tok built from our C sources: the
 Mender update-module states and SWUpdate's post-install give the on-board layout and state
 file of `q25deploy deploy` (compared with a real deploy through sshd), tokenizer-only
-updates give deploy's release id, and a failing smoke test rolls back."""
+updates give deploy's release id, and a failing smoke test rolls back. Fast unit tests of the
+script: the real Mender and SWUpdate clients run it in test_ota_real_mender.py and
+test_ota_real_swupdate.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree, package, sh, swupdate_install
+from release_modes import wrong_modes
 
 from q25deploy.cli import main
 
@@ -81,7 +84,7 @@ def test_swupdate_postinstall_matches_the_mender_module(tmp_path, bb, q25tok_bin
     art = package(ota_builds["A"], "mender", tmp_path / "a.mender")
     sw_board = make_board(tmp_path / "sw", q25tok_bin)
     r = swupdate_install(bb, sw_board, swu)
-    assert r.returncode == 0 and "smoke test passed" in r.stderr, r.stderr
+    assert r.returncode == 0 and "smoke test passed" in r.stdout and r.stderr == "", r.stderr  # progress: stdout
     assert not (sw_board / INSTALL / ".q25-ota-incoming").exists()
     m_board = make_board(tmp_path / "m", q25tok_bin)
     assert all(x.returncode == 0 for x in mender_install(bb, m_board, art, tmp_path / "tree"))
@@ -91,7 +94,7 @@ def test_swupdate_postinstall_matches_the_mender_module(tmp_path, bb, q25tok_bin
     # the same again: already current, nothing changes
     before = layout(sw_board)
     r = swupdate_install(bb, sw_board, swu)
-    assert r.returncode == 0 and "already current" in r.stderr and layout(sw_board) == before
+    assert r.returncode == 0 and "already current" in r.stdout and layout(sw_board) == before
 
 
 def test_failing_smoke_test_rolls_back(tmp_path, bb, q25tok_bin, ota_builds):
@@ -159,3 +162,19 @@ def test_a_crafted_plan_cannot_leave_the_install_dir(tmp_path, bb, q25tok_bin, o
     r = sh(bb, board, "ArtifactInstall", str(tree))
     assert r.returncode != 0 and "unsafe path" in r.stderr
     assert not (board / "etc").exists() and not (board / INSTALL / "current").exists()
+
+
+def test_a_release_from_0600_payload_files_gets_the_one_mode(tmp_path, bb, q25tok_bin, ota_builds):
+    """The Mender client's file tree and SWUpdate's rawfile handler write 0600 files (the real
+    clients: test_ota_real_*.py); the release still gets deploy's modes, under any umask."""
+    board = make_board(tmp_path / "board", q25tok_bin)
+    tree = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
+    for f in (tree / "files").iterdir():
+        f.chmod(0o600)
+    old_umask = os.umask(0o077)
+    try:
+        assert sh(bb, board, "ArtifactInstall", str(tree)).returncode == 0
+    finally:
+        os.umask(old_umask)
+    release = board / INSTALL / "current"
+    assert wrong_modes(release.resolve()) == {}

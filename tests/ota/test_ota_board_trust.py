@@ -207,4 +207,4 @@ def test_swupdate_writes_the_payload_into_a_fresh_drop_directory(tmp_path, busyb
     drop.mkdir()
     (drop / "q25-plan").write_text("left over\n")
     r = swupdate_install(bb, board, swu)
-    assert r.returncode == 0 and "smoke test passed" in r.stderr and not drop.exists(), r.stderr
+    assert r.returncode == 0 and "smoke test passed" in r.stdout and not drop.exists(), r.stderr  # progress: stdout

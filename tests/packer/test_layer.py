@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from ollama_store import add_model
+from release_modes import DIR_MODE, FILE_MODE
 from requirements import need_program
 
 from q25deploy.cli import main
@@ -131,6 +132,17 @@ def test_model_assets_recipe(layers):
     assert not any(e["path"].endswith("q25_memory_map.h") for e in manifest["files"])
     assert re.findall(r"install .*q25_memory_map\.h.*", text) == [
         "install -m 0644 ${S}/q25_memory_map.h ${D}${includedir}/q25_memory_map.h"]
+
+
+def test_the_recipe_installs_the_release_in_its_one_mode(layers):
+    """The recipe's install lines give what deploy and the OTA clients give a release
+    (tests/release_modes.py): files 0644, directories ``install -d`` (0755)."""
+    recipe = next((layers["kv260"] / LAYER / "recipes-q25" / "q25-model-assets").glob("q25-model-assets_*.bb"))
+    lines = [line.split() for line in recipe.read_text().splitlines() if line.strip().startswith("install ")]
+    into = [w for w in lines if any(a.startswith("${D}${Q25_INSTALL_DIR}") for a in w)]
+    files = [w for w in into if w[1] != "-d"]
+    assert len(files) >= 5 and all(w[1:3] == ["-m", f"{FILE_MODE:04o}"] for w in files), files
+    assert DIR_MODE == 0o755 and all("-m" not in w for w in into if w[1] == "-d")  # install -d: 0755
 
 
 def test_pv_follows_the_content(tmp_path, layers, qwen25_tiny):

@@ -2,7 +2,7 @@
 
 The listing (``tests/data/output_digests.txt``) is what ``tools/output_digests.py`` printed for
 the tiny test model: every output of ``build`` for kv260, zcu104 and qemu, of ``export
-tokenizer`` and of ``export tensors``. A refactoring (moving the packer, splitting a module)
+tokenizer``, ``export tensors`` and ``export fixtures``. A refactoring (moving the packer, splitting a module)
 must leave it as it is. A change that alters an output on purpose records the new listing in
 the same commit, so the diff shows which files changed:
 

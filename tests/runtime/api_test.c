@@ -11,16 +11,7 @@
 #include "q25tok.h"
 #include "q25tok_internal.h" /* q25_bpe_piece_need, q25_add_sat: the piece-length bound */
 
-static int passed, failed;
-#define CHECK(cond)                                                                                                   \
-    do {                                                                                                              \
-        if (cond)                                                                                                     \
-            passed++;                                                                                                 \
-        else {                                                                                                        \
-            failed++;                                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                           \
-        }                                                                                                             \
-    } while (0)
+#include "check.h"
 
 static uint8_t *read_file(const char *path, size_t *n)
 {

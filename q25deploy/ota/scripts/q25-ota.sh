@@ -19,12 +19,17 @@
 # are ever removed. (A writer racing the script between a check and its use is not stopped:
 # the install dir should be writable by root only; docs/security.md.)
 set -u
+umask 022  # what it creates is the same whatever the engine's umask (the release's modes: set_modes)
 LC_ALL=C; export LC_ALL  # the name checks' [A-Za-z0-9] ranges are ASCII only in the C locale
 ROOT="${Q25_ROOT:-}"
 Q25_SWU_DIR=''  # set by `q25deploy package --format swupdate` (where the files handler writes)
 
+# Errors go to stderr. Progress goes to fd 3: stderr for Mender (which logs a module's stderr at
+# level info and reads its stdout as answers to queries), stdout for SWUpdate (which logs a
+# script's stdout as [INFO ] and its stderr as [ERROR], even when the script succeeds).
+exec 3>&2
 die() { echo "q25-ota: $*" >&2; exit 1; }
-say() { echo "q25-ota: $*" >&2; }
+say() { echo "q25-ota: $*" >&3; }
 
 # -- plain names -------------------------------------------------------------------------------
 is_rid() {  # 16 lower-case hex digits (a release id)
@@ -242,6 +247,23 @@ verify_release() {  # DIR: every file of DIR/release.json is a regular file (no 
 }
 
 # -- install ---------------------------------------------------------------------------------
+# One mode for a release, whatever installs it (deploy, the layer's recipe, Mender, SWUpdate):
+# files 0644 (a program that does not run as root reads the tokenizer image), q25tok 0755,
+# directories 0755. The engines' files come out 0600 (SWUpdate's rawfile handler, the Mender
+# client's file tree): the staged release gets its modes before it is verified and moved in.
+set_modes() {  # RELEASE-DIR: the directory, release.json, every file it lists and their directories
+    # (only paths release.json names, each checked and no part of it a link: never what find lists)
+    no_link "$1" "$1/release.json"
+    chmod 0755 "$1" && chmod 0644 "$1/release.json" || die "cannot set modes in $1"
+    release_files "$1/release.json" | while read -r _ _ rel; do
+        no_link_in "$1" "$rel"
+        q_m=0644; [ "$rel" = q25tok ] && q_m=0755
+        chmod "$q_m" "$1/$rel" || exit 1
+        q_r=$rel
+        while :; do case "$q_r" in */*) q_r=${q_r%/*}; chmod 0755 "$1/$q_r" || exit 1 ;; *) break ;; esac; done
+    done || die "cannot set modes in $1"
+}
+
 place() {  # SRC DST: a hard link when on one filesystem, else a copy; never onto an existing name
     no_link "$1"; [ -f "$1" ] || die "$1: not a regular file"
     if [ -e "$2" ] || [ -L "$2" ]; then die "$2 exists already: refusing to write onto it"; fi
@@ -293,6 +315,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     staging="$BASE/releases/.incoming-ota"
     rm -rf "$staging" "$staging.files"; mkdir "$staging" || die "cannot create $staging"
     if [ "$MODE" = full ]; then stage_full "$staging"; else stage_tokenizer "$staging"; fi
+    set_modes "$staging"
     no_link "$BASE/releases/$RELEASE"
     if [ "$old" = "$RELEASE" ] && [ -d "$BASE/releases/$RELEASE" ]; then
         rm -rf "$staging"; say "release $RELEASE is already current"; return 0  # nothing to roll back
@@ -304,6 +327,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
         rm -rf "$staging"
         (verify_release "$BASE/releases/$RELEASE") ||
             die "$BASE/releases/$RELEASE differs from release $RELEASE; the current release is unchanged"
+        set_modes "$BASE/releases/$RELEASE"  # kept from an install that may have left other modes
     else mv "$staging" "$BASE/releases/$RELEASE" && created=1; fi
     sync
     # what ArtifactRollback needs: the old state and current release, and whether ours is new
@@ -381,14 +405,18 @@ case "${1:-}" in
     ArtifactRollback) rollback "$2/files" ;;
     Cleanup) [ -f "$2/files/q25-plan" ] && cleanup "$2/files" || true ;;
     preinst)  # SWUpdate, before its files handler writes into the drop directory: a fresh one
+        exec 3>&1
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
         no_link "${swu_dir%/*}" "$swu_dir" "${swu_dir%/*}/releases"
         rm -rf "$swu_dir" && mkdir -p "${swu_dir%/*}" && mkdir -m 0700 "$swu_dir" || die "cannot create $swu_dir" ;;
     postinst)
+        exec 3>&1
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
-        install_release "$swu_dir" || exit 1
+        if ! (install_release "$swu_dir"); then  # its error said why; no payload or staging is left behind
+            rollback "$swu_dir"; cleanup "$swu_dir"; rm -rf "$swu_dir"; die "install failed: nothing was changed"
+        fi
         if ! (smoke "$swu_dir"); then
             rollback "$swu_dir"; cleanup "$swu_dir"; rm -rf "$swu_dir"; die "smoke test failed: rolled back"
         fi

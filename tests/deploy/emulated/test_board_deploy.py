@@ -39,6 +39,10 @@ def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64
     out = board.sh(f"cd {INSTALL}/current && sha256sum " + " ".join(x["file"] for x in pmap["regions"]))[1]
     assert {ln.split()[1]: ln.split()[0] for ln in out.splitlines()} == {x["file"]: x["sha256"] for x in pmap["regions"]}
     assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
+    # one mode, as the layer's recipe and the OTA clients install a release (BusyBox's stat)
+    modes = dict(reversed(ln.split()) for ln in board.sh(f"cd {INSTALL}/current/ && stat -c '%a %n' . * partitions/*")[1]
+                 .splitlines())
+    assert modes.pop("q25tok") == modes.pop(".") == modes.pop("partitions") == "755" and set(modes.values()) == {"644"}
 
     # B's files through OpenSSH's ssh client (logged in ahead, BusyBox's sh reading the command)
     code, res = q25(capsys, board.q25("deploy", build_b, "--strict", "--runtime-bin", str(q25tok_aarch64),

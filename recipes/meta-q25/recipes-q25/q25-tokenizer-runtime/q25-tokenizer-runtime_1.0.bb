@@ -8,6 +8,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 
 SRC_URI = "file://LICENSE \
            file://Makefile \
+           file://cli_dequant.c \
            file://cli_load.c \
            file://cli_receive.c \
            file://crc_table.inc \
@@ -15,18 +16,24 @@ SRC_URI = "file://LICENSE \
            file://q25tok_bpe.c \
            file://q25tok_cli.c \
            file://q25tok_decode.c \
+           file://q25tok_dequant.c \
            file://q25tok_encode.c \
            file://q25tok_image.c \
            file://q25tok_internal.h \
            file://q25tok_region.c \
            file://q25tok_mmio.c \
            file://q25tok_sha256.c \
+           file://q25tok_tensor.c \
           "
 
 # styhead and later unpack into UNPACKDIR (and refuse S = WORKDIR); scarthgap has no
 # UNPACKDIR and unpacks into WORKDIR. Setting UNPACKDIR here, even weakly, would override
 # bitbake.conf's own weak default on styhead and later.
 S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}"
+
+# q25tok_dequant.c (ggml dequantization, bit-exact with gguf-py) is compiled by the Makefile
+# with -fno-fast-math -ffp-contract=off after CFLAGS: a fused multiply-add would round once
+# where numpy rounds twice, and the A53 has FMA. Do not add -ffast-math to this recipe's CFLAGS.
 
 # WARNFLAGS without the Makefile's -Werror: a new compiler's new warning must not break an
 # image build (q25deploy's own host builds and tests keep -Werror)

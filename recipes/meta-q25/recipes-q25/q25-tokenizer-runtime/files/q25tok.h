@@ -36,7 +36,9 @@ enum q25_status {
     Q25_ERR_TOKEN_ID = -9,     /* an id passed to decode is out of range */
     Q25_ERR_OUT_CAPACITY = -10,   /* out_ids / out buffer too small: see stats / written */
     Q25_ERR_SCRATCH_CAPACITY = -11, /* scratch too small: see stats->scratch_needed */
-    Q25_ERR_TABLE = -12        /* a region table line is malformed */
+    Q25_ERR_TABLE = -12,       /* a region or tensor table line is malformed */
+    Q25_ERR_NOT_FOUND = -13,   /* no tensor of that name in the tensor table */
+    Q25_ERR_UNSUPPORTED = -14  /* a ggml type q25_dequantize does not know */
 };
 
 /* flags */
@@ -225,6 +227,62 @@ void q25_sha256_update(q25_sha256_ctx *ctx, const void *data, size_t len);
 void q25_sha256_final(q25_sha256_ctx *ctx, uint8_t out[32]);
 /* "cpu" when the SHA-256 instructions are used, "generic" otherwise */
 const char *q25_sha256_impl(void);
+
+/* ---- weights: the tensor table and ggml's block formats (q25tok_tensor.c, q25tok_dequant.c)
+ * A tensor table (partitions/tensors.tab of a build) has one tensor per line:
+ *   NAME TYPE TYPE_NAME REGION OFFSET BYTES SHAPE
+ * TYPE is ggml's type number, REGION the index of the region's line in regions.tab, OFFSET
+ * (hex) the tensor's first byte in that region, SHAPE ne[0],ne[1],... (ne[0] = row length).
+ * To read weights on the board: q25_tensor_find, then copy whole blocks from the region into
+ * normal memory (q25_region_read: aligned volatile reads of the Device mapping), then
+ * q25_dequantize them. Block k of a tensor starts at OFFSET + k * block_bytes. */
+enum q25_ggml_type {
+    Q25_GGML_F32 = 0, Q25_GGML_F16 = 1, Q25_GGML_Q4_0 = 2, Q25_GGML_Q4_1 = 3, Q25_GGML_Q5_0 = 6,
+    Q25_GGML_Q5_1 = 7, Q25_GGML_Q8_0 = 8, Q25_GGML_Q2_K = 10, Q25_GGML_Q3_K = 11, Q25_GGML_Q4_K = 12,
+    Q25_GGML_Q5_K = 13, Q25_GGML_Q6_K = 14, Q25_GGML_BF16 = 30
+};
+
+#define Q25_TENSOR_NAME_MAX 128
+#define Q25_TENSOR_MAX_DIMS 4
+
+typedef struct q25_tensor {
+    char name[Q25_TENSOR_NAME_MAX];
+    uint32_t type;           /* ggml type number (may be one q25_dequantize does not know) */
+    char type_name[16];
+    uint32_t region;         /* index of the region in regions.tab */
+    uint64_t offset;         /* first byte in the region */
+    uint64_t bytes;
+    uint32_t n_dims;
+    uint64_t ne[Q25_TENSOR_MAX_DIMS]; /* ne[0] = row length; unused dimensions are 1 */
+    uint64_t n_elements;
+} q25_tensor;
+
+/* Reads the tensor line after *pos (0 for the first) of a table of len bytes into *out and
+ * advances *pos: 1 = a tensor, 0 = no more, Q25_ERR_TABLE = a malformed line. */
+int q25_tensor_table_next(const char *text, size_t len, size_t *pos, q25_tensor *out);
+/* The tensor called name: Q25_OK, Q25_ERR_NOT_FOUND, or Q25_ERR_TABLE for a malformed line
+ * before it. Linear in the table (a 0.5B model has 290 lines). */
+int q25_tensor_find(const char *text, size_t len, const char *name, q25_tensor *out);
+
+/* Where blocks [first, first + count) of t lie in its region: *offset (from the region's
+ * start) and *bytes, for q25_region_read. The last block is t->bytes / block_bytes - 1; row r
+ * starts at block r * (ne[0] / block_elems). Q25_ERR_UNSUPPORTED for a type q25_dequantize
+ * does not know, Q25_ERR_ARG for a range outside the tensor. */
+int q25_tensor_blocks(const q25_tensor *t, uint64_t first, uint64_t count, uint64_t *offset, uint64_t *bytes);
+
+/* "Q4_K" etc., NULL for a type q25_dequantize does not know; and back (Q25_ERR_UNSUPPORTED) */
+const char *q25_ggml_type_name(uint32_t type);
+int q25_ggml_type_from_name(const char *name, uint32_t *type);
+/* elements and bytes of one block (1 element for F32/F16/BF16); Q25_ERR_UNSUPPORTED */
+int q25_ggml_block(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes);
+/* bytes of n elements (n a multiple of the block: else Q25_ERR_ARG) */
+int q25_ggml_bytes(uint32_t type, uint64_t n, uint64_t *bytes);
+/* n elements (a multiple of the block) of ggml type `type` at src (any alignment, normal
+ * memory, q25_ggml_bytes(type, n) bytes) to float32, bit for bit as gguf-py's
+ * gguf.quants.dequantize (numpy) and ggml's reference dequantization. Types: F32, F16, BF16,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; any other is
+ * Q25_ERR_UNSUPPORTED and dst is not written. */
+int q25_dequantize(uint32_t type, const void *src, size_t n, float *dst);
 
 #ifdef __cplusplus
 }

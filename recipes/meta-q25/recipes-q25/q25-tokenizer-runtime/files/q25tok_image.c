@@ -34,7 +34,9 @@ const char *q25_strerror(int status)
     case Q25_ERR_TOKEN_ID: return "token id out of range";
     case Q25_ERR_OUT_CAPACITY: return "output buffer too small";
     case Q25_ERR_SCRATCH_CAPACITY: return "scratch buffer too small";
-    case Q25_ERR_TABLE: return "malformed region table line";
+    case Q25_ERR_TABLE: return "malformed region or tensor table line";
+    case Q25_ERR_NOT_FOUND: return "no such tensor in the tensor table";
+    case Q25_ERR_UNSUPPORTED: return "ggml type not supported by q25_dequantize";
     default: return "unknown error";
     }
 }

@@ -1,0 +1,139 @@
+"""The real OTA clients on this machine: Debian's ``mender`` (3.4, standalone mode) and
+``swupdate`` (2022.12), each run in a private mount namespace that gives it a board's files
+without touching this machine's.
+
+Inside the namespace (``unshare --mount``, propagation private), as a board image has them:
+- ``/etc`` is an overlay whose upper directory holds ``mender/mender.conf``,
+  ``mender/artifact_info`` and ``hwrevision``;
+- ``/var/lib`` is an overlay whose upper directory holds ``mender/device_type`` and the
+  client's database (``/var/lib/mender`` is a link to ``/data/mender`` on Debian: the upper
+  directory replaces it);
+- ``/usr/share/mender/modules/v3`` is our update module only (``q25-release``);
+- ``/lib/firmware`` is the board's (the install dir ``/lib/firmware/q25`` is under it).
+The clients' PATH holds BusyBox applets and our ``q25tok`` (the board's userland); the
+update module and SWUpdate's script run under ``/bin/sh``. Every directory lives under
+``root``, so :func:`ota_helpers.layout` reads the board's install dir as with the file trees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from requirements import need, need_program
+
+from q25deploy.ota.scripts import SCRIPT
+
+MODULES = "/usr/share/mender/modules/v3"
+# $1 the scratch board; the rest: the client's command line. The mounts with util-linux's mount
+# (PATH is the board's BusyBox from the start: the clients inherit it)
+NAMESPACE = (
+    "set -e; b=$1; shift; m=/bin/mount; $m --make-rprivate /; "
+    '$m -t overlay overlay -o "lowerdir=/etc,upperdir=$b/etc,workdir=$b/.work-etc" /etc; '
+    '$m -t overlay overlay -o "lowerdir=/var/lib,upperdir=$b/var/lib,workdir=$b/.work-var-lib" /var/lib; '
+    f'$m --bind "$b/modules" {MODULES}; $m --bind "$b/lib/firmware" /lib/firmware; exec "$@"'
+)
+
+
+def need_clients() -> tuple[str, str]:
+    """The two clients, root and a mount namespace of our own (skip, or fail on CI)."""
+    mender = need_program("mender", "Debian: mender-client")
+    swupdate = need_program("swupdate", "Debian: swupdate")
+    need(
+        os.geteuid() == 0,
+        "root (the clients write /etc, /var/lib and /lib/firmware in a mount namespace)",
+        "run the tests as root, as .ci/run does",
+    )
+    need(
+        Path(MODULES).is_dir() and Path("/lib/firmware").is_dir(),
+        f"{MODULES} and /lib/firmware (the bind mounts' targets)",
+        "Debian: mender-client",
+    )
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, timeout=30)
+    need(probe.returncode == 0, "a private mount namespace (unshare --mount)", "CAP_SYS_ADMIN")
+    return mender, swupdate
+
+
+class ClientBoard:
+    """A board's files under ``root`` and the real clients run against them."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        busybox_path: str,
+        q25tok: Path,
+        device_type: str = "qemuarm64",
+        hw_revision: str = "qemu 1.0",
+        artifact_verify_key: Path | None = None,
+    ):
+        self.root = root
+        for d in (
+            "etc/mender",
+            "var/lib/mender",
+            ".work-etc",
+            ".work-var-lib",
+            "modules",
+            "lib/firmware",
+            "bin",
+            "tmp",
+        ):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        conf = {"DeviceTypeFile": "/var/lib/mender/device_type"}
+        if artifact_verify_key is not None:
+            conf["ArtifactVerifyKey"] = str(artifact_verify_key)
+        (root / "etc/mender/mender.conf").write_text(json.dumps(conf) + "\n")
+        (root / "etc/mender/artifact_info").write_text("artifact_name=q25-test-image\n")
+        (root / "var/lib/mender/device_type").write_text(f"device_type={device_type}\n")
+        (root / "etc/hwrevision").write_text(hw_revision + "\n")
+        module = root / "modules" / "q25-release"
+        shutil.copyfile(SCRIPT, module)
+        module.chmod(0o755)
+        for applet in Path(busybox_path).iterdir():
+            (root / "bin" / applet.name).symlink_to(os.readlink(applet))
+        shutil.copy2(q25tok, root / "bin" / "q25tok")
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        env = {"PATH": str(self.root / "bin"), "TMPDIR": str(self.root / "tmp"), "LC_ALL": "C"}
+        return subprocess.run(
+            ["unshare", "--mount", "/bin/sh", "-c", NAMESPACE, "sh", str(self.root), *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def mender(self, *args: str) -> subprocess.CompletedProcess:
+        return self.run(shutil.which("mender") or "mender", "--no-syslog", *args)
+
+    def swupdate(self, swu: Path, cert: Path) -> subprocess.CompletedProcess:
+        """``swupdate -i`` with the hardware revision of /etc/hwrevision (as a board's)."""
+        return self.run(shutil.which("swupdate") or "swupdate", "-v", "-k", str(cert), "-i", str(swu))
+
+    def provides(self) -> dict[str, str]:
+        r = self.mender("show-provides")
+        assert r.returncode == 0, r.stderr
+        return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+def current_release(root: Path) -> Path:
+    base = root / "lib" / "firmware" / "q25"
+    return base / os.readlink(base / "current")
+
+
+def break_q25tok(root: Path) -> None:
+    """The board's q25tok answers ``info`` but gives wrong ids: the smoke test fails."""
+    real = root / "bin" / "q25tok.real"
+    (root / "bin" / "q25tok").rename(real)
+    (root / "bin" / "q25tok").write_text(
+        f'#!/bin/sh\nif [ "$1" = encode ]; then echo 1 2 3; exit 0; fi\nexec {real} "$@"\n'
+    )
+    (root / "bin" / "q25tok").chmod(0o755)
+
+
+def said(r: subprocess.CompletedProcess) -> str:
+    """What a client printed, its log's escaped quotes as plain ones (Mender logs msg="...")."""
+    return (r.stdout + r.stderr).replace('\\"', '"')

@@ -1,0 +1,154 @@
+/*
+ * The weights API's contract (q25tok_dequant.c, q25tok_tensor.c): argument and type checks
+ * that leave dst untouched, sizes without overflow on 32- and 64-bit size_t, any source
+ * alignment, hand-computed values of a few blocks, and the tensor table reader's edge cases.
+ * Bit-exactness against gguf-py is tests/runtime/test_dequant.py's job. Prints "N passed, M failed".
+ */
+#include "q25tok.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+static const uint32_t KNOWN[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30};
+
+static int known(uint32_t t)
+{
+    for (size_t i = 0; i < sizeof KNOWN / sizeof KNOWN[0]; i++)
+        if (KNOWN[i] == t)
+            return 1;
+    return 0;
+}
+
+static void types_and_sizes(void)
+{
+    static uint8_t src[4096];
+    static float dst[2048];
+    for (uint32_t t = 0; t < 64; t++) {
+        uint32_t be = 0, bb = 0;
+        for (size_t i = 0; i < 2048; i++)
+            dst[i] = -7.0f;
+        if (!known(t)) {
+            CHECK(q25_dequantize(t, src, 256, dst) == Q25_ERR_UNSUPPORTED);
+            CHECK(q25_ggml_block(t, &be, &bb) == Q25_ERR_UNSUPPORTED && q25_ggml_type_name(t) == NULL);
+            CHECK(dst[0] == -7.0f && dst[255] == -7.0f);
+            continue;
+        }
+        uint32_t back;
+        CHECK(q25_ggml_block(t, &be, &bb) == Q25_OK && be > 0 && bb > 0);
+        CHECK(q25_ggml_type_from_name(q25_ggml_type_name(t), &back) == Q25_OK && back == t);
+        uint64_t bytes;
+        CHECK(q25_ggml_bytes(t, 256, &bytes) == Q25_OK && bytes == 256 / be * bb);
+        CHECK(q25_ggml_bytes(t, UINT64_MAX / be * be, &bytes) == (bb > be ? Q25_ERR_ARG : Q25_OK));
+        if (be > 1) {
+            CHECK(q25_dequantize(t, src, be + 1, dst) == Q25_ERR_ARG && dst[0] == -7.0f);
+            CHECK(q25_ggml_bytes(t, be - 1, &bytes) == Q25_ERR_ARG);
+        }
+        CHECK(q25_dequantize(t, NULL, 256, dst) == Q25_ERR_ARG && q25_dequantize(t, src, 256, NULL) == Q25_ERR_ARG);
+        CHECK(q25_dequantize(t, NULL, 0, NULL) == Q25_OK);
+        /* any source alignment gives the same values */
+        for (size_t i = 0; i < sizeof src; i++)
+            src[i] = (uint8_t)(i * 37u + 11u);
+        static float a[512], b[512];
+        static uint8_t shifted[4096 + 1];
+        memcpy(shifted + 1, src, 4096);
+        CHECK(q25_dequantize(t, src, 512, a) == Q25_OK && q25_dequantize(t, shifted + 1, 512, b) == Q25_OK);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+    }
+    uint32_t t;
+    CHECK(q25_ggml_type_from_name("IQ4_NL", &t) == Q25_ERR_UNSUPPORTED);
+    CHECK(q25_ggml_type_from_name(NULL, &t) == Q25_ERR_ARG);
+}
+
+static void hand_computed_blocks(void)
+{
+    float y[256];
+    /* Q8_0: d = 0.5 (0x3800), q = -128..-97 */
+    uint8_t q8[34] = {0x00, 0x38};
+    for (int i = 0; i < 32; i++)
+        q8[2 + i] = (uint8_t)(int8_t)(-128 + i);
+    CHECK(q25_dequantize(Q25_GGML_Q8_0, q8, 32, y) == Q25_OK && y[0] == -64.0f && y[31] == -48.5f);
+    /* Q4_0: d = 2 (0x4000); byte 0x9F: element 0 = (15 - 8) * 2, element 16 = (9 - 8) * 2 */
+    uint8_t q4[18] = {0x00, 0x40, 0x9F};
+    CHECK(q25_dequantize(Q25_GGML_Q4_0, q4, 32, y) == Q25_OK && y[0] == 14.0f && y[16] == 2.0f && y[1] == -16.0f);
+    /* Q4_K: d = 1, dmin = 0.5; sub-block 0 scale 3 min 2; qs[0] = 0x5A: element 0 = 3*10 - 1, element 32
+     * (sub-block 1, scale 0 min 0) = 0 */
+    uint8_t q4k[144] = {0x00, 0x3C, 0x00, 0x38, 3, 0, 0, 0, 2, 0, 0, 0};
+    q4k[16] = 0x5A;
+    CHECK(q25_dequantize(Q25_GGML_Q4_K, q4k, 256, y) == Q25_OK && y[0] == 29.0f && y[32] == 0.0f);
+    /* F16: the smallest subnormal, -0, a signalling NaN keeps its payload; BF16: 1.0 */
+    uint8_t f16[8] = {0x01, 0x00, 0x00, 0x80, 0x01, 0x7C, 0x80, 0x3F};
+    uint32_t bits[4];
+    CHECK(q25_dequantize(Q25_GGML_F16, f16, 3, y) == Q25_OK);
+    memcpy(bits, y, 12);
+    CHECK(y[0] == ldexpf(1.0f, -24) && bits[1] == 0x80000000u && bits[2] == 0x7F802000u);
+    CHECK(q25_dequantize(Q25_GGML_BF16, f16 + 6, 1, y) == Q25_OK && y[0] == 1.0f);
+}
+
+static void tensor_table(void)
+{
+    const char table[] = "# q25deploy tensor table 1\n"
+                         "token_embd.weight 14 Q6_K 0 0x0 420 256,2\r\n"
+                         "\n"
+                         "  blk.0.attn_norm.weight 0 F32 1 0x2000 1024 256   # a comment\n"
+                         "blk.0.odd 16 IQ2_XXS 1 0x3000 66 256\n"
+                         "last 8 Q8_0 2 0xabc 34 32";
+    q25_tensor t;
+    size_t pos = 0;
+    int n = 0;
+    while (q25_tensor_table_next(table, sizeof table - 1, &pos, &t) == 1)
+        n++;
+    CHECK(n == 4 && pos == sizeof table - 1);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "token_embd.weight", &t) == Q25_OK);
+    CHECK(t.type == 14 && t.ne[0] == 256 && t.ne[1] == 2 && t.ne[2] == 1 && t.n_dims == 2 && t.n_elements == 512);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "blk.0.attn_norm.weight", &t) == Q25_OK && t.region == 1
+          && t.offset == 0x2000 && t.bytes == 1024);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "blk.0.odd", &t) == Q25_OK && t.type == 16
+          && strcmp(t.type_name, "IQ2_XXS") == 0 && q25_ggml_type_name(t.type) == NULL);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "last", &t) == Q25_OK && t.offset == 0xabc);
+    uint64_t off, bytes;
+    CHECK(q25_tensor_blocks(&t, 0, 1, &off, &bytes) == Q25_OK && off == 0xabc && bytes == 34);
+    CHECK(q25_tensor_blocks(&t, 1, 0, &off, &bytes) == Q25_OK && off == 0xabc + 34 && bytes == 0);
+    CHECK(q25_tensor_blocks(&t, 1, 1, &off, &bytes) == Q25_ERR_ARG && q25_tensor_blocks(&t, 0, 2, &off, &bytes)
+          == Q25_ERR_ARG && q25_tensor_blocks(&t, 0, UINT64_MAX, &off, &bytes) == Q25_ERR_ARG);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "token_embd.weight", &t) == Q25_OK
+          && q25_tensor_blocks(&t, 1, 1, &off, &bytes) == Q25_OK && off == 210 && bytes == 210);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "blk.0.odd", &t) == Q25_OK
+          && q25_tensor_blocks(&t, 0, 1, &off, &bytes) == Q25_ERR_UNSUPPORTED);
+    CHECK(q25_tensor_find(table, sizeof table - 1, "token_embd", &t) == Q25_ERR_NOT_FOUND);
+    CHECK(q25_tensor_find(table, 0, "last", &t) == Q25_ERR_NOT_FOUND);
+    CHECK(q25_tensor_find(NULL, 0, "last", &t) == Q25_ERR_ARG);
+
+    char name[200];
+    memset(name, 'a', sizeof name);
+    for (int len = 126; len <= 128; len++) {
+        char line[300];
+        int l = snprintf(line, sizeof line, "%.*s 0 F32 0 0x0 4 1\n", len, name);
+        CHECK(q25_tensor_find(line, (size_t)l, "x", &t) == (len < Q25_TENSOR_NAME_MAX ? Q25_ERR_NOT_FOUND
+                                                                                         : Q25_ERR_TABLE));
+    }
+    static const char *bad[] = {
+        "x 0 F32 0 0x0 4 1 1", "x 0 F32 0 0X0 4 1", "x 0 F32 0 0xA 4 1", "x 0 F32 0 0x0 +4 1",
+        "x 0 F32 0 0x0 4 1,", "x 0 F32 0 0x0 4 ,1", "x 0 F32 0 0x0 4", "x 4294967296 F32 0 0x0 4 1",
+        "x 0 F32 0 0x0 18446744073709551616 1", "x 0 F32 0 0x1 18446744073709551615 1",
+        "x 0 F32 0 0x0 8 1", "x 0 F16 0 0x0 4 1", "x 0 F32 0 0x0 4 4294967296,4294967296,2",
+        "x\t0 F32 0 0x0 4 1", "x 0 F32 0 0x00000000000000000 4 1", "x 0 F32 4294967296 0x0 4 1",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = q25_tensor_find(bad[i], strlen(bad[i]), "x", &t);
+        CHECK(rc == Q25_ERR_TABLE);
+        if (rc != Q25_ERR_TABLE)
+            fprintf(stderr, "  accepted: %s\n", bad[i]);
+    }
+}
+
+int main(void)
+{
+    types_and_sizes();
+    hand_computed_blocks();
+    tensor_table();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
