@@ -68,7 +68,9 @@ def main() -> None:
             write_model(model, preset, str(vocab_path()))
             file_sha256(model, cache / "q25deploy")  # the digest a first build or an Ollama pull leaves
             out = tmp / "out"
-            cp_t, _ = best(["cp", str(model), str(tmp / "copy.gguf")], prep=lambda: (tmp / "copy.gguf").unlink(missing_ok=True))
+            cp_t, _ = best(
+                ["cp", str(model), str(tmp / "copy.gguf")], prep=lambda: (tmp / "copy.gguf").unlink(missing_ok=True)
+            )
             build_cmd = [exe, "build", "--target", a.target, "--model", str(model), "--out", str(out)]
 
             def cold(out=out):  # a fresh output directory and an empty tokenizer cache
@@ -89,11 +91,15 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
     print(f"target {a.target}; best of 3 (no-op: of 5); model digest cached (as after a first build or an Ollama pull)")
     print("cold: empty tokenizer cache (first build of this model); warm: tokenizer assets in the cache")
-    print(f"{'model':<6} {'size':>8} {'cp':>7} {'cold':>7} {'cold-cp':>8} {'warm':>7} {'warm-cp':>8} {'no-op':>7} "
-          f"{'peak RSS':>9}")
+    print(
+        f"{'model':<6} {'size':>8} {'cp':>7} {'cold':>7} {'cold-cp':>8} {'warm':>7} {'warm-cp':>8} {'no-op':>7} "
+        f"{'peak RSS':>9}"
+    )
     for preset, size, cp_t, c_t, w_t, n_t, rss in rows:
-        print(f"{preset:<6} {size:>6.0f}MB {cp_t:>6.2f}s {c_t:>6.2f}s {c_t - cp_t:>+7.2f}s {w_t:>6.2f}s "
-              f"{w_t - cp_t:>+7.2f}s {n_t:>6.3f}s {rss:>7.0f}MB")
+        print(
+            f"{preset:<6} {size:>6.0f}MB {cp_t:>6.2f}s {c_t:>6.2f}s {c_t - cp_t:>+7.2f}s {w_t:>6.2f}s "
+            f"{w_t - cp_t:>+7.2f}s {n_t:>6.3f}s {rss:>7.0f}MB"
+        )
     print("goals: build <= cp + 1 s; no-op <= 0.3 s; peak RSS <= 200 MB, flat with model size")
 
 

@@ -63,8 +63,14 @@ def main() -> None:
 
     ours = timed(lambda: ours_inspect(VOCAB), a.repeat)
     ref = timed(lambda: GGUFReader(VOCAB), max(1, min(a.repeat, 2)))
-    rows = [("inspect, vocab fixture (6 MB)", f"{ours * 1000:.1f} ms", f"gguf.GGUFReader {ref * 1000:.0f} ms",
-             f"{ref / ours:.0f}x faster (goal >= 20x)")]
+    rows = [
+        (
+            "inspect, vocab fixture (6 MB)",
+            f"{ours * 1000:.1f} ms",
+            f"gguf.GGUFReader {ref * 1000:.0f} ms",
+            f"{ref / ours:.0f}x faster (goal >= 20x)",
+        )
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         t = timed(lambda: export(VOCAB, tmp / "vocab-out"), a.repeat)

@@ -70,10 +70,22 @@ class Bench:
         return min(times)
 
     def q25(self, action: str, build: Path, *extra: str) -> dict:
-        argv = [action, "--target", "qemu", "--host", f"root@{self.address}:{self.srv.port}",
-                *(["--build", str(build)] if build else []),
-                "--identity", str(self.key), "--known-hosts", str(self.kh), "--remote-root", str(self.root),
-                "--json", *extra]
+        argv = [
+            action,
+            "--target",
+            "qemu",
+            "--host",
+            f"root@{self.address}:{self.srv.port}",
+            *(["--build", str(build)] if build else []),
+            "--identity",
+            str(self.key),
+            "--known-hosts",
+            str(self.kh),
+            "--remote-root",
+            str(self.root),
+            "--json",
+            *extra,
+        ]
         if action == "deploy":  # this host has no device tree that reserves the regions (the check still runs)
             argv.append("--allow-unreserved")
         with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -84,12 +96,37 @@ class Bench:
     def scp(self, *files: Path) -> None:
         dest = self.tmp / "scp"
         dest.mkdir(exist_ok=True)
-        subprocess.run(["scp", "-q", "-P", str(self.srv.port), "-i", str(self.key), "-o", f"UserKnownHostsFile={self.kh}",
-                        *map(str, files), f"root@{self.address}:{dest}/"], check=True)
+        subprocess.run(
+            [
+                "scp",
+                "-q",
+                "-P",
+                str(self.srv.port),
+                "-i",
+                str(self.key),
+                "-o",
+                f"UserKnownHostsFile={self.kh}",
+                *map(str, files),
+                f"root@{self.address}:{dest}/",
+            ],
+            check=True,
+        )
 
     def round_trip(self) -> None:
-        subprocess.run(["ssh", "-p", str(self.srv.port), "-i", str(self.key), "-o", f"UserKnownHostsFile={self.kh}",
-                        f"root@{self.address}", "true"], check=True)
+        subprocess.run(
+            [
+                "ssh",
+                "-p",
+                str(self.srv.port),
+                "-i",
+                str(self.key),
+                "-o",
+                f"UserKnownHostsFile={self.kh}",
+                f"root@{self.address}",
+                "true",
+            ],
+            check=True,
+        )
 
 
 def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> list:
@@ -98,10 +135,15 @@ def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> 
 
     def ours(receiver: str | None, transfer: str = "auto"):
         def send():
-            with Board(spec, identity=str(b.key), known_hosts=str(b.kh), trust_new_host=False,
-                       transfer=transfer) as board, open(part, "rb") as f:
+            with (
+                Board(
+                    spec, identity=str(b.key), known_hosts=str(b.kh), trust_new_host=False, transfer=transfer
+                ) as board,
+                open(part, "rb") as f,
+            ):
                 board.receiver = receiver
                 board.upload(f, size, str(dest / "ours.bin"))
+
         return send
 
     def sftp_put():
@@ -109,16 +151,23 @@ def transfer_rows(b: Bench, part: Path, runtime: Path, *, sftp: bool = True) -> 
             board.conn.client.open_sftp().put(str(part), str(dest / "sftp.bin"))
 
     scp, mb = b.best(lambda: b.scp(part)), f"{size / 1e6:.0f} MB"
-    rows = [(f"raw transfer, q25tok receive via ssh ({mb})", b.best(ours(str(runtime))), "scp", scp),
-            (f"raw transfer, q25tok receive via paramiko ({mb})", b.best(ours(str(runtime), "paramiko")), "scp", scp),
-            (f"raw transfer, tee into sha256 ({mb})", b.best(ours(None)), "scp", scp)]
+    rows = [
+        (f"raw transfer, q25tok receive via ssh ({mb})", b.best(ours(str(runtime))), "scp", scp),
+        (f"raw transfer, q25tok receive via paramiko ({mb})", b.best(ours(str(runtime), "paramiko")), "scp", scp),
+        (f"raw transfer, tee into sha256 ({mb})", b.best(ours(None)), "scp", scp),
+    ]
     return rows + ([(f"paramiko SFTP put ({mb})", b.best(sftp_put), "scp", scp)] if sftp else [])
 
 
 def deploy_rows(b: Bench, build: Path, other: Path, runtime: Path, *, brief: bool = False) -> list:
     """The deploy rows; ``brief``: the ones that send (tokenizer-only and the full deploy)."""
-    release = [build / "tokenizer" / "tokenizer.q25tokrt", build / "tokenizer" / "tokenizer_runtime_image_manifest.json",
-               build / "partition_map.json", *sorted((build / "partitions").iterdir()), runtime]
+    release = [
+        build / "tokenizer" / "tokenizer.q25tokrt",
+        build / "tokenizer" / "tokenizer_runtime_image_manifest.json",
+        build / "partition_map.json",
+        *sorted((build / "partitions").iterdir()),
+        runtime,
+    ]
     rt = ("--runtime-bin", str(runtime))
     fresh = lambda: shutil.rmtree(b.root, ignore_errors=True)  # noqa: E731
     scp = b.best(lambda: b.scp(*release))
@@ -127,19 +176,33 @@ def deploy_rows(b: Bench, build: Path, other: Path, runtime: Path, *, brief: boo
     # the release written); scp returns with the files in the page cache: the same files
     # scp'd and then synced on the "board" (this machine) are the like-for-like figure
     durable = b.best(lambda: (b.scp(*release), os.sync()))
-    rows = [("deploy (full release, verify + smoke)", full, "scp of the same files", scp),
-            ("deploy (the same runs)", full, "scp + sync (on disk)", durable),
-            ("deploy --transfer paramiko (full release)",
-             b.best(lambda: b.q25("deploy", build, *rt, "--transfer", "paramiko"), before=fresh), "scp of the same files",
-             scp)]
+    rows = [
+        ("deploy (full release, verify + smoke)", full, "scp of the same files", scp),
+        ("deploy (the same runs)", full, "scp + sync (on disk)", durable),
+        (
+            "deploy --transfer paramiko (full release)",
+            b.best(lambda: b.q25("deploy", build, *rt, "--transfer", "paramiko"), before=fresh),
+            "scp of the same files",
+            scp,
+        ),
+    ]
     trips = 0.0 if brief else b.best(lambda: (b.round_trip(), b.round_trip()))
-    rows += [] if brief else [
+    rows += (
+        []
+        if brief
+        else [
             ("unchanged redeploy", b.best(lambda: b.q25("deploy", build, *rt)), "2 SSH round trips", trips),
             ("status", b.best(lambda: b.q25("status", build)), "2 SSH round trips", trips),
             ("smoke (full: partitions hashed on the board)", b.best(lambda: b.q25("smoke", build)), "-", 0.0),
             ("smoke --quick", b.best(lambda: b.q25("smoke", build, "--quick")), "2 SSH round trips", trips),
-            ("smoke --quick, no build (the board's own image)", b.best(lambda: b.q25("smoke", None, "--quick")),
-             "2 SSH round trips", trips)]
+            (
+                "smoke --quick, no build (the board's own image)",
+                b.best(lambda: b.q25("smoke", None, "--quick")),
+                "2 SSH round trips",
+                trips,
+            ),
+        ]
+    )
     # tokenizer-only: a new image each time (alternate between the two alignments)
     state = {"next": other}
 
@@ -148,11 +211,25 @@ def deploy_rows(b: Bench, build: Path, other: Path, runtime: Path, *, brief: boo
         state["next"] = build if state["next"] == other else other
 
     image = other / "tokenizer" / "tokenizer.q25tokrt"
-    rows.insert(0, ("deploy --tokenizer-only, new image", b.best(tok_only), "scp of the image alone",
-                    b.best(lambda: b.scp(image))))
+    rows.insert(
+        0,
+        (
+            "deploy --tokenizer-only, new image",
+            b.best(tok_only),
+            "scp of the image alone",
+            b.best(lambda: b.scp(image)),
+        ),
+    )
     b.q25("deploy", build, "--tokenizer-only", *rt)
-    rows.insert(1, ("deploy --tokenizer-only, image already there",
-                    b.best(lambda: b.q25("deploy", build, "--tokenizer-only", *rt)), "-", 0.0))
+    rows.insert(
+        1,
+        (
+            "deploy --tokenizer-only, image already there",
+            b.best(lambda: b.q25("deploy", build, "--tokenizer-only", *rt)),
+            "-",
+            0.0,
+        ),
+    )
     return rows
 
 
@@ -191,12 +268,29 @@ def main() -> None:
             model = tmp / "qwen25-0.5b.gguf"
             write_model(model, "0.5b", str(vocab_path()))
             board = tmp / "qemu-align.toml"  # the same board asking another image alignment
-            board.write_text((ROOT / "targets" / "qemu.toml").read_text().replace("image_alignment = 4096",
-                                                                                   "image_alignment = 16384"))
+            board.write_text(
+                (ROOT / "targets" / "qemu.toml")
+                .read_text()
+                .replace("image_alignment = 4096", "image_alignment = 16384")
+            )
             with contextlib.redirect_stdout(io.StringIO()):
                 assert cli(["build", "--target", "qemu", "--model", str(model), "--out", str(tmp / "build")]) == 0
-                assert cli(["build", "--target", "qemu", "--target-file", str(board), "--model", str(model),
-                            "--out", str(tmp / "other")]) == 0
+                assert (
+                    cli(
+                        [
+                            "build",
+                            "--target",
+                            "qemu",
+                            "--target-file",
+                            str(board),
+                            "--model",
+                            str(model),
+                            "--out",
+                            str(tmp / "other"),
+                        ]
+                    )
+                    == 0
+                )
             build_runtime(tmp / "rt")
             runtime = tmp / "rt" / "q25tok"
             rows = transfer_rows(b, tmp / "build" / "partitions" / "region_00.bin", runtime)
@@ -207,8 +301,10 @@ def main() -> None:
     print_table(f"to one OpenSSH sshd on loopback, 0.5B-shaped model, best of {a.repeat}:", rows)
     if link:
         print_table(f"over a 1 Gbit/s link (veth into a network namespace, tc tbf), best of {a.repeat}:", link)
-    print("goals: tokenizer-only <= 2x scp of the image; full deploy time <= 1.25x scp of the same files "
-          "(>= 0.8x its speed); unchanged redeploy and status <= 2 SSH round trips")
+    print(
+        "goals: tokenizer-only <= 2x scp of the image; full deploy time <= 1.25x scp of the same files "
+        "(>= 0.8x its speed); unchanged redeploy and status <= 2 SSH round trips"
+    )
 
 
 if __name__ == "__main__":

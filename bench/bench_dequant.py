@@ -42,8 +42,23 @@ CHUNK = 1 << 22  # elements per call (both sides): bounds numpy's temporaries
 
 def build_library(tmp: Path) -> ctypes.CDLL:
     so = tmp / "libq25tok.so"
-    subprocess.run(["cc", "-std=c11", "-O2", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared",
-                    "-I", str(runtime_sources()), *map(str, runtime_library_sources()), "-o", str(so)], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-std=c11",
+            "-O2",
+            "-fno-fast-math",
+            "-ffp-contract=off",
+            "-fPIC",
+            "-shared",
+            "-I",
+            str(runtime_sources()),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(so),
+        ],
+        check=True,
+    )
     lib = ctypes.CDLL(str(so))
     lib.q25_dequantize.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     lib.q25_dequantize.restype = ctypes.c_int
@@ -77,7 +92,7 @@ def main() -> int:
                 per = CHUNK // blk_n * blk_b
                 r = rows.setdefault(t.type_name, [0, 0.0, 0.0])
                 for start in range(t.data_offset, t.data_offset + t.nbytes, per):
-                    chunk = data[start: min(start + per, t.data_offset + t.nbytes)]
+                    chunk = data[start : min(start + per, t.data_offset + t.nbytes)]
                     n = len(chunk) // blk_b * blk_n
                     t0 = time.perf_counter()
                     with np.errstate(all="ignore"):
@@ -95,8 +110,10 @@ def main() -> int:
     print(f"{'type':6} {'values':>13} {'numpy s':>9} {'C s':>8} {'numpy M/s':>10} {'C M/s':>8} {'C/numpy':>8}")
     for name, (n, tn, tc) in sorted(rows.items()) + [("all", total)]:
         print(f"{name:6} {int(n):>13,} {tn:9.2f} {tc:8.3f} {n / tn / 1e6:10.1f} {n / tc / 1e6:8.1f} {tn / tc:7.1f}x")
-    print(f"\nbit-exact: {'yes' if not mismatches else f'NO, {mismatches} chunks differ'}; "
-          f"goal C >= 5x numpy: {'met' if total[1] / total[2] >= 5 else 'NOT met'}")
+    print(
+        f"\nbit-exact: {'yes' if not mismatches else f'NO, {mismatches} chunks differ'}; "
+        f"goal C >= 5x numpy: {'met' if total[1] / total[2] >= 5 else 'NOT met'}"
+    )
     return 1 if mismatches else 0
 
 

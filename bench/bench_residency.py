@@ -63,8 +63,18 @@ def old_loader(rev: str, out: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(src, filter="data")
     files = src / SOURCES
-    subprocess.run(["make", "-s", "-C", str(files), "CC=aarch64-linux-gnu-gcc", "AR=aarch64-linux-gnu-ar",
-                    "CFLAGS=-O2 -g -mcpu=cortex-a53"], check=True)
+    subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(files),
+            "CC=aarch64-linux-gnu-gcc",
+            "AR=aarch64-linux-gnu-ar",
+            "CFLAGS=-O2 -g -mcpu=cortex-a53",
+        ],
+        check=True,
+    )
     return files / "q25tok"
 
 
@@ -89,18 +99,24 @@ def main() -> int:
         work = Path(tmp)
         root = eb.fetch_packages(eb.default_cache_dir())
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "key")], check=True)
-        initrd = eb.assemble_initramfs(root, work / "initramfs.cpio",
-                                       eb.InitramfsSpec("dropbear", (work / "key.pub").read_text()))
+        initrd = eb.assemble_initramfs(
+            root, work / "initramfs.cpio", eb.InitramfsSpec("dropbear", (work / "key.pub").read_text())
+        )
         (work / "bench.dtsi").write_text(DTSI)
         machine = eb.Machine.from_board(load_board(data_dir("targets") / "qemu.toml"))
         dtb = eb.make_dtb(work / "board.dtb", machine, work / "bench.dtsi")
         build_runtime(work / "new", cross="aarch64")
-        loaders = {"this tree": (work / "new" / "q25tok", {"16-byte": "16", "8-byte": "8"}),
-                   f"{a.old_rev} (memcpy/memset)": (old_loader(a.old_rev, work / "old"), {"glibc": ""})}
+        loaders = {
+            "this tree": (work / "new" / "q25tok", {"16-byte": "16", "8-byte": "8"}),
+            f"{a.old_rev} (memcpy/memset)": (old_loader(a.old_rev, work / "old"), {"glibc": ""}),
+        }
         data = os.urandom(USED)
         table = f"{NODE} {BASE:#x} {SIZE:#x} part.bin {USED} {hashlib.sha256(data).hexdigest()}\n".encode()
-        q = eb.boot(work / "vm", machine, eb.Boot(eb.kernel_image(root).absolute(), initrd.absolute(), (), dtb,
-                                                   port=eb.free_port()))
+        q = eb.boot(
+            work / "vm",
+            machine,
+            eb.Boot(eb.kernel_image(root).absolute(), initrd.absolute(), (), dtb, port=eb.free_port()),
+        )
         try:
             secs = eb.wait_for_ssh(q, timeout=180)
             kh = work / "known_hosts"
@@ -117,8 +133,7 @@ def main() -> int:
                 for width, env in widths.items():
                     pre = f"env Q25TOK_MMIO_WIDTH={env} " if env else ""
                     load = min(seconds(board, f"{pre}/tmp/b/q25tok load /tmp/b/regions.tab") for _ in range(a.runs))
-                    verify = min(seconds(board, f"{pre}/tmp/b/q25tok verify /tmp/b/regions.tab")
-                                 for _ in range(a.runs))
+                    verify = min(seconds(board, f"{pre}/tmp/b/q25tok verify /tmp/b/regions.tab") for _ in range(a.runs))
                     print(f"{name:32} {width:8} {mib / load:8.1f} {mib / verify:8.1f}")
         finally:
             q.stop()

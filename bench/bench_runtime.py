@@ -39,7 +39,9 @@ from q25deploy.tokenizer.image.reader import open_image  # noqa: E402
 from q25deploy.tokenizer.vocab import vocab_from_gguf  # noqa: E402
 
 VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
-PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def mixed_corpus(target: int) -> bytes:
@@ -88,15 +90,19 @@ def main() -> None:
         mb = len(corpus) / 1e6
 
         def run_c(cmd):
-            r = subprocess.run([*cmd, "encode", str(tmp / "qwen2.q25tokrt"), str(tmp / "corpus.txt")],
-                               capture_output=True, check=True)
+            r = subprocess.run(
+                [*cmd, "encode", str(tmp / "qwen2.q25tokrt"), str(tmp / "corpus.txt")], capture_output=True, check=True
+            )
             return r.stdout
 
         c_ids = [int(x) for x in run_c([str(q25tok)]).split()]
         t_c = best_of(lambda: run_c([str(q25tok)]))
-        enc = tiktoken.Encoding("qwen2", pat_str=PATTERN,
-                                mergeable_ranks={vocab.raw[i]: i for i in range(len(vocab.raw)) if vocab.types[i] == 1},
-                                special_tokens={})
+        enc = tiktoken.Encoding(
+            "qwen2",
+            pat_str=PATTERN,
+            mergeable_ranks={vocab.raw[i]: i for i in range(len(vocab.raw)) if vocab.types[i] == 1},
+            special_tokens={},
+        )
         text = corpus.decode("utf-8")
         tk_ids = enc.encode_ordinary(text)
         t_tk = best_of(lambda: enc.encode_ordinary(text))
@@ -114,9 +120,13 @@ def main() -> None:
             build_runtime(tmp / "arm", cross="aarch64")
             qemu = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu", str(tmp / "arm" / "q25tok")]
             t_q = best_of(lambda: run_c(qemu), 1)
-            rows.append(("q25tok encode, aarch64 under qemu (emulated)", f"{mb / t_q:8.1f} MB/s", f"{t_q * 1000:8.0f} ms"))
-        print(f"corpus: {len(corpus):,} bytes (code + CJK + multilingual), {len(c_ids):,} tokens; "
-              f"ids identical C / tiktoken / Python: {same}")
+            rows.append(
+                ("q25tok encode, aarch64 under qemu (emulated)", f"{mb / t_q:8.1f} MB/s", f"{t_q * 1000:8.0f} ms")
+            )
+        print(
+            f"corpus: {len(corpus):,} bytes (code + CJK + multilingual), {len(c_ids):,} tokens; "
+            f"ids identical C / tiktoken / Python: {same}"
+        )
         w = max(len(r[0]) for r in rows)
         for name, speed, ms in rows:
             print(f"  {name:<{w}}  {speed}  {ms}")
@@ -125,14 +135,28 @@ def main() -> None:
         cc = shutil.which("cc")
         exe = tmp / "open_bench"
         src = runtime_sources()
-        subprocess.run([cc, "-std=c11", "-O2", "-I", str(src), str(ROOT / "bench" / "open_bench.c"),
-                        *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+        subprocess.run(
+            [
+                cc,
+                "-std=c11",
+                "-O2",
+                "-I",
+                str(src),
+                str(ROOT / "bench" / "open_bench.c"),
+                *map(str, runtime_library_sources()),
+                "-o",
+                str(exe),
+            ],
+            check=True,
+        )
         print("image open (goal about 1 ms without CRC for Qwen2: checks 1-21 of docs/runtime-image.md):")
         for name, n_tokens in (("qwen2.q25tokrt", len(vocab.raw)), ("mini.q25tokrt", 1222)):
             out = subprocess.run([str(exe), str(tmp / name)], capture_output=True, text=True, check=True).stdout.split()
             size = (tmp / name).stat().st_size
-            print(f"  {name:<15} {n_tokens:>7,} tokens {size / 1e6:6.2f} MB   open {float(out[1]) / 1000:7.2f} us"
-                  f"   with CRC pass {float(out[2]) / 1e6:7.2f} ms")
+            print(
+                f"  {name:<15} {n_tokens:>7,} tokens {size / 1e6:6.2f} MB   open {float(out[1]) / 1000:7.2f} us"
+                f"   with CRC pass {float(out[2]) / 1e6:7.2f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,15 @@ from q25deploy.resources import data_dir  # noqa: E402
 
 METRICS = ("MB/s", "board CPU ms/MB", "client CPU ms/MB")
 # (cipher, MAC) pairings paramiko offers; a board that lacks one is skipped ("n/a")
-PAIRS = [("aes128-ctr", "hmac-sha1"), ("aes128-ctr", "hmac-sha2-256"), ("aes256-ctr", "hmac-sha1"),
-         ("aes256-ctr", "hmac-sha2-256"), ("aes128-ctr", "hmac-sha2-512"),
-         ("aes128-ctr", "hmac-sha2-256-etm@openssh.com"), ("aes128-gcm@openssh.com", "-")]
+PAIRS = [
+    ("aes128-ctr", "hmac-sha1"),
+    ("aes128-ctr", "hmac-sha2-256"),
+    ("aes256-ctr", "hmac-sha1"),
+    ("aes256-ctr", "hmac-sha2-256"),
+    ("aes128-ctr", "hmac-sha2-512"),
+    ("aes128-ctr", "hmac-sha2-256-etm@openssh.com"),
+    ("aes128-gcm@openssh.com", "-"),
+]
 
 
 class Target:
@@ -58,8 +64,18 @@ class Target:
 
 
 def openssh_client(tg: Target, argv: list[str], stdin: Path | None = None) -> float:
-    base = ["-p", str(tg.qemu.port), "-i", str(tg.key), "-o", f"UserKnownHostsFile={tg.kh}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"]
+    base = [
+        "-p",
+        str(tg.qemu.port),
+        "-i",
+        str(tg.key),
+        "-o",
+        f"UserKnownHostsFile={tg.kh}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+    ]
     t0 = time.perf_counter()
     with open(stdin or os.devnull, "rb") as f:
         subprocess.run(argv[:1] + base + argv[1:], stdin=f, check=True, capture_output=True)
@@ -105,8 +121,11 @@ class Runner:
                 except (paramiko.SSHException, subprocess.CalledProcessError, RuntimeError) as e:
                     self.notes.append(f"{tg.label}: {name}: {type(e).__name__}: {str(e)[:80]}")
                     continue
-                now = {METRICS[0]: mb / secs, METRICS[1]: (cpu_seconds(tg.qemu.pid) - b0) * 1e3 / mb,
-                       METRICS[2]: (client_cpu() - c0) * 1e3 / mb}
+                now = {
+                    METRICS[0]: mb / secs,
+                    METRICS[1]: (cpu_seconds(tg.qemu.pid) - b0) * 1e3 / mb,
+                    METRICS[2]: (client_cpu() - c0) * 1e3 / mb,
+                }
                 prev = out[name] or now
                 out[name] = {k: (max if k == METRICS[0] else min)(prev[k], now[k]) for k in METRICS}
         return out
@@ -138,17 +157,23 @@ class Runner:
         n = len(self.payload)
         ssh = ["ssh", "root@127.0.0.1", "cat > /dev/null"]
         self.notes.append(f"{tg.label}: best pair {pair[0]} + {pair[1]}")
-        rows = [("best pair, 1 channel", lambda: upload(t, self.payload)),
-                ("best pair, 2 channels", lambda: upload(t, self.payload, 2)),
-                ("best pair, 4 channels", lambda: upload(t, self.payload, 4)),
-                ("best pair, 2 connections", lambda: two_connections(tg, pair, self.payload)),
-                ("q25deploy Board.upload (connection.py)",
-                 lambda: _timed(lambda: b.upload(io.BytesIO(self.payload), n, "/dev/null"))),
-                ("download, client window 64 MiB", lambda: download(t, n)),
-                ("download, client window 2 MiB", lambda: download(small, n)),
-                ("ssh cat (OpenSSH client, its default cipher)", lambda: openssh_client(tg, ssh, self.file)),
-                ("ssh -c aes128-ctr -m hmac-sha1 cat",
-                 lambda: openssh_client(tg, ssh[:1] + ["-c", "aes128-ctr", "-m", "hmac-sha1"] + ssh[1:], self.file))]
+        rows = [
+            ("best pair, 1 channel", lambda: upload(t, self.payload)),
+            ("best pair, 2 channels", lambda: upload(t, self.payload, 2)),
+            ("best pair, 4 channels", lambda: upload(t, self.payload, 4)),
+            ("best pair, 2 connections", lambda: two_connections(tg, pair, self.payload)),
+            (
+                "q25deploy Board.upload (connection.py)",
+                lambda: _timed(lambda: b.upload(io.BytesIO(self.payload), n, "/dev/null")),
+            ),
+            ("download, client window 64 MiB", lambda: download(t, n)),
+            ("download, client window 2 MiB", lambda: download(small, n)),
+            ("ssh cat (OpenSSH client, its default cipher)", lambda: openssh_client(tg, ssh, self.file)),
+            (
+                "ssh -c aes128-ctr -m hmac-sha1 cat",
+                lambda: openssh_client(tg, ssh[:1] + ["-c", "aes128-ctr", "-m", "hmac-sha1"] + ssh[1:], self.file),
+            ),
+        ]
         if tg.label == "openssh":  # scp speaks SFTP: dropbear has no SFTP server
             rows.append(("scp", lambda: scp(tg, self.file)))
         return self.measure(tg, rows)
@@ -183,9 +208,26 @@ def two_connections(tg: Target, pair: list[str], payload: memoryview) -> float:
 
 
 def scp(tg: Target, path: Path) -> float:  # into the board's RAM root filesystem, overwritten each time
-    return _timed(lambda: subprocess.run(["scp", "-q", "-P", str(tg.qemu.port), "-i", str(tg.key), "-o",
-                                          f"UserKnownHostsFile={tg.kh}", "-o", "BatchMode=yes", str(path),
-                                          "root@127.0.0.1:/tmp/scp.bin"], check=True, capture_output=True))
+    return _timed(
+        lambda: subprocess.run(
+            [
+                "scp",
+                "-q",
+                "-P",
+                str(tg.qemu.port),
+                "-i",
+                str(tg.key),
+                "-o",
+                f"UserKnownHostsFile={tg.kh}",
+                "-o",
+                "BatchMode=yes",
+                str(path),
+                "root@127.0.0.1:/tmp/scp.bin",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    )
 
 
 def table(results: dict[str, dict[str, dict | None]], metric: str, digits: int) -> str:
@@ -205,8 +247,9 @@ def main() -> int:
     ap.add_argument("--windows", default="24576,1048576", help="dropbear -W values, one boot each")
     ap.add_argument("--flavours", default="dropbear,openssh")
     ap.add_argument("--smp", type=int, default=2, help="the board's vCPUs")
-    ap.add_argument("--pairs", default=",".join(f"{c}+{m}" for c, m in PAIRS),
-                    help="cipher+MAC pairings to try (MAC '-' for GCM)")
+    ap.add_argument(
+        "--pairs", default=",".join(f"{c}+{m}" for c, m in PAIRS), help="cipher+MAC pairings to try (MAC '-' for GCM)"
+    )
     args = ap.parse_args()
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # pairings a board lacks fail on purpose
     tmp = Path(tempfile.mkdtemp(prefix="bench-ssh-"))
@@ -215,8 +258,7 @@ def main() -> int:
     machine = eb.Machine.from_board(load_board(data_dir("targets") / "qemu.toml"), smp=args.smp)
     payload = os.urandom(args.mb * 1_000_000)
     (tmp / "payload.bin").write_bytes(payload)
-    runner = Runner(payload, tmp / "payload.bin", args.repeat,
-                    [tuple(p.split("+", 1)) for p in args.pairs.split(",")])
+    runner = Runner(payload, tmp / "payload.bin", args.repeat, [tuple(p.split("+", 1)) for p in args.pairs.split(",")])
     settings = [("dropbear", int(w)) for w in args.windows.split(",") if "dropbear" in args.flavours]
     settings += [("openssh", None)] if "openssh" in args.flavours else []
     results: dict[str, dict[str, dict | None]] = {}
@@ -226,8 +268,10 @@ def main() -> int:
             results[tg.label] = runner.board(tg)
         finally:
             tg.qemu.stop()
-    print(f"\n{args.mb} MB payload, best of {args.repeat}, board: {args.smp} vCPU TCG, "
-          f"host load average {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"\n{args.mb} MB payload, best of {args.repeat}, board: {args.smp} vCPU TCG, "
+        f"host load average {os.getloadavg()[0]:.1f}\n"
+    )
     for metric, digits in zip(METRICS, (1, 0, 0)):
         print(table(results, metric, digits) + "\n")
     print("\n".join(runner.notes))

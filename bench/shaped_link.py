@@ -34,8 +34,22 @@ def shaped_link(rate: str = "1gbit") -> Iterator[tuple[str, tuple[str, ...]]]:
         _run(*in_ns, "ip", "link", "set", board_if, "up")
         _run(*in_ns, "ip", "link", "set", "lo", "up")
         for prefix, dev in (((), host_if), (in_ns, board_if)):  # both directions
-            _run(*prefix, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "256kb",
-                 "latency", "20ms")
+            _run(
+                *prefix,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "256kb",
+                "latency",
+                "20ms",
+            )
         yield BOARD_IP, in_ns
     finally:
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, check=False)

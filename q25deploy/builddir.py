@@ -41,8 +41,9 @@ def open_under(base: Path, rel: str, where: str = "") -> BinaryIO:
             fd = nxt
         nxt = os.open(parts[-1], flags | getattr(os, "O_NONBLOCK", 0), dir_fd=fd)
     except OSError as e:
-        raise SchemaError(f"{base / rel}: cannot open ({'a symlink, refused' if e.errno in (40, 20) else e.strerror})"
-                          ) from None
+        raise SchemaError(
+            f"{base / rel}: cannot open ({'a symlink, refused' if e.errno in (40, 20) else e.strerror})"
+        ) from None
     finally:
         os.close(fd)
     if not stat.S_ISREG(os.fstat(nxt).st_mode):
@@ -82,10 +83,13 @@ class BuildDir:
         where = str(self.path / layout.REGION_TABLE)
         with open_under(self.path, layout.REGION_TABLE) as f:
             rows = parse_region_table(f.read(MAX_REGION_TABLE + 1), where)
-        planned = [{k: r[k] for k in ("node", "base", "size", "file", "used", "sha256")}
-                   for r in self.partition_map["regions"]]
+        planned = [
+            {k: r[k] for k in ("node", "base", "size", "file", "used", "sha256")} for r in self.partition_map["regions"]
+        ]
         if rows != planned:
-            raise SchemaError(f"{where}: its regions differ from {layout.PARTITION_MAP}'s; rebuild with q25deploy build")
+            raise SchemaError(
+                f"{where}: its regions differ from {layout.PARTITION_MAP}'s; rebuild with q25deploy build"
+            )
         return rows
 
     @cached_property
@@ -121,6 +125,8 @@ class BuildDir:
         except SchemaError as e:
             raise SchemaError(f"{e}; rebuild with q25deploy build") from None
         if actual != a.size:
-            raise SchemaError(f"{self.path / rel}: size {actual:,} differs from the build manifest's {a.size:,} "
-                              "(rebuild with q25deploy build)")
+            raise SchemaError(
+                f"{self.path / rel}: size {actual:,} differs from the build manifest's {a.size:,} "
+                "(rebuild with q25deploy build)"
+            )
         return self.path / rel

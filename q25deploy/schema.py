@@ -31,8 +31,18 @@ _PART = re.compile(r"[A-Za-z0-9_%@+,=~][A-Za-z0-9._%@+,=~-]{0,254}")  # one path
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")  # a plain file name (no hidden files)
 _PARTITION = re.compile(r"partitions/region_[0-9]{2,4}\.bin")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,127}")  # a device-tree node name
-BUILD_FILES = frozenset({layout.BUILD_INFO, layout.PARTITION_MAP, *layout.TABLES, layout.MEMORY_HEADER,
-                         layout.DTSI, layout.SVG, layout.UBOOT_SCRIPT, layout.SMOKE_IDS})
+BUILD_FILES = frozenset(
+    {
+        layout.BUILD_INFO,
+        layout.PARTITION_MAP,
+        *layout.TABLES,
+        layout.MEMORY_HEADER,
+        layout.DTSI,
+        layout.SVG,
+        layout.UBOOT_SCRIPT,
+        layout.SMOKE_IDS,
+    }
+)
 LAYER_DIR = "meta-q25"
 RELEASE_JSON = "release.json"
 
@@ -62,8 +72,9 @@ def array(v: Any, where: str, field: str) -> list:
 
 
 def hex64(v: Any, where: str, field: str) -> str:
-    return _expect(isinstance(v, str) and bool(_HEX64.fullmatch(v)), v, where, field,
-                   "a sha256 (64 lower-case hex digits)")
+    return _expect(
+        isinstance(v, str) and bool(_HEX64.fullmatch(v)), v, where, field, "a sha256 (64 lower-case hex digits)"
+    )
 
 
 def size(v: Any, where: str, field: str) -> int:
@@ -71,13 +82,19 @@ def size(v: Any, where: str, field: str) -> int:
 
 
 def release_id(v: Any, where: str, field: str) -> str:
-    return _expect(isinstance(v, str) and bool(_RELEASE_ID.fullmatch(v)), v, where, field,
-                   "a release id (16 lower-case hex digits)")
+    return _expect(
+        isinstance(v, str) and bool(_RELEASE_ID.fullmatch(v)),
+        v,
+        where,
+        field,
+        "a release id (16 lower-case hex digits)",
+    )
 
 
 def name(v: Any, where: str, field: str) -> str:
-    return _expect(isinstance(v, str) and bool(_NAME.fullmatch(v)), v, where, field,
-                   "a plain name ([A-Za-z0-9._+-], not hidden)")
+    return _expect(
+        isinstance(v, str) and bool(_NAME.fullmatch(v)), v, where, field, "a plain name ([A-Za-z0-9._+-], not hidden)"
+    )
 
 
 def rel_path(v: Any, where: str, field: str) -> str:
@@ -97,16 +114,23 @@ def build_path(v: Any, where: str, field: str) -> str:
     """A file a build directory may hold: the fixed names, ``tokenizer/NAME``, a partition, the layer."""
     rel_path(v, where, field)
     top, _, rest = v.partition("/")
-    if v in BUILD_FILES or _PARTITION.fullmatch(v) or (top == layout.TOKENIZER_DIR and _NAME.fullmatch(rest)) \
-            or (top == LAYER_DIR and rest):
+    if (
+        v in BUILD_FILES
+        or _PARTITION.fullmatch(v)
+        or (top == layout.TOKENIZER_DIR and _NAME.fullmatch(rest))
+        or (top == LAYER_DIR and rest)
+    ):
         return v
     raise _fail(where, field, f"{v!r:.120} is not a file a build directory holds")
 
 
 def release_name(v: Any, where: str, field: str) -> str:
     """A file inside ``releases/<id>/`` on a board: a plain name or a partition."""
-    if isinstance(v, str) and v != RELEASE_JSON and (_NAME.fullmatch(v) or _PARTITION.fullmatch(v)
-                                                     or v in layout.TABLES):
+    if (
+        isinstance(v, str)
+        and v != RELEASE_JSON
+        and (_NAME.fullmatch(v) or _PARTITION.fullmatch(v) or v in layout.TABLES)
+    ):
         return v
     raise _fail(where, field, f"{v!r:.120} is not a release file name")
 
@@ -132,8 +156,12 @@ def parse_manifest(doc: Any, where: str) -> dict[str, Artifact]:
         path = build_path(a.get("path"), where, f"{f}.path")
         if path in out:
             raise _fail(where, f"{f}.path", f"{path} is listed twice")
-        out[path] = Artifact(path, name(a.get("kind"), where, f"{f}.kind"),
-                             hex64(a.get("sha256"), where, f"{f}.sha256"), size(a.get("size"), where, f"{f}.size"))
+        out[path] = Artifact(
+            path,
+            name(a.get("kind"), where, f"{f}.kind"),
+            hex64(a.get("sha256"), where, f"{f}.sha256"),
+            size(a.get("size"), where, f"{f}.size"),
+        )
     return out
 
 
@@ -154,9 +182,15 @@ def parse_build_info(doc: Any, where: str) -> BuildInfo:
     path = build_path(image.get("path"), where, "image.path")
     if not path.startswith(layout.TOKENIZER_DIR + "/"):
         raise _fail(where, "image.path", f"{path!r} is not under {layout.TOKENIZER_DIR}/")
-    return BuildInfo(name(d.get("target"), where, "target"), hex64(model.get("sha256"), where, "model.sha256"),
-                     path, layout.release_name(path), abs_path(image.get("install_dir"), where, "image.install_dir"),
-                     hex64(image.get("vocab_fingerprint"), where, "image.vocab_fingerprint"), d)
+    return BuildInfo(
+        name(d.get("target"), where, "target"),
+        hex64(model.get("sha256"), where, "model.sha256"),
+        path,
+        layout.release_name(path),
+        abs_path(image.get("install_dir"), where, "image.install_dir"),
+        hex64(image.get("vocab_fingerprint"), where, "image.vocab_fingerprint"),
+        d,
+    )
 
 
 def parse_partition_map(doc: Any, where: str) -> dict:
@@ -185,8 +219,13 @@ def parse_partition_map(doc: Any, where: str) -> dict:
         name(t.get("name"), where, f"{f}.name"), name(t.get("type"), where, f"{f}.type")
         for k in ("bytes", "source_offset", "offset"):
             size(t.get(k), where, f"{f}.{k}")
-        _expect(t.get("region") in indexes and type(t.get("region")) is int, t.get("region"), where, f"{f}.region",
-                "the index of a region")
+        _expect(
+            t.get("region") in indexes and type(t.get("region")) is int,
+            t.get("region"),
+            where,
+            f"{f}.region",
+            "the index of a region",
+        )
         shape = array(t.get("shape"), where, f"{f}.shape")
         _expect(all(type(n) is int and n >= 0 for n in shape), shape, where, f"{f}.shape", "a list of sizes")
     return d
@@ -304,23 +343,48 @@ def parse_region_table(data: bytes, where: str) -> list[dict]:
             raise _fail(where, field, "is not NODE BASE SIZE FILE FILE_SIZE SHA256")
         node, base, length, file, used, digest = f
         _expect(bool(_NODE.fullmatch(node)), node, where, f"{field} NODE", "a device-tree node name")
-        file = _expect(_PARTITION.fullmatch(f"partitions/{file}") is not None, file, where, f"{field} FILE",
-                       "a partition's file name (region_NN.bin)")
+        file = _expect(
+            _PARTITION.fullmatch(f"partitions/{file}") is not None,
+            file,
+            where,
+            f"{field} FILE",
+            "a partition's file name (region_NN.bin)",
+        )
         for v, what in ((base, "BASE"), (length, "SIZE")):
-            _expect(bool(_TABLE_HEX.fullmatch(v)) and int(v, 16) % 16 == 0, v, where, f"{field} {what}",
-                    "a hex multiple of 16")
-        _expect(used.isdigit() and used.isascii() and int(used) <= int(length, 16) and int(length, 16) > 0, used,
-                where, f"{field} FILE_SIZE", "a byte count within SIZE")
+            _expect(
+                bool(_TABLE_HEX.fullmatch(v)) and int(v, 16) % 16 == 0,
+                v,
+                where,
+                f"{field} {what}",
+                "a hex multiple of 16",
+            )
+        _expect(
+            used.isdigit() and used.isascii() and int(used) <= int(length, 16) and int(length, 16) > 0,
+            used,
+            where,
+            f"{field} FILE_SIZE",
+            "a byte count within SIZE",
+        )
         hex64(digest, where, f"{field} SHA256")
         if len(rows) == 64:
             raise _fail(where, "", "more than 64 regions")
-        rows.append({"node": node, "base": int(base, 16), "size": int(length, 16), "file": f"partitions/{file}",
-                     "used": int(used), "sha256": digest})
+        rows.append(
+            {
+                "node": node,
+                "base": int(base, 16),
+                "size": int(length, 16),
+                "file": f"partitions/{file}",
+                "used": int(used),
+                "sha256": digest,
+            }
+        )
     return rows
 
 
-_TENSOR_LINE = re.compile(r"([A-Za-z0-9._-]{1,127}) (0|[1-9][0-9]{0,9}) ([A-Z][A-Z0-9_]{0,14}) (0|[1-9][0-9]{0,9}) "
-                          r"0x([0-9a-f]{1,16}) (0|[1-9][0-9]{0,19}) ([1-9][0-9]{0,19}(?:,[1-9][0-9]{0,19}){0,3})")
+_TENSOR_LINE = re.compile(
+    r"([A-Za-z0-9._-]{1,127}) (0|[1-9][0-9]{0,9}) ([A-Z][A-Z0-9_]{0,14}) (0|[1-9][0-9]{0,9}) "
+    r"0x([0-9a-f]{1,16}) (0|[1-9][0-9]{0,19}) ([1-9][0-9]{0,19}(?:,[1-9][0-9]{0,19}){0,3})"
+)
 
 
 def parse_tensor_table(text: str, where: str) -> list[dict]:
@@ -350,8 +414,17 @@ def parse_tensor_table(text: str, where: str) -> list[dict]:
             block, block_bytes = GGML_QUANT_SIZES[known]
             if known.name != qname or dims[0] % block or n // block * block_bytes != size:
                 raise _fail(where, f"line {no}", f"{qname} (type {qtype}) of shape {shape} is not {nbytes} bytes")
-        out.append({"name": name_, "type": int(qtype), "type_name": qname, "region": int(region),
-                    "offset": start, "bytes": size, "shape": dims})
+        out.append(
+            {
+                "name": name_,
+                "type": int(qtype),
+                "type_name": qname,
+                "region": int(region),
+                "offset": start,
+                "bytes": size,
+                "shape": dims,
+            }
+        )
     return out
 
 

@@ -45,7 +45,7 @@ def install_destinations(d):
     for line in body.splitlines():
         words = line.split()
         if len(words) >= 4 and words[0] == "install" and words[1] == "-m" and words[-1].startswith(dest_root):
-            out.append(words[-1][len(dest_root):])
+            out.append(words[-1][len(dest_root) :])
     return out
 
 

@@ -61,8 +61,17 @@ class TestBoard:
         c = paramiko.SSHClient()
         c.load_host_keys(str(self.known_hosts))
         c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect("127.0.0.1", self.port, self.user, key_filename=str(self.key), look_for_keys=False,
-                  allow_agent=False, timeout=30, banner_timeout=60, auth_timeout=60)
+        c.connect(
+            "127.0.0.1",
+            self.port,
+            self.user,
+            key_filename=str(self.key),
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=30,
+            banner_timeout=60,
+            auth_timeout=60,
+        )
         return c
 
     def sh(self, script: str, *, check: bool = True, timeout: float = 120) -> tuple[int, str, str]:
@@ -86,15 +95,32 @@ class TestBoard:
 
     def q25(self, action: str, build: Path, *extra: str) -> list[str]:
         """argv for ``q25deploy ACTION`` against this board."""
-        return [action, "--target", "qemu", "--host", self.host, "--build", str(build), "--identity", str(self.key),
-                "--known-hosts", str(self.known_hosts), "--json", *extra]
+        return [
+            action,
+            "--target",
+            "qemu",
+            "--host",
+            self.host,
+            "--build",
+            str(build),
+            "--identity",
+            str(self.key),
+            "--known-hosts",
+            str(self.known_hosts),
+            "--json",
+            *extra,
+        ]
 
 
 def _need_board_tools() -> None:
     need_program("qemu-system-aarch64", "Debian: qemu-system-arm")
     version = eb.qemu_version()
-    need(version[:2] >= eb.FAULTING_QEMU, f"qemu-system-aarch64 >= 10.0 (this one is {'.'.join(map(str, version))}, "
-         "which forgives unaligned access to Device memory)", "Debian: qemu-system-arm from bookworm-backports")
+    need(
+        version[:2] >= eb.FAULTING_QEMU,
+        f"qemu-system-aarch64 >= 10.0 (this one is {'.'.join(map(str, version))}, "
+        "which forgives unaligned access to Device memory)",
+        "Debian: qemu-system-arm from bookworm-backports",
+    )
     need_program("dtc", "Debian: device-tree-compiler")
     need_program("apt-get", "a Debian host")
     need_program("dpkg-deb", "a Debian host")
@@ -141,19 +167,33 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devme
     base = tmp_path_factory.mktemp("boards")
     initrds: dict[tuple, Path] = {}
 
-    def start(flavour: str, dtsi: Path | None, *, disk: Path | None = None, dropbear_args=(),
-              extra_files=None) -> TestBoard:
+    def start(
+        flavour: str, dtsi: Path | None, *, disk: Path | None = None, dropbear_args=(), extra_files=None
+    ) -> TestBoard:
         n = len(started)
         work = base / f"{n}-{flavour}"
         ikey = (flavour, tuple(dropbear_args), tuple(sorted((extra_files or {}).items())))
         if ikey not in initrds:
-            spec = eb.InitramfsSpec(flavour, Path(str(board_client_key) + ".pub").read_text(),
-                                    dropbear_args=tuple(dropbear_args), extra_files=dict(extra_files or {}),
-                                    preload=eb.guard_files(devmem_guard))
+            spec = eb.InitramfsSpec(
+                flavour,
+                Path(str(board_client_key) + ".pub").read_text(),
+                dropbear_args=tuple(dropbear_args),
+                extra_files=dict(extra_files or {}),
+                preload=eb.guard_files(devmem_guard),
+            )
             initrds[ikey] = eb.assemble_initramfs(board_root, work / "initramfs.cpio", spec)
         dtb = eb.make_dtb(work / "board.dtb", board_machine, dtsi)
-        q = eb.boot(work, board_machine, eb.Boot(eb.kernel_image(board_root).absolute(), initrds[ikey].absolute(),
-                                                 (disk.absolute(),) if disk else (), dtb, port=eb.free_port()))
+        q = eb.boot(
+            work,
+            board_machine,
+            eb.Boot(
+                eb.kernel_image(board_root).absolute(),
+                initrds[ikey].absolute(),
+                (disk.absolute(),) if disk else (),
+                dtb,
+                port=eb.free_port(),
+            ),
+        )
         started.append(q)
         try:
             secs = eb.wait_for_ssh(q, timeout=float(os.environ.get("Q25_BOARD_BOOT_TIMEOUT", "180")))

@@ -15,11 +15,13 @@ from requirements import need
 from yocto import snapshots
 
 META = "openembedded-core/meta/"
-FILES = {"init": "recipes-core/dropbear/dropbear/init",
-         "dropbear.default": "recipes-core/dropbear/dropbear/dropbear.default",
-         "dropbear@.service": "recipes-core/dropbear/dropbear/dropbear@.service",
-         # the image's allow-root-login / allow-empty-password edits of /etc/default/dropbear
-         "rootfs-postcommands": "classes-recipe/rootfs-postcommands.bbclass"}
+FILES = {
+    "init": "recipes-core/dropbear/dropbear/init",
+    "dropbear.default": "recipes-core/dropbear/dropbear/dropbear.default",
+    "dropbear@.service": "recipes-core/dropbear/dropbear/dropbear@.service",
+    # the image's allow-root-login / allow-empty-password edits of /etc/default/dropbear
+    "rootfs-postcommands": "classes-recipe/rootfs-postcommands.bbclass",
+}
 FUNCTION = "q25_dropbear_receive_window"
 
 
@@ -28,8 +30,11 @@ def oe_dropbear_files(series: str) -> dict[str, str]:
     """OE-core's init script, defaults file and systemd unit of dropbear, and the image class
     that edits the defaults file, for one series (keys of FILES)."""
     tarball = snapshots() / f"yocto-{series}.tar.xz"
-    need(tarball.is_file(), f"Yocto snapshot {tarball}", "../shared/yocto beside the repository, or set "
-         "Q25_YOCTO_SNAPSHOTS")
+    need(
+        tarball.is_file(),
+        f"Yocto snapshot {tarball}",
+        "../shared/yocto beside the repository, or set Q25_YOCTO_SNAPSHOTS",
+    )
     names = {META + path: key for key, path in FILES.items()}
     out = {}
     with tarfile.open(tarball, "r:xz") as tar:
@@ -59,8 +64,12 @@ def apply_window(function: str, default_file: Path, window: int, shell: tuple[st
 def sh_words(default_file: Path) -> list[str]:
     """The words the init script passes: it sources the file and expands $DROPBEAR_EXTRA_ARGS
     unquoted."""
-    r = subprocess.run(["sh", "-c", '. "$1"; for w in $DROPBEAR_EXTRA_ARGS; do echo "$w"; done', "sh",
-                        str(default_file)], check=True, capture_output=True, text=True)
+    r = subprocess.run(
+        ["sh", "-c", '. "$1"; for w in $DROPBEAR_EXTRA_ARGS; do echo "$w"; done', "sh", str(default_file)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return r.stdout.split("\n")[:-1]
 
 

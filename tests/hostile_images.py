@@ -26,7 +26,7 @@ def fix_crcs(data: bytearray) -> None:
         ent = HEADER_SIZE + k * ENTRY_SIZE
         off, size = struct.unpack_from("<QQ", data, ent + 8)
         if off + size <= len(data):
-            struct.pack_into("<I", data, ent + ENTRY_CRC, zlib.crc32(bytes(data[off:off + size])))
+            struct.pack_into("<I", data, ent + ENTRY_CRC, zlib.crc32(bytes(data[off : off + size])))
     struct.pack_into("<I", data, HEADER_CRC, 0)
     struct.pack_into("<I", data, HEADER_CRC, zlib.crc32(bytes(data[:header_size])))
 
@@ -77,11 +77,15 @@ def targeted(image: bytes) -> list[tuple[str, bytes]]:
     def swap_entries(a: str, b: str):
         def f(d: bytearray) -> None:
             ea, eb = ent[a], ent[b]
-            d[ea:ea + ENTRY_SIZE], d[eb:eb + ENTRY_SIZE] = bytes(d[eb:eb + ENTRY_SIZE]), bytes(d[ea:ea + ENTRY_SIZE])
+            d[ea : ea + ENTRY_SIZE], d[eb : eb + ENTRY_SIZE] = (
+                bytes(d[eb : eb + ENTRY_SIZE]),
+                bytes(d[ea : ea + ENTRY_SIZE]),
+            )
+
         return f
 
     def swap_specials(d: bytearray) -> None:
-        d[sp:sp + 8], d[sp + 8:sp + 16] = bytes(d[sp + 8:sp + 16]), bytes(d[sp:sp + 8])
+        d[sp : sp + 8], d[sp + 8 : sp + 16] = bytes(d[sp + 8 : sp + 16]), bytes(d[sp : sp + 8])
 
     def pre(text: bytes):
         return lambda d: d.__setitem__(slice(meta + 96, meta + 128), text.ljust(32, b"\0"))
@@ -100,9 +104,17 @@ def targeted(image: bytes) -> list[tuple[str, bytes]]:
         ("17 classes end", u32(cl + 8 * (len(img.classes) - 1), 0x110000)),
         ("18 pair slot", u32(pi + 4 * used[0], n_merges + 1)),
         ("18 pair count", u32(pi + 4 * used[0], 0)),
-        ("18 pair capacity", lambda d: struct.pack_into("<QI4xQ", d, ent["merge_pair_index"] + 16,
-                                                         sec["merge_pair_index"]["size"] // 2, 4,
-                                                         sec["merge_pair_index"]["record_count"] // 2)),
+        (
+            "18 pair capacity",
+            lambda d: struct.pack_into(
+                "<QI4xQ",
+                d,
+                ent["merge_pair_index"] + 16,
+                sec["merge_pair_index"]["size"] // 2,
+                4,
+                sec["merge_pair_index"]["record_count"] // 2,
+            ),
+        ),
         ("19 token offset", u32(ti + 8 * 7, tb["size"])),
         ("19 token length", u16(ti + 8 * (n - 1) + 4, 0xFFFF)),
         ("20 merge left", u32(mt + 16 * 3, n)),

@@ -22,7 +22,18 @@ def mini_vocab(vocab_gguf, n_tokens: int = 1200) -> Vocab:
     raw = list(full.raw[:n_tokens]) + [t.encode() for _, t, _ in QWEN25_ADDED]
     gguf_types = np.concatenate([full.gguf_types[:n_tokens], [ty for _, _, ty in QWEN25_ADDED]]).astype(np.uint16)
     eos = n_tokens + 2
-    return Vocab(model="gpt2", pre="qwen2", texts=texts, raw=raw,
-                 types=effective_types(texts, gguf_types, {}), gguf_types=gguf_types,
-                 merges=merges, merge_texts=merge_texts, bos=n_tokens, eos=eos, pad=n_tokens,
-                 add_bos=False, chat_template=None)
+    return Vocab(
+        model="gpt2",
+        pre="qwen2",
+        texts=texts,
+        raw=raw,
+        types=effective_types(texts, gguf_types, {}),
+        gguf_types=gguf_types,
+        merges=merges,
+        merge_texts=merge_texts,
+        bos=n_tokens,
+        eos=eos,
+        pad=n_tokens,
+        add_bos=False,
+        chat_template=None,
+    )

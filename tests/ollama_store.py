@@ -17,13 +17,23 @@ def _blob(root: Path, data: bytes) -> dict:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
-def add_model(root: Path, ref: str, gguf: Path, *, license: str | None = "Apache License 2.0 (test)",
-              template: str = "{{ .Prompt }}", params: str = '{"stop": ["<|im_end|>"]}') -> Path:
+def add_model(
+    root: Path,
+    ref: str,
+    gguf: Path,
+    *,
+    license: str | None = "Apache License 2.0 (test)",
+    template: str = "{{ .Prompt }}",
+    params: str = '{"stop": ["<|im_end|>"]}',
+) -> Path:
     """Add ``ref`` (name:tag or host/ns/name:tag) pointing at a copy of ``gguf``; returns the blob path."""
     name, _, tag = ref.partition(":")
     parts = name.split("/")
-    host, ns = ("registry.ollama.ai", "library") if len(parts) == 1 else (
-        ("registry.ollama.ai", parts[0]) if len(parts) == 2 else (parts[0], parts[1]))
+    host, ns = (
+        ("registry.ollama.ai", "library")
+        if len(parts) == 1
+        else (("registry.ollama.ai", parts[0]) if len(parts) == 2 else (parts[0], parts[1]))
+    )
     model = parts[-1]
     data = Path(gguf).read_bytes()
     layers = [{"mediaType": MEDIA + "model", **_blob(root, data)}]
@@ -32,9 +42,12 @@ def add_model(root: Path, ref: str, gguf: Path, *, license: str | None = "Apache
         layers.append({"mediaType": MEDIA + "license", **_blob(root, license.encode())})
     layers.append({"mediaType": MEDIA + "params", **_blob(root, params.encode())})
     config = _blob(root, b'{"model_format":"gguf","model_family":"qwen2"}')
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **config},
-                "layers": layers}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **config},
+        "layers": layers,
+    }
     mdir = root / "manifests" / host / ns / model
     mdir.mkdir(parents=True, exist_ok=True)
     (mdir / (tag or "latest")).write_text(json.dumps(manifest))

@@ -16,8 +16,17 @@ import paramiko
 CHUNK = 1 << 20
 
 
-def connect(port: int, key: Path, known_hosts: Path, cipher: str | None = None, mac: str | None = None, *,
-            window: int = 64 << 20, packet: int = 32768, user: str = "root") -> paramiko.Transport:
+def connect(
+    port: int,
+    key: Path,
+    known_hosts: Path,
+    cipher: str | None = None,
+    mac: str | None = None,
+    *,
+    window: int = 64 << 20,
+    packet: int = 32768,
+    user: str = "root",
+) -> paramiko.Transport:
     """A logged-in transport to 127.0.0.1:port offering only ``cipher`` and ``mac`` (when
     given; "-" for an AEAD cipher's MAC), the host key checked against ``known_hosts``."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -69,13 +78,13 @@ def upload(t: paramiko.Transport, payload: memoryview, channels: int = 1, *, win
 
     def send(c, view):
         for i in range(0, len(view), CHUNK):
-            c.sendall(view[i:i + CHUNK])
+            c.sendall(view[i : i + CHUNK])
         c.shutdown_write()
         if c.recv_exit_status() != 0:
             raise RuntimeError("cat failed on the board")
 
     try:
-        return in_parallel([lambda c=c, i=i: send(c, payload[i * part:(i + 1) * part]) for i, c in enumerate(chans)])
+        return in_parallel([lambda c=c, i=i: send(c, payload[i * part : (i + 1) * part]) for i, c in enumerate(chans)])
     finally:
         for c in chans:
             c.close()

@@ -33,9 +33,15 @@ class SSHServer:
     ``prefix`` put it elsewhere: ``prefix`` starts it (``ip netns exec NS``), ``address`` is
     where it listens there (bench/shaped_link.py)."""
 
-    def __init__(self, workdir: Path, client_key: Path, env_path: str | None = None,
-                 env: dict[str, str] | None = None, address: str = "127.0.0.1",
-                 prefix: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        client_key: Path,
+        env_path: str | None = None,
+        env: dict[str, str] | None = None,
+        address: str = "127.0.0.1",
+        prefix: tuple[str, ...] = (),
+    ) -> None:
         self.dir, self.address = workdir, address
         workdir.mkdir(parents=True, exist_ok=True)
         self.host_key = keygen(workdir / "host_ed25519")
@@ -45,13 +51,38 @@ class SSHServer:
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         except OSError:
             pass
-        cmd = [*prefix, SSHD, "-D", "-e", "-f", "/dev/null",
-               "-o", f"HostKey={self.host_key}", "-o", f"PidFile={workdir / 'sshd.pid'}",
-               "-o", f"ListenAddress={address}", "-o", f"Port={self.port}",
-               "-o", f"AuthorizedKeysFile={workdir / 'authorized_keys'}", "-o", "StrictModes=no",
-               "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no",
-               "-o", "PermitRootLogin=prohibit-password", "-o", "Subsystem=sftp internal-sftp",
-               "-o", "MaxSessions=64", "-o", "MaxStartups=64"]
+        cmd = [
+            *prefix,
+            SSHD,
+            "-D",
+            "-e",
+            "-f",
+            "/dev/null",
+            "-o",
+            f"HostKey={self.host_key}",
+            "-o",
+            f"PidFile={workdir / 'sshd.pid'}",
+            "-o",
+            f"ListenAddress={address}",
+            "-o",
+            f"Port={self.port}",
+            "-o",
+            f"AuthorizedKeysFile={workdir / 'authorized_keys'}",
+            "-o",
+            "StrictModes=no",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "KbdInteractiveAuthentication=no",
+            "-o",
+            "PermitRootLogin=prohibit-password",
+            "-o",
+            "Subsystem=sftp internal-sftp",
+            "-o",
+            "MaxSessions=64",
+            "-o",
+            "MaxStartups=64",
+        ]
         # bash as the login shell sources ~/.bashrc for every remote command, and a workstation's
         # may start pyenv or conda (170 ms per command measured here): a board's BusyBox sh reads
         # nothing. bash skips it for a nested shell, which SHLVL=1 makes every session's shell.

@@ -18,6 +18,9 @@ def test_no_tracked_file_holds_conflict_markers():
         files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
-    bad = [name for name in files.decode().split("\0") if name and (ROOT / name).is_file()
-           and MARKER.search((ROOT / name).read_bytes())]
+    bad = [
+        name
+        for name in files.decode().split("\0")
+        if name and (ROOT / name).is_file() and MARKER.search((ROOT / name).read_bytes())
+    ]
     assert not bad, f"conflict markers in {bad}"

@@ -40,8 +40,22 @@ DEVICE_TREE = "meta-xilinx/meta-xilinx-core/recipes-bsp/device-tree/device-tree.
 XILINX_LAYERS = ("meta-arm/meta-arm", "meta-arm/meta-arm-toolchain", "meta-xilinx/meta-xilinx-core")
 # tasks that need no compiler and no pseudo can run offline: the layer has no patches
 ASSUME_PROVIDED = "patch-native quilt-native patch-replacement-native"
-HOST_TOOLS = ("gawk", "chrpath", "diffstat", "makeinfo", "cpio", "file", "socat", "zstd", "lz4", "git", "g++",
-              "wget", "xz", "patch")
+HOST_TOOLS = (
+    "gawk",
+    "chrpath",
+    "diffstat",
+    "makeinfo",
+    "cpio",
+    "file",
+    "socat",
+    "zstd",
+    "lz4",
+    "git",
+    "g++",
+    "wget",
+    "xz",
+    "patch",
+)
 HOW = "Debian: the Yocto host packages in .ci/run"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 TIMEOUT = 1200
@@ -102,8 +116,11 @@ class Workspace:
         for prog in HOST_TOOLS:
             need_program(prog, HOW)
         r = subprocess.run(["locale", "-a"], capture_output=True, text=True, check=False)
-        need(re.search(r"^en_US\.utf-?8$", r.stdout, re.M | re.I) is not None, "locale en_US.UTF-8",
-             "enable it in /etc/locale.gen and run locale-gen (.ci/run does)")
+        need(
+            re.search(r"^en_US\.utf-?8$", r.stdout, re.M | re.I) is not None,
+            "locale en_US.UTF-8",
+            "enable it in /etc/locale.gen and run locale-gen (.ci/run does)",
+        )
         user = None
         if os.geteuid() == 0:  # BitBake refuses root
             need_program("runuser", "Debian: util-linux")
@@ -138,14 +155,18 @@ class Workspace:
         """The series' snapshot, unpacked once (kept when Q25_BITBAKE_WORKDIR is set)."""
         if series not in self.trees:
             tarball = snapshots() / f"yocto-{series}.tar.xz"
-            need(tarball.is_file(), f"Yocto snapshot {tarball}", "../shared/yocto beside the repository, or set "
-                 "Q25_YOCTO_SNAPSHOTS")
+            need(
+                tarball.is_file(),
+                f"Yocto snapshot {tarball}",
+                "../shared/yocto beside the repository, or set Q25_YOCTO_SNAPSHOTS",
+            )
             top = self.root / series
             if not (top / "bitbake" / "bin" / "bitbake").is_file():
                 top.mkdir(exist_ok=True)
                 t0 = time.monotonic()
-                subprocess.run(["tar", "--no-same-owner", "-xJf", str(tarball), "-C", str(top)], check=True,
-                               capture_output=True)
+                subprocess.run(
+                    ["tar", "--no-same-owner", "-xJf", str(tarball), "-C", str(top)], check=True, capture_output=True
+                )
                 self.chown(top)  # the trees must belong to BitBake's user
                 self.timings.append((f"{series}: unpack", time.monotonic() - t0, ""))
             self.trees[series] = top
@@ -207,13 +228,15 @@ class BuildDir:
         if layers != "xilinx":
             # only meta-q25's own recipes: OE-core's configuration and classes are all there,
             # its ~900 recipes are parsed (cold, about a minute) in the "xilinx" build
-            local += ['BBMASK += "/openembedded-core/meta/recipes-"',
-                      "# the mask leaves OE-core's collection empty on purpose: no warning for that",
-                      'BBFILE_PATTERN_IGNORE_EMPTY_core = "1"']
+            local += [
+                'BBMASK += "/openembedded-core/meta/recipes-"',
+                "# the mask leaves OE-core's collection empty on purpose: no warning for that",
+                'BBFILE_PATTERN_IGNORE_EMPTY_core = "1"',
+            ]
         (path / "conf" / "local.conf").write_text("\n".join(local) + "\n")
         (path / "conf" / "bblayers.conf").write_text(
-            'BBPATH = "${TOPDIR}"\nBBFILES ?= ""\nBBLAYERS = " \\\n'
-            + "".join(f"  {p} \\\n" for p in paths) + '  "\n')
+            'BBPATH = "${TOPDIR}"\nBBFILES ?= ""\nBBLAYERS = " \\\n' + "".join(f"  {p} \\\n" for p in paths) + '  "\n'
+        )
         ws.chown(tree / "layers")
         ws.chown(path)
         return bd
@@ -221,8 +244,14 @@ class BuildDir:
     def env(self) -> dict[str, str]:
         # the same environment every time: it is part of BitBake's configuration hash
         home = self.ws.home()
-        return {"HOME": home, "USER": self.ws.user or os.environ.get("USER", ""), "LANG": "en_US.UTF-8",
-                "LC_ALL": "en_US.UTF-8", "PATH": f"{self.tree / 'bitbake' / 'bin'}:{PATH}", "SHELL": "/bin/sh"}
+        return {
+            "HOME": home,
+            "USER": self.ws.user or os.environ.get("USER", ""),
+            "LANG": "en_US.UTF-8",
+            "LC_ALL": "en_US.UTF-8",
+            "PATH": f"{self.tree / 'bitbake' / 'bin'}:{PATH}",
+            "SHELL": "/bin/sh",
+        }
 
     def install(self, name: str, layer: Path) -> None:
         """Put a copy of `layer` at the build's meta-q25 path (fresh mtimes: BitBake's cache
@@ -240,19 +269,29 @@ class BuildDir:
 
     def run(self, *args: str, label: str = "") -> Result:
         t0 = time.monotonic()
-        r = subprocess.run(self.ws.as_user(list(args), self.env()), cwd=self.path, capture_output=True, text=True,
-                           timeout=TIMEOUT, check=False)
+        r = subprocess.run(
+            self.ws.as_user(list(args), self.env()),
+            cwd=self.path,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
         res = Result(list(args), r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
         counts = res.parsed()
-        self.ws.timings.append((f"{self.series}/{self.layers}: {label or ' '.join(args)}", res.seconds,
-                                f"{counts[0]} cached, {counts[1]} parsed" if counts else ""))
+        self.ws.timings.append(
+            (
+                f"{self.series}/{self.layers}: {label or ' '.join(args)}",
+                res.seconds,
+                f"{counts[0]} cached, {counts[1]} parsed" if counts else "",
+            )
+        )
         return res
 
     def bitbake(self, *args: str, label: str = "") -> Result:
         return self.run("bitbake", *args, label=label)
 
-    def probe(self, recipes: list[str], variables: list[str], device_tree: dict | None = None,
-              label: str = "") -> dict:
+    def probe(self, recipes: list[str], variables: list[str], device_tree: dict | None = None, label: str = "") -> dict:
         """What `bitbake -e` says of several recipes, in one tinfoil session (tests/bitbake_probe.py)."""
         key = json.dumps([recipes, variables, device_tree], sort_keys=True)
         if key in self.probes:
@@ -260,12 +299,19 @@ class BuildDir:
         work = self.path / "q25-probe"
         work.mkdir(exist_ok=True)
         shutil.copyfile(PROBE, work / PROBE.name)
-        (work / "request.json").write_text(json.dumps({"recipes": recipes, "vars": variables,
-                                                       "device_tree": device_tree}))
+        (work / "request.json").write_text(
+            json.dumps({"recipes": recipes, "vars": variables, "device_tree": device_tree})
+        )
         (work / "answer.json").unlink(missing_ok=True)
         self.ws.chown(work)
-        r = self.run("python3", str(work / PROBE.name), str(self.tree / "bitbake" / "lib"),
-                     str(work / "request.json"), str(work / "answer.json"), label=label or "tinfoil probe")
+        r = self.run(
+            "python3",
+            str(work / PROBE.name),
+            str(self.tree / "bitbake" / "lib"),
+            str(work / "request.json"),
+            str(work / "answer.json"),
+            label=label or "tinfoil probe",
+        )
         assert r.returncode == 0 and not r.errors(), r.output[-4000:]
         self.probes[key] = json.loads((work / "answer.json").read_text())
         return self.probes[key]

@@ -19,7 +19,7 @@ def check_license(info: dict) -> list[str]:
     entries = re.findall(r"file://([^;\s]+);md5=([0-9a-f]+)", info["vars"]["LIC_FILES_CHKSUM"] or "")
     if not entries or not info["vars"]["LICENSE"]:
         problems.append("no LICENSE / LIC_FILES_CHKSUM")
-    local = {Path(u.split(";")[0][len("file://"):]).name: p for u, p in info["src"] if u.startswith("file://")}
+    local = {Path(u.split(";")[0][len("file://") :]).name: p for u, p in info["src"] if u.startswith("file://")}
     for name, want in entries:
         if not local.get(name):
             problems.append(f"licence file {name} is not a SRC_URI file")

@@ -21,13 +21,18 @@ def q25deploy_reserved_memory_dtsi(target, board, plan):
     from q25deploy.board.dtsi import reserved_memory_dtsi
 
     q = board.qemu
-    return reserved_memory_dtsi(board, plan, notes=(
-        "QEMU builds its own device tree: `q25deploy qemu up` dumps it, adds this fragment and boots\n"
-        "with it (see its --help). By hand: dump it, add this fragment, and boot with -dtb:\n"
-        f"  qemu-system-aarch64 -machine {q.get('machine', 'virt')},dumpdtb=virt.dtb -cpu {q.get('cpu', 'cortex-a53')} "
-        f"-m {q.get('memory', '4G')} -smp {q.get('smp', 2)}\n"
-        "  dtc -I dtb -O dts virt.dtb > virt.dts; echo '/include/ \"reserved-memory.dtsi\"' >> virt.dts\n"
-        "  dtc -I dts -O dtb virt.dts > virt-q25.dtb"))
+    return reserved_memory_dtsi(
+        board,
+        plan,
+        notes=(
+            "QEMU builds its own device tree: `q25deploy qemu up` dumps it, adds this fragment and boots\n"
+            "with it (see its --help). By hand: dump it, add this fragment, and boot with -dtb:\n"
+            f"  qemu-system-aarch64 -machine {q.get('machine', 'virt')},dumpdtb=virt.dtb -cpu {q.get('cpu', 'cortex-a53')} "
+            f"-m {q.get('memory', '4G')} -smp {q.get('smp', 2)}\n"
+            "  dtc -I dtb -O dts virt.dtb > virt.dts; echo '/include/ \"reserved-memory.dtsi\"' >> virt.dts\n"
+            "  dtc -I dts -O dtb virt.dts > virt-q25.dtb"
+        ),
+    )
 
 
 @hookimpl
@@ -43,8 +48,15 @@ def q25deploy_layer_files(target, board, build):
 def q25deploy_cli_commands():
     from . import cli
 
-    return [CommandSpec(NAME, "boot the qemu target as a board: q25deploy qemu up|down|status",
-                        "The qemu target as a bootable board: boot a kernel with an initramfs or a root disk (or a "
-                        "Yocto qemuarm64 image) in QEMU with the build's reserved-memory.dtsi, SSH forwarded from "
-                        "127.0.0.1, daemonised; then deploy and smoke-test against it like a real board.",
-                        cli.add_arguments, cli.run, cli.EPILOG)]
+    return [
+        CommandSpec(
+            NAME,
+            "boot the qemu target as a board: q25deploy qemu up|down|status",
+            "The qemu target as a bootable board: boot a kernel with an initramfs or a root disk (or a "
+            "Yocto qemuarm64 image) in QEMU with the build's reserved-memory.dtsi, SSH forwarded from "
+            "127.0.0.1, daemonised; then deploy and smoke-test against it like a real board.",
+            cli.add_arguments,
+            cli.run,
+            cli.EPILOG,
+        )
+    ]

@@ -39,9 +39,18 @@ class Machine:
         (TCG on a small host), ``qemu`` the emulator program."""
         q = dict(board.qemu or {})
         where = board.source or board.name
-        m = cls(str(q.get("machine", "virt")), str(q.get("cpu", "cortex-a53")), str(q.get("memory", "4G")),
-                int(smp or q.get("smp", 2)), qemu or QEMU)
-        for key, value, pattern in (("machine", m.machine, _NAME), ("cpu", m.cpu, _NAME), ("memory", m.memory, _MEMORY)):
+        m = cls(
+            str(q.get("machine", "virt")),
+            str(q.get("cpu", "cortex-a53")),
+            str(q.get("memory", "4G")),
+            int(smp or q.get("smp", 2)),
+            qemu or QEMU,
+        )
+        for key, value, pattern in (
+            ("machine", m.machine, _NAME),
+            ("cpu", m.cpu, _NAME),
+            ("memory", m.memory, _MEMORY),
+        ):
             if not pattern.match(value):
                 raise BoardFileError(f"{where}: qemu.{key}: {value!r} is not a QEMU {key} name")
         if not 1 <= m.smp <= 64:
@@ -111,25 +120,47 @@ def qemu_argv(machine: Machine, boot: Boot, files: Files) -> list[str]:
     bus = "device" if boot.virtio == "mmio" else "pci"
     rom = ",romfile=" if bus == "pci" else ""  # no PXE option ROM: the kernel is loaded directly
     net = f"user,id=n0{',restrict=on' if boot.restrict else ''},hostfwd=tcp:127.0.0.1:{boot.port}-:22"
-    argv = [machine.qemu, "-machine", machine.machine, *machine.args(), "-no-reboot",
-            "-kernel", str(boot.kernel), "-append", boot.cmdline,
-            "-netdev", net, "-device", f"virtio-net-{bus},netdev=n0{rom}", "-device", f"virtio-rng-{bus}",
-            "-serial", f"file:{files.serial_log}", "-monitor", f"unix:{files.monitor},server=on,wait=off",
-            "-daemonize", "-pidfile", str(files.pidfile)]
+    argv = [
+        machine.qemu,
+        "-machine",
+        machine.machine,
+        *machine.args(),
+        "-no-reboot",
+        "-kernel",
+        str(boot.kernel),
+        "-append",
+        boot.cmdline,
+        "-netdev",
+        net,
+        "-device",
+        f"virtio-net-{bus},netdev=n0{rom}",
+        "-device",
+        f"virtio-rng-{bus}",
+        "-serial",
+        f"file:{files.serial_log}",
+        "-monitor",
+        f"unix:{files.monitor},server=on,wait=off",
+        "-daemonize",
+        "-pidfile",
+        str(files.pidfile),
+    ]
     if boot.initrd is not None:
         argv += ["-initrd", str(boot.initrd)]
     if boot.dtb is not None:
         argv += ["-dtb", str(boot.dtb)]
     for i, disk in enumerate(boot.drives):
-        argv += ["-drive", f"file={_option_value(str(disk))},format=raw,if=none,id=hd{i}",
-                 "-device", f"virtio-blk-{bus},drive=hd{i}"]
+        argv += [
+            "-drive",
+            f"file={_option_value(str(disk))},format=raw,if=none,id=hd{i}",
+            "-device",
+            f"virtio-blk-{bus},drive=hd{i}",
+        ]
     return argv
 
 
 def strip_seeds(dts: str) -> str:
     """``dts`` (dtc's output) without the random ``rng-seed``/``kaslr-seed`` properties."""
-    keep = [ln for ln in dts.splitlines()
-            if not re.match(rf"\s*({'|'.join(SEED_PROPERTIES)})\s*(=|;)", ln)]
+    keep = [ln for ln in dts.splitlines() if not re.match(rf"\s*({'|'.join(SEED_PROPERTIES)})\s*(=|;)", ln)]
     return "\n".join(keep) + "\n"
 
 
@@ -155,8 +186,12 @@ def dtb_files(out: Path) -> list[Path]:
     """Every file :func:`make_dtb` writes for ``out`` (QEMU's dump, the fragment's copy, the
     source, the DTB)."""
     out = Path(os.path.abspath(out))
-    return [out.with_name(out.stem + ".qemu.dtb"), out.with_name(out.stem + ".reserved-memory.dtsi"),
-            out.with_suffix(".dts"), out]
+    return [
+        out.with_name(out.stem + ".qemu.dtb"),
+        out.with_name(out.stem + ".reserved-memory.dtsi"),
+        out.with_suffix(".dts"),
+        out,
+    ]
 
 
 def make_dtb(out: Path, machine: Machine, dtsi: Path | None = None) -> Path:
@@ -167,10 +202,13 @@ def make_dtb(out: Path, machine: Machine, dtsi: Path | None = None) -> Path:
     if not re.match(r"[\w.+-]+\Z", copy.name):
         raise UsageError(f"{out.name}: give the device tree a plain file name (letters, digits, '.', '+', '-', '_')")
     out.parent.mkdir(parents=True, exist_ok=True)
-    run_tool([machine.qemu, "-machine", f"{machine.machine},dumpdtb={_option_value(str(raw))}", *machine.args()],
-             f"dump QEMU's device tree ({machine.machine}, {machine.cpu}, {machine.memory}, {machine.smp} CPUs)")
-    dts = strip_seeds(run_tool(["dtc", "-q", "-I", "dtb", "-O", "dts", str(raw)],
-                               "decompile QEMU's device tree").stdout)
+    run_tool(
+        [machine.qemu, "-machine", f"{machine.machine},dumpdtb={_option_value(str(raw))}", *machine.args()],
+        f"dump QEMU's device tree ({machine.machine}, {machine.cpu}, {machine.memory}, {machine.smp} CPUs)",
+    )
+    dts = strip_seeds(
+        run_tool(["dtc", "-q", "-I", "dtb", "-O", "dts", str(raw)], "decompile QEMU's device tree").stdout
+    )
     if dtsi is not None:
         _write(copy, Path(dtsi).read_bytes())
         dts += f'/include/ "{copy.name}"\n'  # a plain file name beside the .dts: nothing to escape

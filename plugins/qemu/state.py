@@ -51,9 +51,15 @@ def read_state(state_dir: Path) -> State | None:
         if raw.pop("version") != VERSION:
             raise ValueError("unknown version")
         state = State(**raw)
-        ok = (isinstance(state.pid, int) and state.pid > 1 and isinstance(state.port, int)
-              and isinstance(state.user, str) and all(isinstance(a, str) for a in state.argv)
-              and all(_plain(f) for f in state.files) and isinstance(state.made_dir, bool))
+        ok = (
+            isinstance(state.pid, int)
+            and state.pid > 1
+            and isinstance(state.port, int)
+            and isinstance(state.user, str)
+            and all(isinstance(a, str) for a in state.argv)
+            and all(_plain(f) for f in state.files)
+            and isinstance(state.made_dir, bool)
+        )
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise SchemaError(f"{path}: not a q25deploy qemu state file ({e})") from None
     if not ok:

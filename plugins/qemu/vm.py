@@ -111,13 +111,18 @@ def free_port() -> int:
 def boot(state_dir: Path, machine: Machine, spec: Boot) -> QemuBoard:
     """Start QEMU daemonised (pidfile, serial log and monitor socket in ``state_dir``), SSH
     forwarded from 127.0.0.1:``spec.port``. Returns once QEMU runs; see :func:`wait_for_ssh`."""
-    for what, path in (("kernel", spec.kernel), ("initrd", spec.initrd), *(("drive", d) for d in spec.drives),
-                       ("device tree", spec.dtb)):
+    for what, path in (
+        ("kernel", spec.kernel),
+        ("initrd", spec.initrd),
+        *(("drive", d) for d in spec.drives),
+        ("device tree", spec.dtb),
+    ):
         if path is not None and not Path(path).is_file():
             raise UsageError(f"{what} {path}: no such file")
     if port_in_use(spec.port):
-        raise UsageError(f"127.0.0.1:{spec.port} is in use (another board or program listens there): "
-                         "give another --ssh-port")
+        raise UsageError(
+            f"127.0.0.1:{spec.port} is in use (another board or program listens there): give another --ssh-port"
+        )
     state_dir.mkdir(parents=True, exist_ok=True)
     files = Files.in_dir(state_dir)
     for p in (files.pidfile, files.serial_log, files.monitor):
@@ -148,8 +153,10 @@ def wait_for_ssh(board: QemuBoard, timeout: float = 120.0) -> float:
         if ssh_banner(board.port):
             return time.monotonic() - board.started
         time.sleep(0.25)
-    raise DeployError(f"no SSH banner on 127.0.0.1:{board.port} after {timeout:.0f} s (QEMU still runs, pid "
-                      f"{board.pid}); the serial log {board.serial_log} ends: {serial_tail(board)}")
+    raise DeployError(
+        f"no SSH banner on 127.0.0.1:{board.port} after {timeout:.0f} s (QEMU still runs, pid "
+        f"{board.pid}); the serial log {board.serial_log} ends: {serial_tail(board)}"
+    )
 
 
 def ssh_banner(port: int) -> bool:

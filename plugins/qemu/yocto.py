@@ -43,7 +43,7 @@ def find_qemuboot(path: Path) -> Path:
     for conf in sorted(path.glob("*.qemuboot.conf"), key=lambda p: (p.is_symlink() is False, p.name)):
         confs.setdefault(conf.resolve(), conf)  # the link name (image_link_name) first
     if not confs:
-        raise UsageError(f"--yocto-deploy {path}: no *.qemuboot.conf (build an image with IMAGE_CLASSES += \"qemuboot\")")
+        raise UsageError(f'--yocto-deploy {path}: no *.qemuboot.conf (build an image with IMAGE_CLASSES += "qemuboot")')
     if len(confs) > 1:
         names = ", ".join(sorted(p.name for p in confs.values()))
         raise UsageError(f"--yocto-deploy {path}: several images ({names}): give the .qemuboot.conf of one")
@@ -74,8 +74,10 @@ def image_from_settings(qb: dict[str, str], deploy: Path, where: str) -> YoctoIm
     looking files up in ``deploy``)."""
     fstype = qb.get("qb_default_fstype") or "ext4"
     if fstype not in DISK_FSTYPES + INITRD_FSTYPES:
-        raise UsageError(f"{where}: root filesystem type {fstype!r} is not one qemu up boots "
-                         f"({', '.join(DISK_FSTYPES + INITRD_FSTYPES)})")
+        raise UsageError(
+            f"{where}: root filesystem type {fstype!r} is not one qemu up boots "
+            f"({', '.join(DISK_FSTYPES + INITRD_FSTYPES)})"
+        )
     kernel_names = [_plain_name(qb[k], k, where) for k in ("qb_default_kernel", "kernel_imagetype") if qb.get(k)]
     kernel = next((deploy / n for n in kernel_names if (deploy / n).is_file()), None)
     if kernel is None:
@@ -89,7 +91,9 @@ def image_from_settings(qb: dict[str, str], deploy: Path, where: str) -> YoctoIm
             if rootfs is not None:
                 break
     if rootfs is None:
-        raise UsageError(f"{where}: no {fstype} root filesystem of image {qb.get('image_link_name', '?')!r} in {deploy}")
+        raise UsageError(
+            f"{where}: no {fstype} root filesystem of image {qb.get('image_link_name', '?')!r} in {deploy}"
+        )
     args = [qb.get("qb_kernel_cmdline_append", ""), qb.get("qb_cmdline_ip_slirp") or "ip=dhcp"]
     if fstype in DISK_FSTYPES:
         root = qb.get("qb_kernel_root") or "/dev/vda"

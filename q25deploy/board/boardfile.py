@@ -90,15 +90,28 @@ class Board:
 _INT, _STR, _BOOL, _FLOAT = "integer", "string", "boolean", "number"
 _STRS = "string or array of strings"
 SCHEMA: dict[str, Any] = {
-    "board": {"name": _STR, "description": _STR, "arch": _STR, "cpu": _STR, "yocto_machine": _STRS,
-              "device_tree": _STR, "memory_device": _STR},
+    "board": {
+        "name": _STR,
+        "description": _STR,
+        "arch": _STR,
+        "cpu": _STR,
+        "yocto_machine": _STRS,
+        "device_tree": _STR,
+        "memory_device": _STR,
+    },
     "memory": {
         "banks": [{"name": _STR, "base": _INT, "size": _INT}],
         "reserved": [{"name": _STR, "base": _INT, "size": _INT, "in_device_tree": _BOOL}],
     },
-    "layout": {"region_alignment": _INT, "tensor_alignment": _INT, "region_max_size": _INT,
-               "region_headroom": _INT, "max_model_share": _FLOAT, "image_alignment": _INT,
-               "reserve": _INT},
+    "layout": {
+        "region_alignment": _INT,
+        "tensor_alignment": _INT,
+        "region_max_size": _INT,
+        "region_headroom": _INT,
+        "max_model_share": _FLOAT,
+        "image_alignment": _INT,
+        "reserve": _INT,
+    },
     "install": {"path": _STR, "runtime": _STR},
     "ssh": {"user": _STR, "port": _INT, "become": _STR, "dropbear_receive_window": _INT},
     "qemu": {"machine": _STR, "cpu": _STR, "memory": _STR, "smp": _INT},
@@ -202,7 +215,7 @@ def _banks(mem: dict, lay: Layout, fail) -> list[Span]:
     if not banks:
         fail("memory.banks", "needs at least one bank")
     for i, a in enumerate(banks):
-        for b2 in banks[i + 1:]:
+        for b2 in banks[i + 1 :]:
             if a.overlaps(b2):
                 fail("memory.banks", f"banks {a.name!r} and {b2.name!r} overlap")
     return banks
@@ -228,9 +241,12 @@ def _check_text(raw: dict, fail) -> None:
         fail("board.name", f"{b['name']!r}: use lower-case letters, digits, '-' and '_' (at most 63)")
     if "description" in b and not (b["description"].isprintable() and len(b["description"]) <= 200):
         fail("board.description", "must be one line of printable text (at most 200 characters)")
-    paths = {"install.path": install["path"], "install.runtime": install.get("runtime", "/usr/bin/q25tok"),
-             "board.device_tree": b.get("device_tree", "/proc/device-tree"),
-             "board.memory_device": b.get("memory_device", "/dev/mem")}
+    paths = {
+        "install.path": install["path"],
+        "install.runtime": install.get("runtime", "/usr/bin/q25tok"),
+        "board.device_tree": b.get("device_tree", "/proc/device-tree"),
+        "board.memory_device": b.get("memory_device", "/dev/mem"),
+    }
     for key, value in paths.items():
         if not _BOARD_PATH.fullmatch(value) or ".." in value.split("/"):
             fail(key, f"must be an absolute path of letters, digits and . _ + - / without '..', got {value!r}")
@@ -257,8 +273,10 @@ def _machines(b: dict, fail) -> tuple[str, ...]:
 def _receive_window(ssh: dict, fail) -> int:
     window = ssh.get("dropbear_receive_window", 0)
     if not 0 <= window <= DROPBEAR_MAX_WINDOW:
-        fail("ssh.dropbear_receive_window", f"must be 0 (dropbear as built) or up to {DROPBEAR_MAX_WINDOW} "
-             f"(dropbear's maximum), got {window}")
+        fail(
+            "ssh.dropbear_receive_window",
+            f"must be 0 (dropbear as built) or up to {DROPBEAR_MAX_WINDOW} (dropbear's maximum), got {window}",
+        )
     return window
 
 

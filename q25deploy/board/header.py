@@ -70,7 +70,7 @@ def memory_header(board: Board, plan: MemoryPlan) -> str:
         qtype = GGMLQuantizationType[t.type_name].value
         out.append(
             f'    {{"{t.name}", 0x{plan.address(t):x}ull, {t.nbytes}ull, {t.region}u, {qtype}u, '
-            f'{{{", ".join(f"{d}ull" for d in shape)}}}}},'
+            f"{{{', '.join(f'{d}ull' for d in shape)}}}}},"
         )
     out += ["};", "", "#endif /* Q25_MEMORY_MAP_H */", ""]
     return "\n".join(out)

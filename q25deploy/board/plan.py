@@ -100,7 +100,9 @@ def align_down(n: int, a: int) -> int:
     return n // a * a
 
 
-def pack(tensors: Sequence[TensorLike], tensor_alignment: int, region_max_size: int) -> list[list[tuple[TensorLike, int]]]:
+def pack(
+    tensors: Sequence[TensorLike], tensor_alignment: int, region_max_size: int
+) -> list[list[tuple[TensorLike, int]]]:
     """Tensors in file order → partitions of (tensor, offset)."""
     parts: list[list[tuple[TensorLike, int]]] = []
     cur: list[tuple[TensorLike, int]] = []
@@ -226,19 +228,26 @@ def check_placement(partitions: Sequence[Partition], tensors: Sequence[TensorLik
         end = 0
         for t, off in sorted(p.items, key=lambda item: item[1]):
             if t.name in seen or t.name not in want:
-                raise FitError(f"a plugin's partition plan is unsound: tensor {t.name!r} placed twice or not in the model")
+                raise FitError(
+                    f"a plugin's partition plan is unsound: tensor {t.name!r} placed twice or not in the model"
+                )
             if off < end or off % tensor_alignment or off + t.nbytes > p.used:
-                raise FitError(f"a plugin's partition plan is unsound: tensor {t.name!r} at offset {off} of partition "
-                               f"{i} overlaps, is not {tensor_alignment}-aligned, or ends past its {p.used} bytes")
+                raise FitError(
+                    f"a plugin's partition plan is unsound: tensor {t.name!r} at offset {off} of partition "
+                    f"{i} overlaps, is not {tensor_alignment}-aligned, or ends past its {p.used} bytes"
+                )
             seen.add(t.name)
             end = off + t.nbytes
     if seen != want:
         missing = sorted(want - seen)
-        raise FitError(f"a plugin's partition plan is unsound: {len(missing)} tensor(s) not placed ({missing[0]!r}, ...)")
+        raise FitError(
+            f"a plugin's partition plan is unsound: {len(missing)} tensor(s) not placed ({missing[0]!r}, ...)"
+        )
 
 
-def assemble(partitions: Sequence[Partition], regions: Sequence[Region], board: Board,
-             tensors: Sequence[TensorLike]) -> MemoryPlan:
+def assemble(
+    partitions: Sequence[Partition], regions: Sequence[Region], board: Board, tensors: Sequence[TensorLike]
+) -> MemoryPlan:
     """The plan from partitions and their regions, checked: a sound placement, and every region
     matching its partition, inside one DDR bank, clear of the board's reservations and the others."""
     check_placement(partitions, tensors, board.layout.tensor_alignment)
@@ -248,9 +257,11 @@ def assemble(partitions: Sequence[Partition], regions: Sequence[Region], board: 
         raise FitError("a plugin returned regions that do not match the partitions")
     for i, a in enumerate(regions):
         span = Span(a.label, a.base, a.size)
-        if not any(b.base <= a.base and a.end <= b.end for b in board.banks) or any(span.overlaps(r) for r in board.reserved):
+        if not any(b.base <= a.base and a.end <= b.end for b in board.banks) or any(
+            span.overlaps(r) for r in board.reserved
+        ):
             raise FitError(f"region {a.index} [{a.base:#x}, {a.end:#x}) is outside DDR or on memory the board reserves")
-        for b in regions[i + 1:]:
+        for b in regions[i + 1 :]:
             if a.base < b.end and b.base < a.end:
                 raise FitError(f"regions {a.index} and {b.index} overlap")
     placements = tuple(
@@ -260,7 +271,7 @@ def assemble(partitions: Sequence[Partition], regions: Sequence[Region], board: 
     )
     fixed = reservation_regions(board)
     own = [(r.base, r.size) for r in regions] == [(r.base, r.size) for r in fixed[: len(regions)]]
-    return MemoryPlan(tuple(regions), placements, board.model_budget, fixed[len(regions):] if own else ())
+    return MemoryPlan(tuple(regions), placements, board.model_budget, fixed[len(regions) :] if own else ())
 
 
 def plan_memory(tensors: Sequence[TensorLike], board: Board) -> MemoryPlan:

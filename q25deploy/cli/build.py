@@ -14,41 +14,65 @@ from .common import add_model_argument, one_line_text, release_number, report_fa
 
 def add_commands(sub) -> None:
     """Add build and targets to the CLI's sub-parsers."""
-    bd = sub.add_parser("build", help="build everything for a target board (the main job)",
-                        description="Build the tokenizer image, tensor partitions, memory map, device-tree "
-                        "fragment and memory picture for one target into DIR (default q25-build/TARGET), "
-                        "atomically, incrementally and reproducibly. Without MODEL: Ollama's qwen2.5:0.5b "
-                        "if present, else the built-in demo model.")
+    bd = sub.add_parser(
+        "build",
+        help="build everything for a target board (the main job)",
+        description="Build the tokenizer image, tensor partitions, memory map, device-tree "
+        "fragment and memory picture for one target into DIR (default q25-build/TARGET), "
+        "atomically, incrementally and reproducibly. Without MODEL: Ollama's qwen2.5:0.5b "
+        "if present, else the built-in demo model.",
+    )
     bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
     add_model_argument(bd, required=False, default="Ollama's qwen2.5:0.5b if present, else the built-in demo model")
     bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
     bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
-    bd.add_argument("--model-license", metavar="ID",
-                    help="the model's licence id for the layer's recipe (default: GGUF general.license)")
-    bd.add_argument("--model-license-file", metavar="FILE",
-                    help="the model's licence text (default: the Ollama licence layer, or the text q25deploy "
-                    "ships for Apache-2.0)")
-    bd.add_argument("--reserve", metavar="SIZE", type=reserve_size,
-                    help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this model needs: one image's "
-                    "device tree then holds every later model that fits (overrides the board file's [layout] "
-                    "reserve; 0: regions sized to this model; see docs/boards.md)")
+    bd.add_argument(
+        "--model-license",
+        metavar="ID",
+        help="the model's licence id for the layer's recipe (default: GGUF general.license)",
+    )
+    bd.add_argument(
+        "--model-license-file",
+        metavar="FILE",
+        help="the model's licence text (default: the Ollama licence layer, or the text q25deploy ships for Apache-2.0)",
+    )
+    bd.add_argument(
+        "--reserve",
+        metavar="SIZE",
+        type=reserve_size,
+        help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this model needs: one image's "
+        "device tree then holds every later model that fits (overrides the board file's [layout] "
+        "reserve; 0: regions sized to this model; see docs/boards.md)",
+    )
     _add_layer_options(bd.add_argument_group("the BitBake layer"))
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
     bd.set_defaults(func=cmd_build)
 
-    tg = sub.add_parser("targets", help="list target boards and the plugins that provide them",
-                        description="List the targets registered by plugins (q25deploy entry points); broken "
-                        "plugins are reported on stderr and left out.")
+    tg = sub.add_parser(
+        "targets",
+        help="list target boards and the plugins that provide them",
+        description="List the targets registered by plugins (q25deploy entry points); broken "
+        "plugins are reported on stderr and left out.",
+    )
     tg.add_argument("--json", action="store_true", help="print JSON (targets and failed plugins)")
     tg.set_defaults(func=cmd_targets)
 
 
 def _add_layer_options(group) -> None:
-    group.add_argument("--layer-release", metavar="N", type=release_number, default=0,
-                       help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it "
-                       "for every update you ship so package managers see a newer version")
-    group.add_argument("--layer-maintainer", metavar="'NAME <ADDRESS>'", type=one_line_text,
-                       help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)")
+    group.add_argument(
+        "--layer-release",
+        metavar="N",
+        type=release_number,
+        default=0,
+        help="release number in the model-assets recipe's PV (1.N+q25.HASH; default 0): raise it "
+        "for every update you ship so package managers see a newer version",
+    )
+    group.add_argument(
+        "--layer-maintainer",
+        metavar="'NAME <ADDRESS>'",
+        type=one_line_text,
+        help="who answers for the layer (its README's maintainer; yocto-check-layer wants one)",
+    )
 
 
 def reserve_size(text: str) -> int:
@@ -63,14 +87,27 @@ def cmd_build(a: argparse.Namespace) -> int:
     from .progress import Progress
 
     prog = Progress()
-    result = build(a.target, model=a.model, out=a.out, target_file=a.target_file, model_license=a.model_license,
-                   model_license_file=a.model_license_file, layer_release=a.layer_release,
-                   layer_maintainer=a.layer_maintainer, reserve=a.reserve, progress=prog.step)
+    result = build(
+        a.target,
+        model=a.model,
+        out=a.out,
+        target_file=a.target_file,
+        model_license=a.model_license,
+        model_license_file=a.model_license_file,
+        layer_release=a.layer_release,
+        layer_maintainer=a.layer_maintainer,
+        reserve=a.reserve,
+        progress=prog.step,
+    )
     prog.done()
     report_failures(result.failures)
     if a.json:
-        print(json.dumps({"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note,
-                          **result.summary}, indent=2))
+        print(
+            json.dumps(
+                {"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note, **result.summary},
+                indent=2,
+            )
+        )
         return 0
     from ..packer.summary import render_summary
 
@@ -103,8 +140,12 @@ def cmd_targets(a: argparse.Namespace) -> int:
     rows = [_target_row(name, plugin, spec) for name, (plugin, spec) in registered_targets(pm, failures).items()]
     report_failures(failures)
     if a.json:
-        print(json.dumps({"targets": rows, "failed_plugins": [{"plugin": f.plugin, "error": f.error}
-                                                               for f in failures]}, indent=2))
+        print(
+            json.dumps(
+                {"targets": rows, "failed_plugins": [{"plugin": f.plugin, "error": f.error} for f in failures]},
+                indent=2,
+            )
+        )
         return 0
     print(_target_line(*TARGETS_HEADER))
     for r in rows:

@@ -27,10 +27,18 @@ def add_model_argument(parser: argparse.ArgumentParser, *, required: bool, defau
     """MODEL, given positionally or as ``--model MODEL`` (the same in every command that reads a
     model; both may be given when they agree). ``args.model`` is the one given, or None.
     ``default`` tells what an optional MODEL defaults to."""
-    parser.add_argument("model", nargs="?", metavar="MODEL",
-                        help=f"{MODEL_HELP} (or give --model MODEL){'; default: ' + default if default else ''}")
-    parser.add_argument("--model", dest="model_option", metavar="MODEL",
-                        help="MODEL as an option (either form; when both are given they must agree)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help=f"{MODEL_HELP} (or give --model MODEL){'; default: ' + default if default else ''}",
+    )
+    parser.add_argument(
+        "--model",
+        dest="model_option",
+        metavar="MODEL",
+        help="MODEL as an option (either form; when both are given they must agree)",
+    )
     parser.set_defaults(validate=partial(_merge_model, parser=parser, required=required))
 
 

@@ -23,60 +23,112 @@ def add_commands(sub) -> None:
     c.add_argument("--target-file", metavar="FILE", help="your own board file")
     c.add_argument("--host", action="append", metavar="[USER@]HOST[:PORT]", help="a board (repeatable)")
     c.add_argument("--hosts-file", metavar="F", help="boards, one [user@]host[:port] per line (# comments)")
-    c.add_argument("--build", metavar="DIR", type=Path,
-                   help="the build to deploy (default q25-build/TARGET); smoke and status work from the board's "
-                   "own release without it, and with it also compare the board with that build")
+    c.add_argument(
+        "--build",
+        metavar="DIR",
+        type=Path,
+        help="the build to deploy (default q25-build/TARGET); smoke and status work from the board's "
+        "own release without it, and with it also compare the board with that build",
+    )
     c.add_argument("--identity", metavar="KEY", help="SSH private key")
-    c.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)")
-    c.add_argument("--trust-new-host", action="store_true",
-                   help="record an unknown host key in the known_hosts file (a changed key is always refused)")
-    c.add_argument("--remote-root", metavar="DIR", default="", help="put the install directory under DIR on the board (a data partition, a chroot, tests); the "
-                   "board file's q25tok and /proc/device-tree stay at their system paths; {host}, {port} and "
-                   "{user} are replaced per board")
-    c.add_argument("--become", metavar="sudo|doas|none",
-                   help="a login that is not root gains root with sudo -n or doas -n for every board command "
-                   "(needs a NOPASSWD rule for it on the board; default: the board file's [ssh] become, else none)")
+    c.add_argument(
+        "--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)"
+    )
+    c.add_argument(
+        "--trust-new-host",
+        action="store_true",
+        help="record an unknown host key in the known_hosts file (a changed key is always refused)",
+    )
+    c.add_argument(
+        "--remote-root",
+        metavar="DIR",
+        default="",
+        help="put the install directory under DIR on the board (a data partition, a chroot, tests); the "
+        "board file's q25tok and /proc/device-tree stay at their system paths; {host}, {port} and "
+        "{user} are replaced per board",
+    )
+    c.add_argument(
+        "--become",
+        metavar="sudo|doas|none",
+        help="a login that is not root gains root with sudo -n or doas -n for every board command "
+        "(needs a NOPASSWD rule for it on the board; default: the board file's [ssh] become, else none)",
+    )
     c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
     c.add_argument("--jobs", type=positive_int, default=4, metavar="N", help="boards in parallel (default 4)")
     c.add_argument("--json", action="store_true", help="per-host results as JSON")
-    dp = sub.add_parser("deploy", parents=[conn], help="deploy a build to boards: atomic, verified, rolled back",
-                        description="Send the build's release (runtime image, partitions, map) to each board: only "
-                        "what the board lacks, staged and sha256-verified on the board, switched by one rename, "
-                        "smoke-tested, and rolled back automatically when the smoke test fails.")
-    dp.add_argument("--tokenizer-only", action="store_true",
-                    help="update only the tokenizer image (refused when its vocabulary differs from the deployed model's)")
-    dp.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test")
-    dp.add_argument("--allow-unreserved", action="store_true",
-                    help="send a plan the board's live device tree does not reserve (its new image comes later), "
-                    "with a warning; without it such a board is refused before anything is sent")
-    dp.add_argument("--verify-board", action="store_true",
-                    help="also hash the files the board already holds (linked from kept releases) and send again "
-                    "any that differs: repairs a board whose kept files were damaged")
-    dp.add_argument("--transfer", choices=("auto", "openssh", "paramiko"), default="auto",
-                    help="how files reach the board's q25tok: auto (default) sends files of 16 MiB and more "
-                    "through OpenSSH's ssh client, logged in with the session's address, user, key and "
-                    "known_hosts (about a third of paramiko's CPU per byte), where it is installed and logs in, "
-                    "else through the session; openssh: every such file through ssh (a login each), or fail; "
-                    "paramiko: always through the session")
+    dp = sub.add_parser(
+        "deploy",
+        parents=[conn],
+        help="deploy a build to boards: atomic, verified, rolled back",
+        description="Send the build's release (runtime image, partitions, map) to each board: only "
+        "what the board lacks, staged and sha256-verified on the board, switched by one rename, "
+        "smoke-tested, and rolled back automatically when the smoke test fails.",
+    )
+    dp.add_argument(
+        "--tokenizer-only",
+        action="store_true",
+        help="update only the tokenizer image (refused when its vocabulary differs from the deployed model's)",
+    )
+    dp.add_argument(
+        "--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test"
+    )
+    dp.add_argument(
+        "--allow-unreserved",
+        action="store_true",
+        help="send a plan the board's live device tree does not reserve (its new image comes later), "
+        "with a warning; without it such a board is refused before anything is sent",
+    )
+    dp.add_argument(
+        "--verify-board",
+        action="store_true",
+        help="also hash the files the board already holds (linked from kept releases) and send again "
+        "any that differs: repairs a board whose kept files were damaged",
+    )
+    dp.add_argument(
+        "--transfer",
+        choices=("auto", "openssh", "paramiko"),
+        default="auto",
+        help="how files reach the board's q25tok: auto (default) sends files of 16 MiB and more "
+        "through OpenSSH's ssh client, logged in with the session's address, user, key and "
+        "known_hosts (about a third of paramiko's CPU per byte), where it is installed and logs in, "
+        "else through the session; openssh: every such file through ssh (a login each), or fail; "
+        "paramiko: always through the session",
+    )
     dp.set_defaults(func=cmd_fleet)
-    sm = sub.add_parser("smoke", parents=[conn], help="smoke-test what is deployed on boards",
-                        description="Run q25tok on each board and compare its ids with the host codec's; check "
-                        "partition digests, the live device tree's reserved memory and that the regions hold the "
-                        "partitions. Without --build the host codec reads the board's own image (fetched once, "
-                        "cached by sha256) and the board's partition map: any workstation can check a board.")
+    sm = sub.add_parser(
+        "smoke",
+        parents=[conn],
+        help="smoke-test what is deployed on boards",
+        description="Run q25tok on each board and compare its ids with the host codec's; check "
+        "partition digests, the live device tree's reserved memory and that the regions hold the "
+        "partitions. Without --build the host codec reads the board's own image (fetched once, "
+        "cached by sha256) and the board's partition map: any workstation can check a board.",
+    )
     sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
     sm.add_argument("--quick", action="store_true", help="skip hashing the partition files on the board")
     sm.set_defaults(func=cmd_fleet)
-    st = sub.add_parser("status", parents=[conn], help="show what is deployed on boards",
-                        description="Show each board's current and previous release and whether its state file "
-                        "and current link agree; exit 13 when a board cannot be read or they disagree.")
-    st.add_argument("--svg", metavar="FILE", help="also write the build's memory map coloured with what each board "
-                    "reports of its regions (resident, differs, missing, unknown); with several boards FILE must "
-                    "contain {host}: one file per board (needs --build)")
+    st = sub.add_parser(
+        "status",
+        parents=[conn],
+        help="show what is deployed on boards",
+        description="Show each board's current and previous release and whether its state file "
+        "and current link agree; exit 13 when a board cannot be read or they disagree.",
+    )
+    st.add_argument(
+        "--svg",
+        metavar="FILE",
+        help="also write the build's memory map coloured with what each board "
+        "reports of its regions (resident, differs, missing, unknown); with several boards FILE must "
+        "contain {host}: one file per board (needs --build)",
+    )
     st.set_defaults(func=cmd_fleet)
-    rb2 = sub.add_parser("rollback", parents=[conn], help="switch boards back to their previous release",
-                         description="Switch each board's current link back to the previous release kept on it "
-                         "and remove the release it replaces; a board without a previous release fails.")
+    rb2 = sub.add_parser(
+        "rollback",
+        parents=[conn],
+        help="switch boards back to their previous release",
+        description="Switch each board's current link back to the previous release kept on it "
+        "and remove the release it replaces; a board without a previous release fails.",
+    )
     rb2.set_defaults(func=cmd_fleet)
 
 
@@ -90,12 +142,24 @@ def _fleet(a: argparse.Namespace):
     build_dir = a.build or (Path("q25-build") / target.name if a.command == "deploy" else None)
     if build_dir is not None and not (build_dir / "manifest.json").is_file():
         raise UsageError(f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)")
-    opts = Options(hosts=a.host or [], hosts_file=a.hosts_file, build_dir=build_dir, identity=a.identity,
-                   known_hosts=a.known_hosts, trust_new_host=a.trust_new_host, remote_root=a.remote_root or "",
-                   runtime_bin=a.runtime_bin, jobs=a.jobs, tokenizer_only=getattr(a, "tokenizer_only", False),
-                   strict=getattr(a, "strict", False), quick=getattr(a, "quick", False),
-                   verify_board=getattr(a, "verify_board", False), become=a.become,
-                   transfer=getattr(a, "transfer", "auto"), allow_unreserved=getattr(a, "allow_unreserved", False))
+    opts = Options(
+        hosts=a.host or [],
+        hosts_file=a.hosts_file,
+        build_dir=build_dir,
+        identity=a.identity,
+        known_hosts=a.known_hosts,
+        trust_new_host=a.trust_new_host,
+        remote_root=a.remote_root or "",
+        runtime_bin=a.runtime_bin,
+        jobs=a.jobs,
+        tokenizer_only=getattr(a, "tokenizer_only", False),
+        strict=getattr(a, "strict", False),
+        quick=getattr(a, "quick", False),
+        verify_board=getattr(a, "verify_board", False),
+        become=a.become,
+        transfer=getattr(a, "transfer", "auto"),
+        allow_unreserved=getattr(a, "allow_unreserved", False),
+    )
     return Fleet(opts, target, pm)
 
 
@@ -151,15 +215,18 @@ def _status_line(r: dict) -> str:
 
     if "error" in r:
         return printable(f"{r['host']:<28} error: {r['error']}")
-    return printable(f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
-            f"{_reserved_words(r)}"
-            f"{' regions ' + r['residency'] if r.get('residency') else ''}{' map ' + r['svg'] if r.get('svg') else ''}"
-            f"{'' if r['consistent'] else ' (state and current link disagree)'}")
+    return printable(
+        f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
+        f"{_reserved_words(r)}"
+        f"{' regions ' + r['residency'] if r.get('residency') else ''}{' map ' + r['svg'] if r.get('svg') else ''}"
+        f"{'' if r['consistent'] else ' (state and current link disagree)'}"
+    )
 
 
 def _reserved_words(r: dict) -> str:
     """`` reserved yes``, or ``reserved NO (node why, ...)`` when the device tree cannot hold the plan."""
     if "reserved" not in r:
         return ""
-    return " reserved " + ("yes" if r["reserved"] else "NO (" + ", ".join(f"{u['node']} {u['why']}"
-                                                                          for u in r["unreserved"]) + ")")
+    return " reserved " + (
+        "yes" if r["reserved"] else "NO (" + ", ".join(f"{u['node']} {u['why']}" for u in r["unreserved"]) + ")"
+    )

@@ -83,12 +83,17 @@ EXIT_INTERRUPTED = 130
 
 def epilog() -> str:
     """The text under ``q25deploy --help``: what MODEL is, and every exit code."""
-    lines = ["MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b",
-             "(looked up in $OLLAMA_MODELS or ~/.ollama/models); every command that reads a model",
-             "takes it positionally or as --model MODEL.", "", "exit codes:"]
+    lines = [
+        "MODEL is a path to a .gguf file or an Ollama reference such as qwen2.5:0.5b",
+        "(looked up in $OLLAMA_MODELS or ~/.ollama/models); every command that reads a model",
+        "takes it positionally or as --model MODEL.",
+        "",
+        "exit codes:",
+    ]
     for code, meaning in EXIT_MEANINGS.items():
-        lines += textwrap.wrap(meaning, 79, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7,
-                               break_on_hyphens=False)
+        lines += textwrap.wrap(
+            meaning, 79, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7, break_on_hyphens=False
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -102,8 +107,7 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"q25deploy {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND",
-                           help="what to do (q25deploy COMMAND --help tells more)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", help="what to do (q25deploy COMMAND --help tells more)")
     sub.required = True
     for group in COMMAND_GROUPS:
         group.add_commands(sub)
@@ -165,8 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         plugin = getattr(func, "plugin", None)  # a plugin's command: name the plugin
         where = f"plugin {plugin!r} failed in {args.command!r}" if plugin else "internal error"
-        return _report(f"{where}: {type(e).__name__}: {_one_line(str(e))} "
-                       "(set Q25DEPLOY_DEBUG=1 for a traceback)", EXIT_INTERNAL)
+        return _report(
+            f"{where}: {type(e).__name__}: {_one_line(str(e))} (set Q25DEPLOY_DEBUG=1 for a traceback)", EXIT_INTERNAL
+        )
 
 
 def _report(message: str, code: int) -> int:

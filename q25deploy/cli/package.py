@@ -31,8 +31,14 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
     image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
     build = BuildDir(a.build)  # build.json checked by the schema: a corrupt one is exit 1, not a crash
     ids = BuildIds(build, build.info.image_path).get()  # the build's record (else the host codec)
-    return plan_package(a.build, target=target.name, install_dir=image_layout.install_dir, q25tok=image_layout.runtime,
-                        smoke_ids=ids, tokenizer_only=a.tokenizer_only)
+    return plan_package(
+        a.build,
+        target=target.name,
+        install_dir=image_layout.install_dir,
+        q25tok=image_layout.runtime,
+        smoke_ids=ids,
+        tokenizer_only=a.tokenizer_only,
+    )
 
 
 def _signer(a: argparse.Namespace):
@@ -81,37 +87,70 @@ def cmd_package(a: argparse.Namespace) -> int:
     kind = "tokenizer" if a.tokenizer_only else "release"
     out = a.out or Path(f"q25-{target.name}-{kind}-{plan.build_release}{EXTENSIONS[a.format]}")
     info = _write(a, plan, ota_settings(target.board), out)
-    result = {"artifact": str(out), "format": a.format, "artifact_name": plan.artifact_name, "mode": plan.mode,
-              "release": plan.build_release if plan.mode == "full" else None, "size": out.stat().st_size,
-              "files": [{"name": f.name, "path": f.rel, "sha256": f.sha256} for f in plan.release_files],
-              "signed": bool(a.sign_key), **info}
-    print(json.dumps(result, indent=2) if a.json else f"{out}: {a.format} {plan.mode} artifact {plan.artifact_name} "
-          f"({result['size']:,} bytes{', signed' if a.sign_key else ''})")
+    result = {
+        "artifact": str(out),
+        "format": a.format,
+        "artifact_name": plan.artifact_name,
+        "mode": plan.mode,
+        "release": plan.build_release if plan.mode == "full" else None,
+        "size": out.stat().st_size,
+        "files": [{"name": f.name, "path": f.rel, "sha256": f.sha256} for f in plan.release_files],
+        "signed": bool(a.sign_key),
+        **info,
+    }
+    print(
+        json.dumps(result, indent=2)
+        if a.json
+        else f"{out}: {a.format} {plan.mode} artifact {plan.artifact_name} "
+        f"({result['size']:,} bytes{', signed' if a.sign_key else ''})"
+    )
     return 0
 
 
 def add_commands(sub) -> None:
     """Add ``package`` to the CLI's sub-parsers."""
-    p = sub.add_parser("package", help="a build as a Mender artifact or SWUpdate image (fleets via an OTA engine)",
-                       description="Write the build's release (or with --tokenizer-only just its tokenizer image) "
-                       "as a Mender artifact (format 3, update module q25-release) or an SWUpdate .swu; the board "
-                       "side installs it into releases/<id> and switches current as `q25deploy deploy` does, then "
-                       "smoke-tests it with q25tok and rolls back on failure. Reproducible: the same build gives "
-                       "the same bytes.")
+    p = sub.add_parser(
+        "package",
+        help="a build as a Mender artifact or SWUpdate image (fleets via an OTA engine)",
+        description="Write the build's release (or with --tokenizer-only just its tokenizer image) "
+        "as a Mender artifact (format 3, update module q25-release) or an SWUpdate .swu; the board "
+        "side installs it into releases/<id> and switches current as `q25deploy deploy` does, then "
+        "smoke-tests it with q25tok and rolls back on failure. Reproducible: the same build gives "
+        "the same bytes.",
+    )
     p.add_argument("--target", metavar="NAME", help="target board (device type, install dir)")
     p.add_argument("--target-file", metavar="FILE", help="your own board file")
     p.add_argument("--build", metavar="DIR", type=Path, help="the build to package (default q25-build/TARGET)")
     p.add_argument("--format", required=True, choices=sorted(EXTENSIONS), help="the OTA engine")
-    p.add_argument("--tokenizer-only", action="store_true",
-                   help="only the tokenizer image: installs only over a release with the same vocabulary")
-    p.add_argument("--out", metavar="FILE", type=Path,
-                   help="the artifact (default q25-TARGET-release-ID.mender or .swu in the current directory)")
-    p.add_argument("--sign-key", metavar="KEY.pem", type=Path,
-                   help="sign: Mender with this RSA or ECDSA P-256 key, SWUpdate (CMS) with it and --sign-cert")
+    p.add_argument(
+        "--tokenizer-only",
+        action="store_true",
+        help="only the tokenizer image: installs only over a release with the same vocabulary",
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        type=Path,
+        help="the artifact (default q25-TARGET-release-ID.mender or .swu in the current directory)",
+    )
+    p.add_argument(
+        "--sign-key",
+        metavar="KEY.pem",
+        type=Path,
+        help="sign: Mender with this RSA or ECDSA P-256 key, SWUpdate (CMS) with it and --sign-cert",
+    )
     p.add_argument("--sign-cert", metavar="CERT.pem", type=Path, help="the signer's certificate (SWUpdate)")
-    p.add_argument("--device-type", action="append", metavar="TYPE",
-                   help="Mender device type (repeatable; default the board file's [ota] mender_device_type)")
-    p.add_argument("--hw-revision", action="append", metavar="REV",
-                   help="SWUpdate hardware-compatibility (repeatable; default [ota] swupdate_hw_revision)")
+    p.add_argument(
+        "--device-type",
+        action="append",
+        metavar="TYPE",
+        help="Mender device type (repeatable; default the board file's [ota] mender_device_type)",
+    )
+    p.add_argument(
+        "--hw-revision",
+        action="append",
+        metavar="REV",
+        help="SWUpdate hardware-compatibility (repeatable; default [ota] swupdate_hw_revision)",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_package)

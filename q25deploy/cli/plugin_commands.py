@@ -49,9 +49,14 @@ def add_plugin_commands(sub, prog: str) -> list:
         except Exception as e:  # a third-party plugin's bug must not take the CLI down
             failures.append(PluginFailure(plugin, f"command {spec.name!r}: {describe_error(e)}"))
             continue
-        parser = sub.add_parser(spec.name, parents=[scratch], help=spec.help,
-                                description=textwrap.fill(" ".join(spec.description.split()), 79),
-                                epilog=spec.epilog or None, formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser = sub.add_parser(
+            spec.name,
+            parents=[scratch],
+            help=spec.help,
+            description=textwrap.fill(" ".join(spec.description.split()), 79),
+            epilog=spec.epilog or None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         parser.set_defaults(func=PluginCommand(plugin, spec, pm, failures))
     report_failures(failures)
     return failures

@@ -50,7 +50,9 @@ class Progress:
         if not self.enabled or (not force and now - self._shown_at < 0.2):
             return
         self._shown_at = now
-        fields = [f"{h} {b / 1e6:,.1f} MB {b / 1e6 / max(now - t, 1e-3):,.1f} MB/s" for h, (b, t) in self._hosts.items()]
+        fields = [
+            f"{h} {b / 1e6:,.1f} MB {b / 1e6 / max(now - t, 1e-3):,.1f} MB/s" for h, (b, t) in self._hosts.items()
+        ]
         line = " | ".join(fields) if fields and not force else self._text
         sys.stderr.write(f"\r\033[K[{now - self._t0:6.1f}s] {line}"[:240])
         sys.stderr.flush()

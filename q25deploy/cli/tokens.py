@@ -14,20 +14,26 @@ from ..errors import UsageError
 
 def add_commands(sub) -> None:
     """Add tokenize and detokenize to the CLI's sub-parsers."""
-    tk = sub.add_parser("tokenize", help="encode text to token ids with a runtime image",
-                        description="Encode raw UTF-8 bytes (TEXT, each --file, or stdin) into token ids exactly "
-                        "as llama.cpp's llama_tokenize(add_special=false) does. One output line per input.")
+    tk = sub.add_parser(
+        "tokenize",
+        help="encode text to token ids with a runtime image",
+        description="Encode raw UTF-8 bytes (TEXT, each --file, or stdin) into token ids exactly "
+        "as llama.cpp's llama_tokenize(add_special=false) does. One output line per input.",
+    )
     tk.add_argument("--image", required=True, metavar="IMG", help="a Q25TOKRT runtime image")
     tk.add_argument("--special", action="store_true", help="parse control tokens such as <|im_start|> in the text")
     tk.add_argument("--json", action="store_true", help="print JSON instead of space-separated ids")
     tk.add_argument("--file", action="append", metavar="F", help="encode this file (repeatable)")
-    tk.add_argument("text", nargs="?", metavar="TEXT",
-                    help="the text to encode (default: stdin; not together with --file)")
+    tk.add_argument(
+        "text", nargs="?", metavar="TEXT", help="the text to encode (default: stdin; not together with --file)"
+    )
     tk.set_defaults(func=cmd_tokenize)
 
-    dt = sub.add_parser("detokenize", help="write the bytes of token ids",
-                        description="Write the bytes of the given token ids to stdout. Control tokens are "
-                        "written only with --special.")
+    dt = sub.add_parser(
+        "detokenize",
+        help="write the bytes of token ids",
+        description="Write the bytes of the given token ids to stdout. Control tokens are written only with --special.",
+    )
     dt.add_argument("--image", required=True, metavar="IMG", help="a Q25TOKRT runtime image")
     dt.add_argument("--special", action="store_true", help="also write control tokens' text")
     dt.add_argument("ids", nargs="+", metavar="ID", help="token ids (decimal)")

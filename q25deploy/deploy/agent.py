@@ -33,7 +33,7 @@ _HEADER = re.compile(rb"@@q25 ([0-9]{1,3}) +([0-9]{1,15}) +([0-9]{1,15}) *")  # 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # serve(): one command per line until standard input ends; $t is a private temporary directory.
 # On the way out it also calls q25unlock (the lock holder defines it; a no-op otherwise).
-SERVE = r'''
+SERVE = r"""
 q25unlock() { :; }
 serve() {
   t=$(mktemp -d "${TMPDIR:-/tmp}/q25deploy.XXXXXX") || { echo "mktemp failed"; exit 1; }
@@ -45,7 +45,7 @@ serve() {
     cat "$t/o" "$t/e"
   done
 }
-'''
+"""
 #: an agent that holds no lock (status)
 PLAIN = SERVE + "echo ready\nserve\n"
 
@@ -71,8 +71,9 @@ def command_line(argv: Sequence[str], stdin: bytes, timeout: int) -> bytes:
     words, prelude = ["timeout", str(timeout)], []
     for i, arg in enumerate(argv):
         if _CONTROL.search(arg):
-            prelude.append(f"q25a{i}=$(printf '%b_' {shlex.quote(printf_b(arg.encode('utf-8')))}); "
-                           f"q25a{i}=${{q25a{i}%_}}; ")
+            prelude.append(
+                f"q25a{i}=$(printf '%b_' {shlex.quote(printf_b(arg.encode('utf-8')))}); q25a{i}=${{q25a{i}%_}}; "
+            )
             words.append(f'"$q25a{i}"')
         else:
             words.append(shlex.quote(arg))

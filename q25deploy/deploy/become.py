@@ -63,5 +63,6 @@ def hint(user: str, method: str, message: str) -> str:
     root and does not use sudo/doas; "" otherwise."""
     if method != "none" or user == "root" or "permission denied" not in message.lower():
         return ""
-    return (f" — {user} is not root: use --become sudo or doas (board file: [ssh] become), with a NOPASSWD rule "
-            f"for {user}")
+    return (
+        f" — {user} is not root: use --become sudo or doas (board file: [ssh] become), with a NOPASSWD rule for {user}"
+    )

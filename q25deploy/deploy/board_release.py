@@ -56,8 +56,10 @@ def image_bytes(files: BoardFiles, record: dict) -> bytes:
         pass
     fetched = files.read(f"current/{image}")
     if fetched is None or hashlib.sha256(fetched).hexdigest() != digest:
-        raise DeployError(f"{files.board.spec.name}: current/{image} on the board does not match its sha256 in "
-                          "the state file (smoke with --build, or deploy again)")
+        raise DeployError(
+            f"{files.board.spec.name}: current/{image} on the board does not match its sha256 in "
+            "the state file (smoke with --build, or deploy again)"
+        )
     try:  # the cache is a convenience: a read-only home still works
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}")

@@ -27,23 +27,31 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] || exit 44; exec cat "$1"'
 # $1 state, $2 intent: "file <size>" and its bytes, or "none", each; then $4's reserved memory
 # (reserved.LISTING: its lines and "end"); then $3's link target
-SNAPSHOT = ('for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
-            'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
-            'done; ' + LISTING + 'readlink "$3" || true')
+SNAPSHOT = (
+    'for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
+    'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
+    "done; " + LISTING + 'readlink "$3" || true'
+)
 # $1 file: standard input into a fresh temporary beside it, on the disk; prints the temporary's
 # name. mktemp (O_EXCL) never opens a planted name, and $1 may not be a symlink or a directory
 # (mv would follow it or move into it): root never writes through a link it did not create
-STAGE = ('if [ -L "$1" ] || [ -d "$1" ]; then echo "$1: a symlink or a directory" >&2; exit 1; fi; '
-         't=$(mktemp "$1.XXXXXX") || exit 1; '
-         'if cat > "$t" && chmod 0644 "$t" && { sync "$t" 2>/dev/null || sync; }; then echo "$t"; '
-         'else rm -f "$t"; exit 1; fi')
+STAGE = (
+    'if [ -L "$1" ] || [ -d "$1" ]; then echo "$1: a symlink or a directory" >&2; exit 1; fi; '
+    't=$(mktemp "$1.XXXXXX") || exit 1; '
+    'if cat > "$t" && chmod 0644 "$t" && { sync "$t" 2>/dev/null || sync; }; then echo "$t"; '
+    'else rm -f "$t"; exit 1; fi'
+)
 _TEMPORARY = re.compile(r"[A-Za-z0-9]{6}")  # what mktemp puts for XXXXXX
 # $1 temporary link, $2 target, $3 current: an atomic switch where mv has -T, else ln -sfn
-SWITCH = ('rm -f "$1" && ln -s "$2" "$1" || exit 1; '
-          'if mv -T -f "$1" "$3" 2>/dev/null; then sync; '
-          'else rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic || exit 1; fi')
-NON_ATOMIC = ("the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
-              "install coreutils' mv on the board for an atomic switch")
+SWITCH = (
+    'rm -f "$1" && ln -s "$2" "$1" || exit 1; '
+    'if mv -T -f "$1" "$3" 2>/dev/null; then sync; '
+    'else rm -f "$1"; ln -sfn "$2" "$3" && sync && echo non-atomic || exit 1; fi'
+)
+NON_ATOMIC = (
+    "the board's mv has no -T (BusyBox): current was switched with ln -sfn, which is not atomic; "
+    "install coreutils' mv on the board for an atomic switch"
+)
 
 
 def _plain(path: str, what: str) -> str:
@@ -100,41 +108,60 @@ class BoardFiles:
             return None
         if status != 0:
             msg = err.decode("utf-8", "replace").strip().splitlines()
-            raise DeployError(f"{self.board.spec.name}: cannot read {self.path(name)} ({status}: "
-                              f"{msg[-1] if msg else 'no output'}); nothing was changed")
+            raise DeployError(
+                f"{self.board.spec.name}: cannot read {self.path(name)} ({status}: "
+                f"{msg[-1] if msg else 'no output'}); nothing was changed"
+            )
         return out
 
     def _write(self, name: str, doc: dict) -> None:
         # the rename itself must reach the disk too: a power cut after a deploy returned must
         # not bring the old state back (found on the emulated board's ext4 disk)
-        self.board.run(["sh", "-c", STAGE + ' && mv -f "$t" "$1" && sync', "sh", self.path(name)],
-                       stdin=json_bytes(doc))
+        self.board.run(
+            ["sh", "-c", STAGE + ' && mv -f "$t" "$1" && sync', "sh", self.path(name)], stdin=json_bytes(doc)
+        )
 
     def snapshot(self, device_tree: str | None = None) -> tuple[dict, dict | None, str | None]:
         """(state, intent or None, the release ``current`` points at or None) in one command;
         with ``device_tree``, the same command reads its reserved memory into :attr:`live_reserved`
         (:func:`.reserved.parse_listing`; a malformed answer is an error)."""
-        status, out, err = self.board.run(["sh", "-c", SNAPSHOT, "sh", self.path(STATE_NAME),
-                                           self.path(INTENT_NAME), self.path("current"), device_tree or "-"],
-                                          check=False)
+        status, out, err = self.board.run(
+            [
+                "sh",
+                "-c",
+                SNAPSHOT,
+                "sh",
+                self.path(STATE_NAME),
+                self.path(INTENT_NAME),
+                self.path("current"),
+                device_tree or "-",
+            ],
+            check=False,
+        )
         if status != 0:
             msg = err.decode("utf-8", "replace").strip().splitlines()
-            raise DeployError(f"{self.board.spec.name}: cannot read {self.base}'s state ({status}: "
-                              f"{msg[-1] if msg else 'no output'}); nothing was changed")
+            raise DeployError(
+                f"{self.board.spec.name}: cannot read {self.base}'s state ({status}: "
+                f"{msg[-1] if msg else 'no output'}); nothing was changed"
+            )
         docs: list[bytes | None] = []
         rest = out
         for name in (STATE_NAME, INTENT_NAME):
             framed = _framed(rest)
             if framed is None:
-                raise DeployError(f"{self.board.spec.name}: a malformed answer when reading {self.base}'s {name} "
-                                  f"({out[:40]!r}); nothing was changed")
+                raise DeployError(
+                    f"{self.board.spec.name}: a malformed answer when reading {self.base}'s {name} "
+                    f"({out[:40]!r}); nothing was changed"
+                )
             doc, rest = framed
             docs.append(doc)
         listed = split_listing(rest)
         live = parse_listing(listed[0]) if listed and device_tree else None
         if listed is None or (device_tree and live is None):
-            raise DeployError(f"{self.board.spec.name}: a malformed answer when reading {device_tree}/reserved-memory; "
-                              "nothing was changed")
+            raise DeployError(
+                f"{self.board.spec.name}: a malformed answer when reading {device_tree}/reserved-memory; "
+                "nothing was changed"
+            )
         self.live_reserved, rest = live, listed[1]
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
@@ -170,8 +197,9 @@ class BoardFiles:
         would move into the old release, so there the link is replaced with ``ln -sfn``
         (not atomic: a reader may briefly find no ``current``); returns that warning."""
         self.release_dir(release_id)
-        _, out, _ = self.board.run(["sh", "-c", SWITCH, "sh", self.path(".current.tmp"), f"releases/{release_id}",
-                                    self.path("current")])
+        _, out, _ = self.board.run(
+            ["sh", "-c", SWITCH, "sh", self.path(".current.tmp"), f"releases/{release_id}", self.path("current")]
+        )
         return NON_ATOMIC if b"non-atomic" in out else None
 
     def commit(self, state: dict) -> str | None:
@@ -181,14 +209,29 @@ class BoardFiles:
         self._write(INTENT_NAME, {"format": schema.INTENT_FORMAT, "current": state["current"], "state": state})
         _, out, _ = self.board.run(["sh", "-c", STAGE, "sh", self.path(STATE_NAME)], stdin=json_bytes(state))
         state_tmp = out.decode("utf-8", "replace").strip()
-        if not (state_tmp.startswith(self.path(STATE_NAME) + ".")
-                and _TEMPORARY.fullmatch(state_tmp[len(self.path(STATE_NAME)) + 1:])):
-            raise DeployError(f"{self.board.spec.name}: mktemp answered {state_tmp[:80]!r}, not a temporary "
-                              f"beside {STATE_NAME}; nothing was switched")
-        script = (SWITCH + '; mv -f "$4" "$5" && sync && rm -f "$6"')
-        _, out, _ = self.board.run(["sh", "-c", script, "sh", self.path(".current.tmp"),
-                                    f"releases/{state['current']}", self.path("current"), state_tmp,
-                                    self.path(STATE_NAME), self.path(INTENT_NAME)])
+        if not (
+            state_tmp.startswith(self.path(STATE_NAME) + ".")
+            and _TEMPORARY.fullmatch(state_tmp[len(self.path(STATE_NAME)) + 1 :])
+        ):
+            raise DeployError(
+                f"{self.board.spec.name}: mktemp answered {state_tmp[:80]!r}, not a temporary "
+                f"beside {STATE_NAME}; nothing was switched"
+            )
+        script = SWITCH + '; mv -f "$4" "$5" && sync && rm -f "$6"'
+        _, out, _ = self.board.run(
+            [
+                "sh",
+                "-c",
+                script,
+                "sh",
+                self.path(".current.tmp"),
+                f"releases/{state['current']}",
+                self.path("current"),
+                state_tmp,
+                self.path(STATE_NAME),
+                self.path(INTENT_NAME),
+            ]
+        )
         return NON_ATOMIC if b"non-atomic" in out else None
 
     def reconcile(self, device_tree: str | None = None) -> tuple[dict, list[str]]:
@@ -211,8 +254,9 @@ class BoardFiles:
             warnings.extend(w for w in [self.switch(cur)] if w)
             warnings.append(f"restored the current link to {cur}")
         elif link != cur:
-            warnings.append(f"current points at {link or 'nothing'} but the state file says {cur or 'nothing'}; "
-                            "left as it is")
+            warnings.append(
+                f"current points at {link or 'nothing'} but the state file says {cur or 'nothing'}; left as it is"
+            )
         return state, warnings
 
     def remove_release(self, *release_ids: str) -> None:
@@ -220,8 +264,17 @@ class BoardFiles:
         if not release_ids:
             return
         args = [x for rid in release_ids for x in (f"releases/{rid}", self.release_dir(rid))]
-        self.board.run(["sh", "-c", 'c=$(readlink "$1"); shift; while [ $# -gt 1 ]; do [ "$c" = "$1" ] || '
-                        'rm -rf "$2"; shift 2; done', "sh", self.path("current"), *args], check=False)
+        self.board.run(
+            [
+                "sh",
+                "-c",
+                'c=$(readlink "$1"); shift; while [ $# -gt 1 ]; do [ "$c" = "$1" ] || rm -rf "$2"; shift 2; done',
+                "sh",
+                self.path("current"),
+                *args,
+            ],
+            check=False,
+        )
 
     def lock(self):
         """The board lock (see :mod:`q25deploy.deploy.boardlock`) as a context manager."""

@@ -37,7 +37,9 @@ BUSY = 75  # the board script's status when the lock is held by someone else (EX
 
 # $1 lock path, $2 owner, $3 max age; prints "acquired" and serves commands (the agent) until
 # stdin closes, then removes the lock; or exits BUSY
-HOLD = SERVE + r'''lock=$1; owner=$2; max=$3
+HOLD = (
+    SERVE
+    + r"""lock=$1; owner=$2; max=$3
 if [ ! -d "${lock%/*}" ]; then mkdir -p "${lock%/*}" && chmod 0755 "${lock%/*}" || exit 1; fi  # the install dir: 0755 as deploy makes it
 boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
@@ -57,7 +59,8 @@ fi
 if [ $stale = 0 ] && [ $((now - since)) -gt "$max" ]; then stale=1; fi
 if [ $stale = 1 ] && [ "$(readlink "$lock")" = "$cur" ]; then rm -f "$lock"; echo "stale $cur"; exit 75; fi
 echo "busy $cur"; exit 75
-'''
+"""
+)
 
 
 def owner() -> str:
@@ -110,11 +113,15 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
         said = line or _last_error_line(agent.chan)
         agent.close()
         if status != BUSY:
-            raise DeployError(f"{board.spec.name}: cannot take the board lock {path} ({status}: {said})"
-                              + become_hint(board.spec.user, board.become, said))  # not root, no --become: say so
+            raise DeployError(
+                f"{board.spec.name}: cannot take the board lock {path} ({status}: {said})"
+                + become_hint(board.spec.user, board.become, said)
+            )  # not root, no --become: say so
         if line.startswith("busy ") and time.monotonic() >= deadline:
-            raise DeployError(f"{board.spec.name}: busy: another deploy holds {path}: {_describe(line[5:])}; "
-                              f"waited {wait:g} s, nothing was changed")
+            raise DeployError(
+                f"{board.spec.name}: busy: another deploy holds {path}: {_describe(line[5:])}; "
+                f"waited {wait:g} s, nothing was changed"
+            )
         if line.startswith("busy "):
             time.sleep(1.0)
     with board.attached(agent):

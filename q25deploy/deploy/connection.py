@@ -48,16 +48,32 @@ def _close(chan) -> None:
 class Board:
     """A connected board. Use as a context manager."""
 
-    def __init__(self, spec: HostSpec, *, identity: str | None, known_hosts: str | None, trust_new_host: bool,
-                 connect_timeout: float = 15.0, become: str = "none", transfer: str = "auto") -> None:
+    def __init__(
+        self,
+        spec: HostSpec,
+        *,
+        identity: str | None,
+        known_hosts: str | None,
+        trust_new_host: bool,
+        connect_timeout: float = 15.0,
+        become: str = "none",
+        transfer: str = "auto",
+    ) -> None:
         self.spec, self.transfer = spec, transfer
         self.become, self._become = become, become_prefix(become)  # sudo -n / doas -n for a login that is not root
-        kwargs = {"look_for_keys": identity is None, "allow_agent": identity is None, "banner_timeout": connect_timeout,
-                  "auth_timeout": connect_timeout, "channel_timeout": connect_timeout, "transport_factory": transport_factory}
+        kwargs = {
+            "look_for_keys": identity is None,
+            "allow_agent": identity is None,
+            "banner_timeout": connect_timeout,
+            "auth_timeout": connect_timeout,
+            "channel_timeout": connect_timeout,
+            "transport_factory": transport_factory,
+        }
         if identity:
             kwargs["key_filename"] = [identity]
-        self.conn = Connection(spec.host, user=spec.user, port=spec.port, connect_timeout=connect_timeout,
-                               connect_kwargs=kwargs)
+        self.conn = Connection(
+            spec.host, user=spec.user, port=spec.port, connect_timeout=connect_timeout, connect_kwargs=kwargs
+        )
         client = self.conn.client
         path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
         if path.is_file():
@@ -68,24 +84,38 @@ class Board:
         try:
             self.conn.open()
         except paramiko.BadHostKeyException:
-            raise HostKeyError(f"{spec.name}: the host key CHANGED since it was recorded in {path}; refusing "
-                               "(remove the old entry only if you know why it changed)") from None
+            raise HostKeyError(
+                f"{spec.name}: the host key CHANGED since it was recorded in {path}; refusing "
+                "(remove the old entry only if you know why it changed)"
+            ) from None
         except paramiko.SSHException as e:
             if "not found in known_hosts" in str(e):
-                raise HostKeyError(f"{spec.name}: unknown host key (not in {path}); check it and pass "
-                                   "--trust-new-host to record it") from None
+                raise HostKeyError(
+                    f"{spec.name}: unknown host key (not in {path}); check it and pass --trust-new-host to record it"
+                ) from None
             raise DeployError(f"{spec.name}: SSH failed: {e}") from None
         except (TimeoutError, OSError, EOFError) as e:
             raise DeployError(f"{spec.name}: cannot connect: {e}") from None
         self.transport = client.get_transport()
         # large files through OpenSSH's ssh where it logs in as this session did (see openssh.py)
-        self.bulk = None if transfer == "paramiko" else openssh.Bulk.for_session(
-            self.conn, self.transport, known_hosts=str(path), identity=identity, connect_timeout=connect_timeout,
-            ciphers=CIPHERS, macs=MACS)
+        self.bulk = (
+            None
+            if transfer == "paramiko"
+            else openssh.Bulk.for_session(
+                self.conn,
+                self.transport,
+                known_hosts=str(path),
+                identity=identity,
+                connect_timeout=connect_timeout,
+                ciphers=CIPHERS,
+                macs=MACS,
+            )
+        )
         if self.bulk is None and transfer == "openssh":
             self.close()
-            raise DeployError(f"{spec.name}: --transfer openssh: no ssh client on PATH, or the session goes "
-                              "through a gateway")
+            raise DeployError(
+                f"{spec.name}: --transfer openssh: no ssh client on PATH, or the session goes through a gateway"
+            )
         self.notes: list[str] = []  # what the user should know about this session (a fallback)
         self.agent = None  # the session's agent (see attached)
         self.receiver: str | None = None  # a q25tok that receives uploads (see receiver.py), else the shell's
@@ -130,8 +160,9 @@ class Board:
         command that lives as long as the caller needs it (the board lock)."""
         return self._channel(argv, timeout)
 
-    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT,
-            check: bool = True) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT, check: bool = True
+    ) -> tuple[int, bytes, bytes]:
         """Run argv on the board (quoted, under ``timeout``); returns (status, stdout, stderr)."""
         if self.agent is not None:
             status, out, err = self.agent.call(argv, stdin, timeout)
@@ -139,8 +170,10 @@ class Board:
             status, out, err = self._exec(argv, stdin, timeout)
         if check and status != 0:
             last = openssh.last_line(err or out) or "no output"
-            raise DeployError(f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
-                              f"{last}{become_hint(self.spec.user, self.become, last)}")
+            raise DeployError(
+                f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
+                f"{last}{become_hint(self.spec.user, self.become, last)}"
+            )
         return status, out, err
 
     def _exec(self, argv: Sequence[str], stdin: bytes, timeout: int) -> tuple[int, bytes, bytes]:
@@ -194,8 +227,10 @@ class Board:
         except (OSError, EOFError) as e:
             raise DeployError(f"{self.spec.name}: uploading {os.path.basename(dest)}: {e}") from None
         if status == 255:  # ssh's own failure, not the receiver's
-            raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
-                              f"{openssh.last_line(err) or 'ssh exited with 255'}")
+            raise DeployError(
+                f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
+                f"{openssh.last_line(err) or 'ssh exited with 255'}"
+            )
         return status, out, err
 
     def _upload_paramiko(self, argv, src, size: int, dest: str, progress) -> tuple[int, bytes, bytes]:
@@ -216,8 +251,9 @@ class Board:
             out, err = _drain(chan)
             return chan.recv_exit_status(), out, err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
-            raise DeployError(f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: "
-                              f"{e}") from None
+            raise DeployError(
+                f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: {e}"
+            ) from None
         finally:
             _close(chan)
 
@@ -229,10 +265,13 @@ HASHER = 'if command -v openssl >/dev/null 2>&1; then h="openssl dgst -sha256 -r
 # $1 the file: written and hashed in one pass (the digest first on stdout); a failed write (tee goes
 # on copying to the hash) is reported on stderr. A background loop flushes the file to the disk
 # every second while it arrives, so the sync before the switch finds little left to write.
-RECEIVE = HASHER + ('( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
-                    '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | $h; kill $f 2>/dev/null; :')
+RECEIVE = HASHER + (
+    '( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
+    '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | $h; kill $f 2>/dev/null; :'
+)
 # each argument (a file) hashed: "<hex> <file>" lines; a file that cannot be read: no line
 HASH_FILES = HASHER + 'for f; do d=$($h < "$f") && echo "${d%% *} $f"; done'
+
 
 def _drain(chan) -> tuple[bytes, bytes]:
     out, err = bytearray(), bytearray()

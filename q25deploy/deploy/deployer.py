@@ -63,28 +63,39 @@ class HostResult:
 
 def _record(release: Release, when: str) -> dict:
     desc = json.loads(release.description)
-    return {"files": {f.rel: [f.sha256, f.size] for f in release.files}, "vocab_fingerprint": release.vocab_fingerprint,
-            "model_sha256": desc.get("model_sha256"), "target": desc.get("target"), "deployed_at": when,
-            "image": release.image}
+    return {
+        "files": {f.rel: [f.sha256, f.size] for f in release.files},
+        "vocab_fingerprint": release.vocab_fingerprint,
+        "model_sha256": desc.get("model_sha256"),
+        "target": desc.get("target"),
+        "deployed_at": when,
+        "image": release.image,
+    }
 
 
 UPLOAD_CHANNELS = 3  # files sent at once, each on its own channel (the board hashes each as it writes it)
 # $1 the releases directory, $2 the install dir (each made 0755 when deploy creates it), their free space: "<machine> <df -Pk line or statfs a S>". BusyBox df
 # skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's INITRAMFS packaging)
 # `df -P` fails with "can't find mount point"; statfs through `stat -f` works there (and with coreutils)
-PREFLIGHT = ('for d in "$2" "$1"; do if [ ! -d "$d" ]; then mkdir -p "$d" && chmod 0755 "$d" || exit 1; fi; done; printf "%s " "$(uname -m)"; '
-             'd=$(df -Pk "$2" 2>/dev/null) && echo "$d" | tail -n 1 || stat -f -c "statfs %a %S" "$2"')
+PREFLIGHT = (
+    'for d in "$2" "$1"; do if [ ! -d "$d" ]; then mkdir -p "$d" && chmod 0755 "$d" || exit 1; fi; done; printf "%s " "$(uname -m)"; '
+    'd=$(df -Pk "$2" 2>/dev/null) && echo "$d" | tail -n 1 || stat -f -c "statfs %a %S" "$2"'
+)
 # $1 staging, the directories in it, "--", then "ln" pairs (existing, staged): a fresh staging
 # directory with the kept files linked
 # (directories 0755 whatever the login's umask: one mode for a release, whatever installs it)
-PREPARE = ('s=$1; shift; rm -rf "$s" && mkdir -p "$s" && chmod 0755 "$s" || exit 1; '
-           'while [ $# -gt 0 ] && [ "$1" != -- ]; do mkdir -p "$1" && chmod 0755 "$1" || exit 1; shift; done; '
-           'shift; while [ $# -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done')
+PREPARE = (
+    's=$1; shift; rm -rf "$s" && mkdir -p "$s" && chmod 0755 "$s" || exit 1; '
+    'while [ $# -gt 0 ] && [ "$1" != -- ]; do mkdir -p "$1" && chmod 0755 "$1" || exit 1; shift; done; '
+    'shift; while [ $# -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done'
+)
 # $1 staging, $2 release dir; stdin release.json: described, synced, renamed into place (rdir does
 # not exist when mv runs, so plain mv is rename(2): BusyBox's mv has no -T)
-PROMOTE = ('cat > "$1/release.json" && chmod 0644 "$1/release.json" || exit 1; '
-           'if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
-           'sync; if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2" || exit 1; fi; sync')
+PROMOTE = (
+    'cat > "$1/release.json" && chmod 0644 "$1/release.json" || exit 1; '
+    'if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
+    'sync; if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2" || exit 1; fi; sync'
+)
 
 
 def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_bytes: int) -> None:
@@ -101,11 +112,21 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
         raise DeployError(f"{board.spec.name}: needs {need_bytes:,} bytes free under {files.base}, has {avail:,}")
 
 
-def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: str | None,
-           smoke: Callable[[bool, dict | None], dict], progress: Callable[[str], None] = lambda s: None,
-           load: Callable[[], dict] | None = None, state: dict | None = None, verify_links: bool = False,
-           sent: Callable[[int], None] | None = None, receivers: Sequence[str] = (),
-           sending: Callable[[], None] = lambda: None) -> HostResult:
+def deploy(
+    board: Board,
+    files: BoardFiles,
+    release: Release,
+    *,
+    expect_arch: str | None,
+    smoke: Callable[[bool, dict | None], dict],
+    progress: Callable[[str], None] = lambda s: None,
+    load: Callable[[], dict] | None = None,
+    state: dict | None = None,
+    verify_links: bool = False,
+    sent: Callable[[int], None] | None = None,
+    receivers: Sequence[str] = (),
+    sending: Callable[[], None] = lambda: None,
+) -> HostResult:
     """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it):
     stage what the board lacks (hashed on the board as it is written), promote it, switch,
     smoke-test, then prune older releases or roll back. ``load`` puts the current release's
@@ -121,8 +142,11 @@ def deploy(board: Board, files: BoardFiles, release: Release, *, expect_arch: st
         state, res.warnings = files.reconcile()
     res.previous = state.get("current")
     try:
-        if state.get("current") == release.id and not verify_links and \
-                board.run(["test", "-d", files.release_dir(release.id)], check=False)[0] == 0:
+        if (
+            state.get("current") == release.id
+            and not verify_links
+            and board.run(["test", "-d", files.release_dir(release.id)], check=False)[0] == 0
+        ):
             progress("already deployed: nothing to send")
             return _check_deployed(res, state, smoke, load)
         transfer = plan_transfer(release, state)
@@ -149,8 +173,18 @@ def _check_deployed(res: HostResult, state: dict, smoke, load) -> HostResult:
     return res
 
 
-def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: HostResult, progress,
-           verify_links: bool, sent, receivers: Sequence[str], sending) -> str:
+def _stage(
+    board: Board,
+    files: BoardFiles,
+    release: Release,
+    transfer,
+    res: HostResult,
+    progress,
+    verify_links: bool,
+    sent,
+    receivers: Sequence[str],
+    sending,
+) -> str:
     """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded and
     hashed as they are written; a digest that differs fails the deploy (``current`` untouched)."""
     staging = files.path(f"releases/.incoming-{release.id}")
@@ -189,8 +223,10 @@ def _stage(board: Board, files: BoardFiles, release: Release, transfer, res: Hos
         raise
     if bad:
         _drop(board, staging)
-        raise DeployError(f"{board.spec.name}: verify failed on the board ({', '.join(bad)}: the bytes written "
-                          "differ from the build's sha256); the current release is unchanged")
+        raise DeployError(
+            f"{board.spec.name}: verify failed on the board ({', '.join(bad)}: the bytes written "
+            "differ from the build's sha256); the current release is unchanged"
+        )
     return staging
 
 
@@ -206,28 +242,35 @@ def _bad_links(board: Board, linked: list, staged, progress) -> list:
     """The linked files whose bytes on the board no longer match their digest: sent again
     (``tee`` truncates the shared file, which repairs the kept release too)."""
     progress(f"hashing {len(linked)} kept file(s) on the board")
-    _, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *[staged(f.rel) for f in linked]], check=False,
-                          timeout=3600)
+    _, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *[staged(f.rel) for f in linked]], check=False, timeout=3600)
     lines = out.decode("utf-8", "replace").splitlines()
     got = {path: digest for digest, path in (line.split(" ", 1) for line in lines if " " in line)}
     bad = [f for f in linked if got.get(staged(f.rel)) != f.sha256]
     for f in bad:
         if f.local is None and f.origin is None:
-            raise DeployError(f"{board.spec.name}: {f.rel} on the board differs from its digest and is not in "
-                              "this build: deploy the whole build to repair it")
+            raise DeployError(
+                f"{board.spec.name}: {f.rel} on the board differs from its digest and is not in "
+                "this build: deploy the whole build to repair it"
+            )
     return bad
 
 
-def _switch_and_test(files: BoardFiles, release: Release, state: dict, res: HostResult, *, smoke, load,
-                     progress) -> HostResult:
+def _switch_and_test(
+    files: BoardFiles, release: Release, state: dict, res: HostResult, *, smoke, load, progress
+) -> HostResult:
     """Switch to the release, load and smoke-test it; prune older releases when it passed, go
     back to exactly the state before this deploy (older rollback point included) when not."""
     old_current = state.get("current")
     keep = {release.id, old_current} - {None}
-    new_state: dict[str, Any] = {"format": STATE_FORMAT, "current": release.id,
-                 "previous": old_current if old_current != release.id else state.get("previous"),
-                 "releases": {**state.get("releases", {}),
-                              release.id: _record(release, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}}
+    new_state: dict[str, Any] = {
+        "format": STATE_FORMAT,
+        "current": release.id,
+        "previous": old_current if old_current != release.id else state.get("previous"),
+        "releases": {
+            **state.get("releases", {}),
+            release.id: _record(release, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+        },
+    }
     res.warnings += [w for w in [files.commit(new_state)] if w]  # intent, switch, state: a cut is reconciled
     if load:
         progress("loading the partitions into reserved memory")
@@ -266,8 +309,9 @@ def failure_reason(smoke: dict, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def rollback(board: Board, files: BoardFiles, state: dict | None = None,
-             load: Callable[[], dict] | None = None) -> HostResult:
+def rollback(
+    board: Board, files: BoardFiles, state: dict | None = None, load: Callable[[], dict] | None = None
+) -> HostResult:
     """Back to the previous release (call under ``files.lock()``)."""
     res = HostResult(board.spec.name)
     if state is None:
@@ -275,8 +319,12 @@ def rollback(board: Board, files: BoardFiles, state: dict | None = None,
     prev, cur = state.get("previous"), state.get("current")
     if not prev or prev not in state.get("releases", {}):
         raise DeployError(f"{board.spec.name}: no previous release to roll back to")
-    new_state: dict[str, Any] = {"format": STATE_FORMAT, "current": prev, "previous": None,
-                 "releases": {prev: state["releases"][prev]}}
+    new_state: dict[str, Any] = {
+        "format": STATE_FORMAT,
+        "current": prev,
+        "previous": None,
+        "releases": {prev: state["releases"][prev]},
+    }
     warning = files.commit(new_state)
     if warning:
         res.warnings.append(warning)
@@ -293,7 +341,12 @@ def status(board: Board, files: BoardFiles, device_tree: str | None = None) -> d
     (``files.live_reserved``)."""
     state, pending, link = files.snapshot(device_tree)  # a pending switch: the next deploy or rollback settles it
     cur = state.get("current")
-    return {"host": board.spec.name, "current": cur, "previous": state.get("previous"),
-            "current_link": f"releases/{link}" if link else None, "consistent": link == cur and pending is None,
-            "pending_switch": pending["current"] if pending else None,
-            "release": state.get("releases", {}).get(cur or "")}
+    return {
+        "host": board.spec.name,
+        "current": cur,
+        "previous": state.get("previous"),
+        "current_link": f"releases/{link}" if link else None,
+        "consistent": link == cur and pending is None,
+        "pending_switch": pending["current"] if pending else None,
+        "release": state.get("releases", {}).get(cur or ""),
+    }

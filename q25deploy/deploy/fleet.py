@@ -83,8 +83,9 @@ class Fleet:
         self.install_dir, self.runtime = image_layout.install_dir, image_layout.runtime
         # system paths on the board (never under --remote-root): the board file says where
         self.board_paths = {"memory": target.board.memory_device, "device_tree": target.board.device_tree_path}
-        self.extra_checks = [c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board)
-                             for c in (res or [])]
+        self.extra_checks = [
+            c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board) for c in (res or [])
+        ]
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
         self.become = opts.become or target.board.ssh_become
         become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
@@ -119,15 +120,23 @@ class Fleet:
             rb = (p, file_sha256(p))
         built_for = self.summary.install_dir
         if built_for != self.install_dir:
-            raise DeployError(f"{self.opts.build_dir} installs to {built_for}, target {self.target.name} to "
-                              f"{self.install_dir}: rebuild with q25deploy build")
+            raise DeployError(
+                f"{self.opts.build_dir} installs to {built_for}, target {self.target.name} to "
+                f"{self.install_dir}: rebuild with q25deploy build"
+            )
         assert self.opts.build_dir is not None
         return release_from_build(self.opts.build_dir, rb)
 
     # -- per host -------------------------------------------------------------------------
     def _connect(self, spec: HostSpec) -> Board:
-        board = Board(spec, identity=self.opts.identity, known_hosts=self.opts.known_hosts,
-                      trust_new_host=self.opts.trust_new_host, become=self.become, transfer=self.opts.transfer)
+        board = Board(
+            spec,
+            identity=self.opts.identity,
+            known_hosts=self.opts.known_hosts,
+            trust_new_host=self.opts.trust_new_host,
+            become=self.become,
+            transfer=self.opts.transfer,
+        )
         try:
             check_become(board)  # a board that would ask for a password is refused here, in one line
         except DeployError:
@@ -138,16 +147,29 @@ class Fleet:
     def _files(self, board: Board) -> BoardFiles:
         # {host} {port} {user} give each board its own root when several share a machine
         spec = board.spec
-        root = self.opts.remote_root.replace("{host}", spec.host).replace("{port}", str(spec.port)) \
+        root = (
+            self.opts.remote_root.replace("{host}", spec.host)
+            .replace("{port}", str(spec.port))
             .replace("{user}", spec.user)
+        )
         return BoardFiles(board, root, self.install_dir)
 
     def _smoke(self, board, files, release_files, image: str, expected, quick: bool, residency=None) -> dict:
         q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
         pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
-        return smoke_test(board, files, expected=expected, partition_map=pmap, image_name=image, q25tok=q25tok,
-                          strict=self.opts.strict, extra_checks=self.extra_checks, board_paths=self.board_paths,
-                          quick=quick, residency=residency)
+        return smoke_test(
+            board,
+            files,
+            expected=expected,
+            partition_map=pmap,
+            image_name=image,
+            q25tok=q25tok,
+            strict=self.opts.strict,
+            extra_checks=self.extra_checks,
+            board_paths=self.board_paths,
+            quick=quick,
+            residency=residency,
+        )
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
@@ -157,19 +179,29 @@ class Fleet:
                 rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
                 refused = None if self.opts.tokenizer_only else self._unreserved(files.live_reserved)
                 if refused and not self.opts.allow_unreserved:  # before anything is sent
-                    return HostResult(spec.name, release=rel.id, previous=state.get("current"), error=refused,
-                                      warnings=notes)
+                    return HostResult(
+                        spec.name, release=rel.id, previous=state.get("current"), error=refused, warnings=notes
+                    )
                 notes += [f"sent anyway (--allow-unreserved): {refused}"] if refused else []
                 arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
                 names = {f.rel for f in rel.files}
 
                 def run(verify_links: bool) -> HostResult:
-                    return deploy(board, files, rel, expect_arch=arch, state=state, load=self._load(board, files),
-                                  verify_links=verify_links, sent=self.sent(spec),
-                                  receivers=[files.path(f"current/{RUNTIME_BIN}"), self.runtime],
-                                  sending=self.expected.warm,
-                                  smoke=lambda quick, resident: self._smoke(board, files, names, rel.image,
-                                                                            self.expected.get(), quick, resident))
+                    return deploy(
+                        board,
+                        files,
+                        rel,
+                        expect_arch=arch,
+                        state=state,
+                        load=self._load(board, files),
+                        verify_links=verify_links,
+                        sent=self.sent(spec),
+                        receivers=[files.path(f"current/{RUNTIME_BIN}"), self.runtime],
+                        sending=self.expected.warm,
+                        smoke=lambda quick, resident: self._smoke(
+                            board, files, names, rel.image, self.expected.get(), quick, resident
+                        ),
+                    )
 
                 res = run(self.opts.verify_board)
                 if not res.ok and not self.opts.verify_board and _mismatch(res):
@@ -179,8 +211,9 @@ class Fleet:
                     state, _ = files.reconcile()
                     res = run(True)
                     res.bytes_sent += first.bytes_sent
-                    res.warnings.insert(0, f"first attempt failed ({first.error}); retried with the board's "
-                                           "kept files hashed")
+                    res.warnings.insert(
+                        0, f"first attempt failed ({first.error}); retried with the board's kept files hashed"
+                    )
                 res.warnings[:0] = notes
                 res.warnings += board.notes
                 return res
@@ -193,16 +226,21 @@ class Fleet:
             res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
             if self.opts.build_dir:
                 if cur["vocab_fingerprint"] != self.summary.vocab_fingerprint:
-                    raise DeployError(f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
-                                      "pass the build it was deployed from, or no --build")
+                    raise DeployError(
+                        f"{spec.name}: the board runs another vocabulary than {self.opts.build_dir}; "
+                        "pass the build it was deployed from, or no --build"
+                    )
                 if cur.get("model_sha256") != self.summary.model_sha256:
-                    res.warnings.append(f"the board runs another model ({str(cur.get('model_sha256'))[:12]}…) "
-                                        f"than {self.opts.build_dir} (same vocabulary)")
+                    res.warnings.append(
+                        f"the board runs another model ({str(cur.get('model_sha256'))[:12]}…) "
+                        f"than {self.opts.build_dir} (same vocabulary)"
+                    )
                 expected = self.expected.get()
             else:
                 expected = smoke_ids(board_release.board_codec(files, cur))
-            res.smoke = self._smoke(board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", expected,
-                                    self.opts.quick)
+            res.smoke = self._smoke(
+                board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", expected, self.opts.quick
+            )
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
@@ -212,8 +250,9 @@ class Fleet:
         another plan's), or None."""
         if live is None:
             return None
-        return refusal(self.partition_map["regions"] if regions is None else regions, live,
-                       self.board_paths["device_tree"])
+        return refusal(
+            self.partition_map["regions"] if regions is None else regions, live, self.board_paths["device_tree"]
+        )
 
     def _reserved_status(self, files: BoardFiles) -> dict:
         """``reserved`` and ``unreserved`` of the current release's plan; nothing when the board
@@ -275,8 +314,9 @@ class Fleet:
                 if os.environ.get("Q25DEPLOY_DEBUG"):  # still run and print; the CLI then exits 70
                     raise
                 self.bugs.append(f"{spec.name}: {type(e).__name__}: {e}")
-                return failed(spec, f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
-                                    "(a bug in q25deploy)")
+                return failed(
+                    spec, f"internal error: {type(e).__name__}: {' '.join(str(e).split())} (a bug in q25deploy)"
+                )
 
         def failed(spec: HostSpec, error: str):
             return {"host": spec.name, "error": error} if action == "status" else HostResult(spec.name, error=error)
@@ -296,8 +336,12 @@ def render_results(results: list[HostResult]) -> str:
     for r in results:
         smoke = "-" if r.smoke is None else ("pass" if r.smoke["ok"] else "FAIL")
         detail = r.error or "; ".join(r.warnings + (r.smoke.get("warnings", []) if r.smoke else []))
-        lines.append(printable(f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} "
-                               f"{r.bytes_sent:>14,} {r.files_sent:>5} {smoke:<6} {detail}"))
+        lines.append(
+            printable(
+                f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} "
+                f"{r.bytes_sent:>14,} {r.files_sent:>5} {smoke:<6} {detail}"
+            )
+        )
     failed = sum(1 for r in results if not r.ok)
     lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
     return "\n".join(lines)

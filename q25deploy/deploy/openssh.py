@@ -47,9 +47,17 @@ READY = b"q25deploy: receiving"
 ANNOUNCE = f"echo {shlex.quote(READY.decode())} && "  # the board's shell, logged in, says so first
 CHUNK = 1 << 20
 PIPE_BYTES = 1 << 20
-KEX = ("mlkem768x25519-sha256", "curve25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nistp256",
-       "ecdh-sha2-nistp384", "ecdh-sha2-nistp521", "diffie-hellman-group16-sha512",
-       "diffie-hellman-group-exchange-sha256", "diffie-hellman-group14-sha256")
+KEX = (
+    "mlkem768x25519-sha256",
+    "curve25519-sha256",
+    "curve25519-sha256@libssh.org",
+    "ecdh-sha2-nistp256",
+    "ecdh-sha2-nistp384",
+    "ecdh-sha2-nistp521",
+    "diffie-hellman-group16-sha512",
+    "diffie-hellman-group-exchange-sha256",
+    "diffie-hellman-group14-sha256",
+)
 
 
 class Unavailable(Exception):
@@ -98,11 +106,23 @@ def ssh_argv(client: str, login: Login, command: str) -> list[str] | None:
     ciphers, macs, kex = pick(login.ciphers, "cipher"), pick(login.macs, "mac"), pick(KEX, "kex")
     if known_hosts is None or identity is None or not (ciphers and macs and kex):
         return None
-    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": known_hosts,
-            "GlobalKnownHostsFile": "/dev/null", "HostKeyAlias": login.host_key_alias.replace("%", "%%"),
-            "CheckHostIP": "no", "UpdateHostKeys": "no", "LogLevel": "ERROR",
-            "ConnectTimeout": str(max(1, round(login.connect_timeout))), "ServerAliveInterval": "15",
-            "ServerAliveCountMax": "4", "Compression": "no", "Ciphers": ciphers, "MACs": macs, "KexAlgorithms": kex}
+    opts = {
+        "BatchMode": "yes",
+        "StrictHostKeyChecking": "yes",
+        "UserKnownHostsFile": known_hosts,
+        "GlobalKnownHostsFile": "/dev/null",
+        "HostKeyAlias": login.host_key_alias.replace("%", "%%"),
+        "CheckHostIP": "no",
+        "UpdateHostKeys": "no",
+        "LogLevel": "ERROR",
+        "ConnectTimeout": str(max(1, round(login.connect_timeout))),
+        "ServerAliveInterval": "15",
+        "ServerAliveCountMax": "4",
+        "Compression": "no",
+        "Ciphers": ciphers,
+        "MACs": macs,
+        "KexAlgorithms": kex,
+    }
     if identity:
         opts.update(IdentityFile=identity, IdentitiesOnly="yes", IdentityAgent="none")
     argv = [client, "-F", "none", "-T", "-x", "-a", "-p", str(login.port), "-l", login.user]
@@ -151,7 +171,7 @@ def _feed(src: BinaryIO, size: int, out: int, progress: Callable[[int], None] | 
             view = memoryview(src.read(want))
             n = len(view)
             while view:
-                view = view[os.write(out, view):]
+                view = view[os.write(out, view) :]
         if n == 0:
             raise EOFError("the local file ended early")
         sent += n
@@ -171,15 +191,18 @@ class _Login:
     """One ``ssh`` process; the board's shell prints :data:`READY` once it is logged in."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     bufsize=0)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+        )
         stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
         if stdin is None or stdout is None or stderr is None:  # all three are PIPE: never
             raise OSError(f"{argv[0]}: no pipes to the process")
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.out, self.err, self.ready = bytearray(), bytearray(), threading.Event()
-        self.readers = [threading.Thread(target=_collect, args=(self.stdout, self.out, self.ready), daemon=True),
-                        threading.Thread(target=_collect, args=(self.stderr, self.err), daemon=True)]
+        self.readers = [
+            threading.Thread(target=_collect, args=(self.stdout, self.out, self.ready), daemon=True),
+            threading.Thread(target=_collect, args=(self.stderr, self.err), daemon=True),
+        ]
         for t in self.readers:
             t.start()
 
@@ -245,8 +268,17 @@ class Bulk:
         self._waiting: _Login | None = None  # logged in ahead (warm), for the next upload
 
     @classmethod
-    def for_session(cls, conn, transport, *, known_hosts: str, identity: str | None, connect_timeout: float,
-                    ciphers: tuple[str, ...], macs: tuple[str, ...]) -> Bulk | None:
+    def for_session(
+        cls,
+        conn,
+        transport,
+        *,
+        known_hosts: str,
+        identity: str | None,
+        connect_timeout: float,
+        ciphers: tuple[str, ...],
+        macs: tuple[str, ...],
+    ) -> Bulk | None:
         """For a fabric ``conn`` logged in over ``transport``; None without an ``ssh`` client or
         where the session did not reach the board directly (a gateway, a proxy command)."""
         client, sock = find_client(), getattr(transport, "sock", None)
@@ -257,8 +289,9 @@ class Bulk:
         except OSError:
             return None
         alias = conn.host if conn.port == 22 else f"[{conn.host}]:{conn.port}"  # as paramiko looks it up
-        return cls(client, Login(address, port, conn.user, alias, known_hosts, identity, connect_timeout,
-                                 ciphers, macs))
+        return cls(
+            client, Login(address, port, conn.user, alias, known_hosts, identity, connect_timeout, ciphers, macs)
+        )
 
     def warm(self) -> None:
         """Log in now, ahead of the first file (a login took 0.15 s here): the board's shell

@@ -25,8 +25,11 @@ from .connection import Board
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # each argument a q25tok to try; prints the first that receives and hashes correctly
-PROBE = ('for q; do [ -x "$q" ] && [ "$("$q" receive /dev/null </dev/null 2>/dev/null)" = ' + EMPTY_SHA256 +
-         ' ] && { echo "$q"; exit 0; }; done; :')
+PROBE = (
+    'for q; do [ -x "$q" ] && [ "$("$q" receive /dev/null </dev/null 2>/dev/null)" = '
+    + EMPTY_SHA256
+    + ' ] && { echo "$q"; exit 0; }; done; :'
+)
 
 
 def probe(board: Board, candidates: Sequence[str]) -> str | None:
@@ -39,15 +42,20 @@ def probe(board: Board, candidates: Sequence[str]) -> str | None:
     return found if found in candidates else None
 
 
-def choose(board: Board, candidates: Sequence[str], uploads: list, staged: Callable[[str], str],
-           send: Callable) -> list[tuple]:
+def choose(
+    board: Board, candidates: Sequence[str], uploads: list, staged: Callable[[str], str], send: Callable
+) -> list[tuple]:
     """Set ``board.receiver`` for this session's uploads; when ``uploads`` carry the runtime
     it is sent first (``send(file) -> (file, digest)``, through the shell) and, its digest
     matching, tried before ``candidates``. Returns what was sent here."""
     board.receiver = None
     own = next((f for f in uploads if f.rel == RUNTIME_BIN), None)
     sent = [send(own)] if own is not None else []
-    if own is not None and sent[0][1] == own.sha256 and board.run(["chmod", "0755", staged(own.rel)], check=False)[0] == 0:
+    if (
+        own is not None
+        and sent[0][1] == own.sha256
+        and board.run(["chmod", "0755", staged(own.rel)], check=False)[0] == 0
+    ):
         candidates = [staged(own.rel), *candidates]
     board.receiver = probe(board, candidates)
     return sent

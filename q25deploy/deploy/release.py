@@ -20,7 +20,15 @@ from ..errors import DeployError
 from ..packer import layout
 from ..schema import STATE_FORMAT
 
-__all__ = ["STATE_FORMAT", "Release", "ReleaseFile", "Transfer", "plan_transfer", "release_from_build", "tokenizer_only"]
+__all__ = [
+    "STATE_FORMAT",
+    "Release",
+    "ReleaseFile",
+    "Transfer",
+    "plan_transfer",
+    "release_from_build",
+    "tokenizer_only",
+]
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,11 @@ class Release:
 
 
 def _describe(files: list[ReleaseFile], meta: dict) -> tuple[str, bytes]:
-    body = {"format": "q25deploy-release/1", **meta,
-            "files": [{"path": f.rel, "sha256": f.sha256, "size": f.size} for f in sorted(files, key=lambda f: f.rel)]}
+    body = {
+        "format": "q25deploy-release/1",
+        **meta,
+        "files": [{"path": f.rel, "sha256": f.sha256, "size": f.size} for f in sorted(files, key=lambda f: f.rel)],
+    }
     rid = json_digest(body)[:16]
     return rid, json_bytes({"id": rid, **body})
 
@@ -91,13 +102,19 @@ def tokenizer_only(build: Release, state: dict) -> Release:
     if cur["vocab_fingerprint"] != build.vocab_fingerprint:
         raise DeployError(
             f"refusing --tokenizer-only: the new image's vocabulary fingerprint {build.vocab_fingerprint[:16]}… differs "
-            f"from the deployed model's {cur['vocab_fingerprint'][:16]}… (token ids would not match the weights)")
+            f"from the deployed model's {cur['vocab_fingerprint'][:16]}… (token ids would not match the weights)"
+        )
     new = {f.rel: f for f in build.files if f.rel in layout.tokenizer_update_names(build.image)}
-    files = [new.pop(rel) if rel in new else ReleaseFile(rel, sha, size, None)
-             for rel, (sha, size) in sorted(cur["files"].items())]
+    files = [
+        new.pop(rel) if rel in new else ReleaseFile(rel, sha, size, None)
+        for rel, (sha, size) in sorted(cur["files"].items())
+    ]
     files += new.values()
-    meta = {"target": cur.get("target"), "model_sha256": cur.get("model_sha256"),
-            "vocab_fingerprint": build.vocab_fingerprint}
+    meta = {
+        "target": cur.get("target"),
+        "model_sha256": cur.get("model_sha256"),
+        "vocab_fingerprint": build.vocab_fingerprint,
+    }
     rid, desc = _describe(files, meta)
     return Release(rid, tuple(files), desc, build.vocab_fingerprint, build.image)
 

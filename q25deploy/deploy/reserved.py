@@ -54,8 +54,15 @@ def parse_listing(data: bytes) -> dict | None:
     name = None
     for line in lines[1:]:
         f = line.split(" ")
-        if f[0] == "node" and len(f) == 3 and _NODE.fullmatch(f[1]) and f[1] not in nodes and f[2] in ("0", "1") \
-                and head[1] == "present" and len(nodes) < MAX_NODES:
+        if (
+            f[0] == "node"
+            and len(f) == 3
+            and _NODE.fullmatch(f[1])
+            and f[1] not in nodes
+            and f[2] in ("0", "1")
+            and head[1] == "present"
+            and len(nodes) < MAX_NODES
+        ):
             name = f[1]
             nodes[name] = {"reg": b"", "no_map": f[2] == "1"}
         elif name is not None and _OD_LINE.fullmatch(line) and len(nodes[name]["reg"]) < MAX_REG:
@@ -87,8 +94,13 @@ def refusal(regions: Sequence[dict], live: dict, device_tree: str) -> str | None
     if not missing:
         return None
     names = ", ".join(f"{r['node']} [{r['base']:#x}, {r['base'] + r['size']:#x}) {why}" for r, why in missing)
-    where = {"none": f"the board has no {device_tree}, so", "empty": f"the board's {device_tree} has no "
-             "reserved-memory node, so", "present": f"the board's {device_tree}/reserved-memory"}[live["tree"]]
-    return (f"{where} does not reserve {len(missing)} of the build's {len(regions)} region(s) ({names}): boot an image "
-            "whose device tree includes the build's reserved-memory.dtsi, or pass --allow-unreserved to send "
-            "anyway; nothing was sent")
+    where = {
+        "none": f"the board has no {device_tree}, so",
+        "empty": f"the board's {device_tree} has no reserved-memory node, so",
+        "present": f"the board's {device_tree}/reserved-memory",
+    }[live["tree"]]
+    return (
+        f"{where} does not reserve {len(missing)} of the build's {len(regions)} region(s) ({names}): boot an image "
+        "whose device tree includes the build's reserved-memory.dtsi, or pass --allow-unreserved to send "
+        "anyway; nothing was sent"
+    )

@@ -25,7 +25,7 @@ EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes
 LOADED = ".q25deploy-loaded"
 # $1 current, $2 the image's q25tok, $3 load|verify, $4 region table, $5 memory, $6 device tree,
 # $7 the loaded stamp ("-": none): the release's own q25tok when it has one
-SCRIPT = r'''[ -f "$4" ] || { echo no-table; exit 0; }; q="$1/q25tok"; [ -x "$q" ] || q="$2"
+SCRIPT = r"""[ -f "$4" ] || { echo no-table; exit 0; }; q="$1/q25tok"; [ -x "$q" ] || q="$2"
 if [ "$7" != - ]; then
   want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$4" | cut -d" " -f1)"
   [ "$(cat "$7" 2>/dev/null)" = "$want" ] && { echo cached; exit 0; }
@@ -35,7 +35,7 @@ fi
 if [ $st = 0 ] && [ "$7" != - ] && [ ! -L "$7" ] && [ ! -d "$7" ] && t=$(mktemp "$7.XXXXXX"); then
   echo "$want" > "$t" && mv -f "$t" "$7" || rm -f "$t"  # never through a planted name
 fi
-exit $st'''
+exit $st"""
 
 
 def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, device_tree: str) -> dict:
@@ -43,12 +43,18 @@ def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, d
     checked against ``device_tree``; per-region results (a load this boot already did: cached)."""
     cur = files.path("current")
     stamp = files.path(LOADED) if command == "load" else "-"
-    status, out, err = board.run(["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}",
-                                  memory, device_tree, stamp], check=False, timeout=600)
+    status, out, err = board.run(
+        ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, stamp],
+        check=False,
+        timeout=600,
+    )
     text = out.decode("utf-8", "replace")
     if text.strip() in ("no-table", "cached"):
-        return {"state": "resident" if text.strip() == "cached" else "no-table", "regions": [],
-                **({"cached": True} if text.strip() == "cached" else {})}
+        return {
+            "state": "resident" if text.strip() == "cached" else "no-table",
+            "regions": [],
+            **({"cached": True} if text.strip() == "cached" else {}),
+        }
     regions = [r for r in map(_region, text.splitlines()) if r]
     if status == 0 and regions and all(r["state"] in ("loaded", "resident") for r in regions):
         state = "resident"
@@ -58,8 +64,11 @@ def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, d
         state = "unsupported"  # a q25tok without load/verify, or none at all
     else:
         state = "failed"
-    detail = "; ".join(f"{r['node']}: {r['state']} {r.get('detail', '')}".strip() for r in regions
-                       if r["state"] not in ("loaded", "resident"))
+    detail = "; ".join(
+        f"{r['node']}: {r['state']} {r.get('detail', '')}".strip()
+        for r in regions
+        if r["state"] not in ("loaded", "resident")
+    )
     if not regions:
         detail = (err or out).decode("utf-8", "replace").strip()[-200:]
     detail += become_hint(board.spec.user, board.become, detail)  # /dev/mem is root's
@@ -71,8 +80,10 @@ def _region(line: str) -> dict | None:
     f = line.split()
     if len(f) < 3 or f[0] != "region":
         return None
-    r = {"node": f[1], "state": next((w for w in ("loaded", "resident", "MISMATCH", "REFUSED", "FAILED") if w in f),
-                                     "unknown")}
+    r = {
+        "node": f[1],
+        "state": next((w for w in ("loaded", "resident", "MISMATCH", "REFUSED", "FAILED") if w in f), "unknown"),
+    }
     if "sha256" in f and f.index("sha256") + 1 < len(f):
         r["sha256"] = f[f.index("sha256") + 1]
     if r["state"] in ("REFUSED", "FAILED"):

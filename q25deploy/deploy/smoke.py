@@ -43,10 +43,20 @@ class _Report:
         return {"ok": all(c["ok"] for c in self.checks), "checks": self.checks, "warnings": self.warnings, **extra}
 
 
-def smoke_test(board: Board, files: BoardFiles, *, expected: Sequence[list[int]], partition_map: dict, image_name: str,
-               q25tok: str, strict: bool = False, extra_checks: Sequence[tuple[str, str]] = (),
-               board_paths: dict[str, str] | None = None, quick: bool = False,
-               residency: dict | None = None) -> dict:
+def smoke_test(
+    board: Board,
+    files: BoardFiles,
+    *,
+    expected: Sequence[list[int]],
+    partition_map: dict,
+    image_name: str,
+    q25tok: str,
+    strict: bool = False,
+    extra_checks: Sequence[tuple[str, str]] = (),
+    board_paths: dict[str, str] | None = None,
+    quick: bool = False,
+    residency: dict | None = None,
+) -> dict:
     """``expected``: the host codec's ids of each smoke prompt (:mod:`.expected`).
     ``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree,
     /dev/mem). ``quick``: the files were proven moments ago (a deploy hashed them as it wrote
@@ -75,12 +85,12 @@ def smoke_test(board: Board, files: BoardFiles, *, expected: Sequence[list[int]]
 
 # $1 q25tok, $2 image, then per prompt "plain|special" and its text: the prompts written as files
 # (in a private temporary directory), encoded by one q25tok call per kind, in the prompts' order
-ENCODE = r'''q=$1; img=$2; shift 2; d=$(mktemp -d "${TMPDIR:-/tmp}/q25prompts.XXXXXX") || exit 1; i=0; plain=; special=
+ENCODE = r"""q=$1; img=$2; shift 2; d=$(mktemp -d "${TMPDIR:-/tmp}/q25prompts.XXXXXX") || exit 1; i=0; plain=; special=
 while [ $# -gt 1 ]; do i=$((i + 1)); printf '%s' "$2" > "$d/$i" || exit 1
   if [ "$1" = special ]; then special="$special $d/$i"; else plain="$plain $d/$i"; fi; shift 2; done
 st=0; if [ -n "$plain" ]; then "$q" encode "$img" $plain || st=$?; fi
 echo "@@special"; if [ -n "$special" ]; then "$q" encode --special "$img" $special || st=$?; fi
-rm -rf "$d"; exit $st'''
+rm -rf "$d"; exit $st"""
 
 
 def _check_ids(board: Board, report: _Report, expected: Sequence[list[int]], q25tok: str, image: str) -> None:
@@ -101,8 +111,11 @@ def _check_ids(board: Board, report: _Report, expected: Sequence[list[int]], q25
             got = [int(x) for x in row.split()] if row is not None else None
         except ValueError:
             got = None
-        report.check(f"encode prompt {i}", status == 0 and got == want,
-                     "" if got == want else f"board {got[:8] if got else err[-120:]!r}… host {want[:8]}…")
+        report.check(
+            f"encode prompt {i}",
+            status == 0 and got == want,
+            "" if got == want else f"board {got[:8] if got else err[-120:]!r}… host {want[:8]}…",
+        )
 
 
 def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dict]) -> None:
@@ -120,11 +133,16 @@ def _check_device_tree(board: Board, report: _Report, device_tree: str, regions:
         status, out, _ = board.run(["cat", f"{device_tree}/reserved-memory/{r['node']}/reg"], check=False)
         want = struct.pack(">QQ", r["base"], r["size"])
         if status != 0:
-            report.warn(f"device tree {r['node']}", f"live device tree has no {r['node']}: the running image "
-                        "predates this build's reserved memory")
+            report.warn(
+                f"device tree {r['node']}",
+                f"live device tree has no {r['node']}: the running image predates this build's reserved memory",
+            )
         else:
-            report.check(f"device tree {r['node']}", out == want,
-                         "" if out == want else f"reg is {out.hex()}, planned {want.hex()}")
+            report.check(
+                f"device tree {r['node']}",
+                out == want,
+                "" if out == want else f"reg is {out.hex()}, planned {want.hex()}",
+            )
 
 
 def _check_residency(report: _Report, resident: dict) -> None:
@@ -132,8 +150,14 @@ def _check_residency(report: _Report, resident: dict) -> None:
     if resident["state"] == "resident":
         report.check("residency", True, f"{len(resident['regions'])} region(s) hold their partitions")
     elif resident["state"] in ("not-reserved", "unsupported"):
-        report.warn("residency", "the partitions are not loaded into reserved memory: " + (
-            "the running device tree does not reserve the regions" if resident["state"] == "not-reserved"
-            else f"this q25tok has no load/verify ({resident['detail'][-80:]})"))
+        report.warn(
+            "residency",
+            "the partitions are not loaded into reserved memory: "
+            + (
+                "the running device tree does not reserve the regions"
+                if resident["state"] == "not-reserved"
+                else f"this q25tok has no load/verify ({resident['detail'][-80:]})"
+            ),
+        )
     elif resident["state"] == "failed":
         report.check("residency", False, resident["detail"])

@@ -39,8 +39,10 @@ def plan_from_map(pmap: dict, board: Board) -> MemoryPlan:
 
 def _plan(pmap: dict, board: Board) -> MemoryPlan:
     regions = tuple(Region(r["index"], r["base"], r["size"], r["used"], r["bank"]) for r in pmap["regions"])
-    tensors = tuple(Placement(t["name"], t["type"], tuple(t["shape"]), t["bytes"], t["source_offset"], t["region"],
-                              t["offset"]) for t in pmap["tensors"])
+    tensors = tuple(
+        Placement(t["name"], t["type"], tuple(t["shape"]), t["bytes"], t["source_offset"], t["region"], t["offset"])
+        for t in pmap["tensors"]
+    )
     return MemoryPlan(regions, tensors, board.model_budget)
 
 

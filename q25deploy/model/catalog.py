@@ -134,5 +134,7 @@ def _render_lines(cat: dict) -> list[str]:
     if cat["tensors"]:
         lines.append("largest tensors:")
         for t in sorted(cat["tensors"], key=lambda t: -t["bytes"])[:5]:
-            lines.append(f"  {t['name']:<28} {t['type']:<6} {'x'.join(map(str, t['shape'])):<14} {format_size(t['bytes']):>12}")
+            lines.append(
+                f"  {t['name']:<28} {t['type']:<6} {'x'.join(map(str, t['shape'])):<14} {format_size(t['bytes']):>12}"
+            )
     return [printable(line) for line in lines]

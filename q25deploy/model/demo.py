@@ -33,8 +33,14 @@ def demo_model_path(cache_dir: Path | None = None) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".demo-", suffix=".gguf", dir=path.parent)
         os.close(fd)
-        write_model(tmp, "tiny", str(vocab_path()), seed=DEMO_VERSION, license=DEMO_LICENSE,
-                    name="Qwen2.5 demo (q25deploy built-in, synthetic weights)")
+        write_model(
+            tmp,
+            "tiny",
+            str(vocab_path()),
+            seed=DEMO_VERSION,
+            license=DEMO_LICENSE,
+            name="Qwen2.5 demo (q25deploy built-in, synthetic weights)",
+        )
         os.replace(tmp, path)
     except OSError as e:
         raise OutputError(f"cannot write the demo model into {path.parent}: {e.strerror}") from None
@@ -50,5 +56,7 @@ def default_model() -> tuple[ModelSource, str]:
         why = str(e).split(" (")[0]
     path = demo_model_path()
     src = resolve(str(path))
-    return src, (f"no --model given and Ollama's {DEFAULT_OLLAMA_MODEL} is not available ({why}): using the "
-                 "built-in demo model (real Qwen2.5 tokenizer, small synthetic weights)")
+    return src, (
+        f"no --model given and Ollama's {DEFAULT_OLLAMA_MODEL} is not available ({why}): using the "
+        "built-in demo model (real Qwen2.5 tokenizer, small synthetic weights)"
+    )

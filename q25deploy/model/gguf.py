@@ -31,7 +31,13 @@ DEFAULT_ALIGNMENT = 32
 GGML_MAX_DIMS = 4
 
 __all__ = [
-    "DEFAULT_ALIGNMENT", "GGML_MAX_DIMS", "GGUF_MAGIC", "MAX_ARRAY_DEPTH", "GGUFFile", "StringArray", "TensorInfo",
+    "DEFAULT_ALIGNMENT",
+    "GGML_MAX_DIMS",
+    "GGUF_MAGIC",
+    "MAX_ARRAY_DEPTH",
+    "GGUFFile",
+    "StringArray",
+    "TensorInfo",
 ]
 
 _KNOWN_TYPES = {int(t) for t in GGMLQuantizationType}
@@ -256,9 +262,7 @@ def _place_tensors(r: ValueReader, infos: list[tuple], data_start: int, align: i
             raise r.fail(f"tensor {name!r}: offset {rel} is not aligned to {align}")
         start = data_start + rel
         if start + nbytes > size:
-            raise r.fail(
-                f"tensor {name!r}: data [{start}, {start + nbytes}) lies outside the file ({size} bytes)"
-            )
+            raise r.fail(f"tensor {name!r}: data [{start}, {start + nbytes}) lies outside the file ({size} bytes)")
         tensors.append(TensorInfo(name, tuple(dims), ggml_type, rel, start, nbytes))
     by_offset = sorted(tensors, key=lambda t: (t.offset, t.nbytes))
     for a, b in zip(by_offset, by_offset[1:]):

@@ -99,9 +99,7 @@ def resolve(ref: str, *, cache_dir: Path | None = None) -> ModelSource:
     host, ns, name, tag = parse_reference(ref)
     root = ollama_root()
     if not (root / "manifests").is_dir():
-        raise ModelSourceError(
-            f"no Ollama model store at {root} (set OLLAMA_MODELS, or pass a .gguf path)"
-        )
+        raise ModelSourceError(f"no Ollama model store at {root} (set OLLAMA_MODELS, or pass a .gguf path)")
     mpath = root / "manifests" / host / ns / name / tag
     if not mpath.is_file():
         have = list_ollama_models(root)
@@ -132,8 +130,10 @@ def resolve(ref: str, *, cache_dir: Path | None = None) -> ModelSource:
             if lb is None:
                 raise ModelSourceError(f"model {ref!r}: {kind} blob sha256-{ld} is missing")
             if lsize > TEXT_LAYER_MAX or lb.stat().st_size != lsize:  # checked before anything is read
-                raise ModelSourceError(f"model {ref!r}: {kind} blob sha256-{ld} is {lb.stat().st_size:,} bytes "
-                                       f"(manifest: {lsize:,}; a text layer may have at most {TEXT_LAYER_MAX:,})")
+                raise ModelSourceError(
+                    f"model {ref!r}: {kind} blob sha256-{ld} is {lb.stat().st_size:,} bytes "
+                    f"(manifest: {lsize:,}; a text layer may have at most {TEXT_LAYER_MAX:,})"
+                )
             data = lb.read_bytes()
             if len(data) != lsize or hashlib.sha256(data).hexdigest() != ld:
                 raise ModelSourceError(f"model {ref!r}: {kind} blob sha256-{ld} does not match its digest")

@@ -96,7 +96,21 @@ def _pad4(n: int) -> bytes:
 
 def _newc_header(name: str, size: int, mode: int, ino: int) -> bytes:
     raw = name.encode() + b"\0"
-    fields = [ino, mode, 0, 0, 1, 0, size, 0, 0, 0, 0, len(raw), 0]  # ino mode uid gid nlink mtime size maj min rmaj rmin namesize check
+    fields = [
+        ino,
+        mode,
+        0,
+        0,
+        1,
+        0,
+        size,
+        0,
+        0,
+        0,
+        0,
+        len(raw),
+        0,
+    ]  # ino mode uid gid nlink mtime size maj min rmaj rmin namesize check
     head = _NEWC_MAGIC + b"".join(b"%08X" % v for v in fields) + raw
     return head + _pad4(len(head))
 

@@ -32,19 +32,30 @@ def _template(rel: str) -> str:
 def ota_layer_files(board) -> list[LayerFile]:
     settings = ota_settings(board)
     license_text = (runtime_sources() / "LICENSE").read_bytes()
-    values = {"BOARD": board.name, "MACHINE": board.yocto_machine or board.name,
-              "LICENSE_MD5": hashlib.md5(license_text).hexdigest()}
+    values = {
+        "BOARD": board.name,
+        "MACHINE": board.yocto_machine or board.name,
+        "LICENSE_MD5": hashlib.md5(license_text).hexdigest(),
+    }
     out: list[LayerFile] = []
     if settings["mender"] or settings["swupdate"]:
         out.append(LayerFile(f"{RECIPES}/files/LICENSE", license_text))
     if settings["mender"]:
-        out.append(LayerFile(f"{RECIPES}/q25-ota-mender_1.0.bb",
-                             render(_template(f"{RECIPES}/q25-ota-mender.bb.in"), values).encode()))
+        out.append(
+            LayerFile(
+                f"{RECIPES}/q25-ota-mender_1.0.bb",
+                render(_template(f"{RECIPES}/q25-ota-mender.bb.in"), values).encode(),
+            )
+        )
         out.append(LayerFile(f"{RECIPES}/files/q25-ota.sh", board_script()))
     if settings["swupdate"]:
         rev = check_name(settings["swupdate_hw_revision"], "[ota] swupdate_hw_revision")
-        out.append(LayerFile(f"{RECIPES}/q25-ota-swupdate_1.0.bb",
-                             render(_template(f"{RECIPES}/q25-ota-swupdate.bb.in"), values).encode()))
+        out.append(
+            LayerFile(
+                f"{RECIPES}/q25-ota-swupdate_1.0.bb",
+                render(_template(f"{RECIPES}/q25-ota-swupdate.bb.in"), values).encode(),
+            )
+        )
         out.append(LayerFile(f"{RECIPES}/files/hwrevision", f"{check_name(board.name, 'board name')} {rev}\n".encode()))
         append = f"{SWUPDATE_APPEND_DIR}/swupdate_%.bbappend"
         out.append(LayerFile(append, render(_template(append + ".in"), values).encode()))

@@ -43,13 +43,21 @@ def header_for(plan: OtaPlan, device_types: tuple[str, ...]) -> MenderHeader:
     for d in device_types:
         check_name(d, "Mender device type")
     if plan.mode == "full":
-        provides = {"q25.release": plan.build_release, "q25.target": plan.target,
-                    "q25.vocab_fingerprint": plan.vocab_fingerprint}
+        provides = {
+            "q25.release": plan.build_release,
+            "q25.target": plan.target,
+            "q25.vocab_fingerprint": plan.vocab_fingerprint,
+        }
         return MenderHeader(device_types, plan.artifact_name, provides, {}, ("q25.*",))
     image = next(f for f in plan.release_files if f.rel == plan.image)
     provides = {"q25.tokenizer_image": image.sha256, "q25.vocab_fingerprint": plan.vocab_fingerprint}
-    return MenderHeader(device_types, plan.artifact_name, provides,
-                        {"q25.vocab_fingerprint": plan.vocab_fingerprint}, ("q25.release", "q25.tokenizer_image"))
+    return MenderHeader(
+        device_types,
+        plan.artifact_name,
+        provides,
+        {"q25.vocab_fingerprint": plan.vocab_fingerprint},
+        ("q25.release", "q25.tokenizer_image"),
+    )
 
 
 def _json(obj: dict) -> bytes:
@@ -57,15 +65,22 @@ def _json(obj: dict) -> bytes:
 
 
 def header_tar(h: MenderHeader) -> bytes:
-    info = {"payloads": [{"type": MODULE_TYPE}], "artifact_provides": {"artifact_name": h.name},
-            "artifact_depends": {"device_type": list(h.device_types)}}
+    info = {
+        "payloads": [{"type": MODULE_TYPE}],
+        "artifact_provides": {"artifact_name": h.name},
+        "artifact_depends": {"device_type": list(h.device_types)},
+    }
     type_info: dict = {"type": MODULE_TYPE, "artifact_provides": h.provides, "clears_artifact_provides": list(h.clears)}
     if h.depends:
         type_info["artifact_depends"] = h.depends
     meta = {"q25_format": "q25-ota-plan 1"}
-    return tar_bytes([Entry("header-info", _json(info), mode=0o600),
-                      Entry("headers/0000/type-info", _json(type_info), mode=0o600),
-                      Entry("headers/0000/meta-data", _json(meta), mode=0o600)])
+    return tar_bytes(
+        [
+            Entry("header-info", _json(info), mode=0o600),
+            Entry("headers/0000/type-info", _json(type_info), mode=0o600),
+            Entry("headers/0000/meta-data", _json(meta), mode=0o600),
+        ]
+    )
 
 
 def _entries(plan: OtaPlan) -> list[Entry]:
@@ -79,8 +94,9 @@ def manifest_text(version: bytes, header_gz: bytes, plan: OtaPlan) -> bytes:
     return "".join(f"{sums[n]}  {n}\n" for n in sorted(sums)).encode()
 
 
-def write_artifact(out: BinaryIO, plan: OtaPlan, device_types: tuple[str, ...], *, scratch: Path,
-                   sign=None) -> MenderHeader:
+def write_artifact(
+    out: BinaryIO, plan: OtaPlan, device_types: tuple[str, ...], *, scratch: Path, sign=None
+) -> MenderHeader:
     """Write the artifact onto ``out``; ``scratch`` holds the compressed payload meanwhile;
     ``sign(manifest) -> manifest.sig`` signs when given."""
     h = header_for(plan, device_types)
@@ -104,5 +120,3 @@ def read_members(path: Path) -> dict[str, bytes]:
 
     with tarfile.open(path, "r:") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
-
-

@@ -104,8 +104,10 @@ def flat_name(rel: str) -> str:
 def smoke_expectations(ids: list[list[int]]) -> list[tuple[str, bytes, bool, list[int]]]:
     """(payload name, prompt, special, host ids) of every smoke prompt (``ids``: the host
     codec's, one list per prompt)."""
-    return [(f"q25-smoke-{i}.txt", text, special, want)
-            for i, ((text, special), want) in enumerate(zip(SMOKE_PROMPTS, ids, strict=True))]
+    return [
+        (f"q25-smoke-{i}.txt", text, special, want)
+        for i, ((text, special), want) in enumerate(zip(SMOKE_PROMPTS, ids, strict=True))
+    ]
 
 
 def plan_text(plan_lines: list[str]) -> bytes:
@@ -127,14 +129,23 @@ def _release_payload(build_dir: Path, tokenizer_only: bool) -> tuple[dict, list[
         with f.open() as src:  # never through a symlink out of the build directory
             actual = stream_sha256(src)
         if actual != f.sha256:
-            raise PackageError(f"{f.local}: sha256 {actual[:16]}… differs from the build manifest's "
-                               f"{f.sha256[:16]}… (rebuild with q25deploy build)")
+            raise PackageError(
+                f"{f.local}: sha256 {actual[:16]}… differs from the build manifest's "
+                f"{f.sha256[:16]}… (rebuild with q25deploy build)"
+            )
         files.append(PayloadFile(flat_name(f.rel), f.rel, f.sha256, f.size, path=f.local))
     return {"id": rel.id, "image": rel.image, **desc}, files, rel.description
 
 
-def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str, smoke_ids: list[list[int]],
-                 tokenizer_only: bool = False) -> OtaPlan:
+def plan_package(
+    build_dir: Path,
+    *,
+    target: str,
+    install_dir: str,
+    q25tok: str,
+    smoke_ids: list[list[int]],
+    tokenizer_only: bool = False,
+) -> OtaPlan:
     """The payload of an artifact for ``build_dir`` (validated; digests checked on disk);
     ``smoke_ids``: what the board's smoke test must give for each smoke prompt."""
     meta, files, description = _release_payload(build_dir, tokenizer_only)
@@ -148,8 +159,15 @@ def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str,
     if len(set(names)) != len(names) or PLAN_NAME in names:
         raise PackageError(f"{build_dir}: release file names collide once flattened ({', '.join(sorted(names))})")
     mode = "tokenizer" if tokenizer_only else "full"
-    lines = [f"mode {mode}", f"release {meta['id']}", f"target {target}", f"fingerprint {meta['vocab_fingerprint']}",
-             f"install {install_dir}", f"q25tok {q25tok}", f"image {meta['image']}"]
+    lines = [
+        f"mode {mode}",
+        f"release {meta['id']}",
+        f"target {target}",
+        f"fingerprint {meta['vocab_fingerprint']}",
+        f"install {install_dir}",
+        f"q25tok {q25tok}",
+        f"image {meta['image']}",
+    ]
     lines += [f"file {f.sha256} {f.size} {f.name} {f.rel}" for f in files]
     extra: list[PayloadFile] = []
     if not tokenizer_only:
@@ -159,5 +177,6 @@ def plan_package(build_dir: Path, *, target: str, install_dir: str, q25tok: str,
         extra.append(PayloadFile(name, "", _sha(text), len(text), data=text))
     plan = plan_text(lines)
     head = PayloadFile(PLAN_NAME, "", _sha(plan), len(plan), data=plan)
-    return OtaPlan(mode, target, meta["id"], meta["vocab_fingerprint"], install_dir, q25tok, meta["image"],
-                   (head, *files, *extra))
+    return OtaPlan(
+        mode, target, meta["id"], meta["vocab_fingerprint"], install_dir, q25tok, meta["image"], (head, *files, *extra)
+    )

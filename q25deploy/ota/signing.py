@@ -72,5 +72,9 @@ def cms_signature(data: bytes, key_path: Path, cert_path: Path) -> bytes:
     if cert.public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
         raise PackageError(f"{cert_path}: the certificate is not for the key {key_path}")
     opts = [pkcs7.PKCS7Options.DetachedSignature, pkcs7.PKCS7Options.Binary, pkcs7.PKCS7Options.NoAttributes]
-    return (pkcs7.PKCS7SignatureBuilder().set_data(data).add_signer(cert, key, hashes.SHA256())
-            .sign(serialization.Encoding.DER, opts))
+    return (
+        pkcs7.PKCS7SignatureBuilder()
+        .set_data(data)
+        .add_signer(cert, key, hashes.SHA256())
+        .sign(serialization.Encoding.DER, opts)
+    )

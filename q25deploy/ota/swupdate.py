@@ -50,31 +50,38 @@ def sw_description(plan: OtaPlan, hw_revisions: tuple[str, ...], script: bytes) 
         check_name(rev, "SWUpdate hardware revision")
     files = []
     for f in plan.files:
-        files.append("\t\t{\n"
-                     f"\t\t\tfilename = {lc_string(f.name)};\n"
-                     f"\t\t\tpath = {lc_string(drop_dir(plan) + '/' + f.name)};\n"
-                     f"\t\t\tsha256 = {lc_string(f.sha256)};\n"
-                     "\t\t\tproperties: { create-destination = \"true\"; };\n"
-                     "\t\t}")
-    script_entry = ("\t\t{\n"
-                    f"\t\t\tfilename = {lc_string(SCRIPT_NAME)};\n"
-                    "\t\t\ttype = \"shellscript\";\n"
-                    f"\t\t\tsha256 = {lc_string(hashlib.sha256(script).hexdigest())};\n"
-                    "\t\t}")
-    text = ("software =\n{\n"
-            f"\tversion = {lc_string('1.0.0+' + plan.build_release)};\n"
-            f"\tdescription = {lc_string(plan.artifact_name)};\n"
-            "\tbootloader_transaction_marker = false;\n"
-            "\treboot = false;\n"
-            f"\thardware-compatibility: [ {', '.join(lc_string(r) for r in hw_revisions)} ];\n"
-            "\tfiles: (\n" + ",\n".join(files) + "\n\t);\n"
-            "\tscripts: (\n" + script_entry + "\n\t);\n"
-            "};\n")
+        files.append(
+            "\t\t{\n"
+            f"\t\t\tfilename = {lc_string(f.name)};\n"
+            f"\t\t\tpath = {lc_string(drop_dir(plan) + '/' + f.name)};\n"
+            f"\t\t\tsha256 = {lc_string(f.sha256)};\n"
+            '\t\t\tproperties: { create-destination = "true"; };\n'
+            "\t\t}"
+        )
+    script_entry = (
+        "\t\t{\n"
+        f"\t\t\tfilename = {lc_string(SCRIPT_NAME)};\n"
+        '\t\t\ttype = "shellscript";\n'
+        f"\t\t\tsha256 = {lc_string(hashlib.sha256(script).hexdigest())};\n"
+        "\t\t}"
+    )
+    text = (
+        "software =\n{\n"
+        f"\tversion = {lc_string('1.0.0+' + plan.build_release)};\n"
+        f"\tdescription = {lc_string(plan.artifact_name)};\n"
+        "\tbootloader_transaction_marker = false;\n"
+        "\treboot = false;\n"
+        f"\thardware-compatibility: [ {', '.join(lc_string(r) for r in hw_revisions)} ];\n"
+        "\tfiles: (\n" + ",\n".join(files) + "\n\t);\n"
+        "\tscripts: (\n" + script_entry + "\n\t);\n"
+        "};\n"
+    )
     return text.encode()
 
 
-def write_swu(out: BinaryIO, plan: OtaPlan, hw_revisions: tuple[str, ...],
-              sign: Callable[[bytes], bytes] | None = None) -> bytes:
+def write_swu(
+    out: BinaryIO, plan: OtaPlan, hw_revisions: tuple[str, ...], sign: Callable[[bytes], bytes] | None = None
+) -> bytes:
     """Write the ``.swu`` onto ``out``; returns its sw-description."""
     script = swu_script(plan)
     desc = sw_description(plan, hw_revisions, script)

@@ -15,10 +15,12 @@ from .layer import LayerFile, machines, render
 
 BBAPPEND = "recipes-core/dropbear/dropbear_%.bbappend"
 # measured with bench/bench_ssh_transport.py (the template's comment, one line each)
-FIGURES = ("#   dropbear's 24 KiB default  2.8 MB/s (q25deploy's upload), dropbear's CPU 441 ms per MB",
-           "#   -W 1048576 (1 MiB)         6.0 MB/s, 220 ms per MB",
-           "#   -W 4194304 (4 MiB)         6.8 MB/s, 219 ms per MB",
-           "#   (OpenSSH 9.2 with AES-GCM: 10.4 MB/s; 16 MB, 2 vCPUs under QEMU TCG on a shared host)")
+FIGURES = (
+    "#   dropbear's 24 KiB default  2.8 MB/s (q25deploy's upload), dropbear's CPU 441 ms per MB",
+    "#   -W 1048576 (1 MiB)         6.0 MB/s, 220 ms per MB",
+    "#   -W 4194304 (4 MiB)         6.8 MB/s, 219 ms per MB",
+    "#   (OpenSSH 9.2 with AES-GCM: 10.4 MB/s; 16 MB, 2 vCPUs under QEMU TCG on a shared host)",
+)
 
 
 def dropbear_layer_files(board) -> list[LayerFile]:
@@ -27,12 +29,21 @@ def dropbear_layer_files(board) -> list[LayerFile]:
     window = board.dropbear_receive_window
     if not window:
         return []
-    blocks = [f'PACKAGE_ARCH:{m} = "${{MACHINE_ARCH}}"\n'
-              "# nooelint: oelint.func.specific - a MACHINE of the board's BSP layer, unknown to oelint-adv\n"
-              f"do_install:append:{m}() {{\n"
-              f"    q25_dropbear_receive_window ${{D}}${{sysconfdir}}/default/dropbear {int(window)}\n}}"
-              for m in machines(board)]  # MACHINE names: checked by the board file loader
+    blocks = [
+        f'PACKAGE_ARCH:{m} = "${{MACHINE_ARCH}}"\n'
+        "# nooelint: oelint.func.specific - a MACHINE of the board's BSP layer, unknown to oelint-adv\n"
+        f"do_install:append:{m}() {{\n"
+        f"    q25_dropbear_receive_window ${{D}}${{sysconfdir}}/default/dropbear {int(window)}\n}}"
+        for m in machines(board)
+    ]  # MACHINE names: checked by the board file loader
     template = (data_dir("recipes") / "dropbear" / f"{BBAPPEND}.in").read_text()
-    text = render(template, {"BOARD": board.name, "MACHINES": ", ".join(machines(board)),
-                             "MACHINE_BLOCKS": "\n".join(blocks), "FIGURES": "\n".join(FIGURES)})
+    text = render(
+        template,
+        {
+            "BOARD": board.name,
+            "MACHINES": ", ".join(machines(board)),
+            "MACHINE_BLOCKS": "\n".join(blocks),
+            "FIGURES": "\n".join(FIGURES),
+        },
+    )
     return [LayerFile(BBAPPEND, text.encode())]

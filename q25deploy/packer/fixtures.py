@@ -28,7 +28,7 @@ INDEX = "fixtures.json"
 HEADER = "q25_fixtures.h"
 FILES = {"blocks": "blocks.bin", "values": "values.f32", "x": "x.f32", "dot_f32": "dot.f32", "dot_f64": "dot.f64"}
 SCAN_ROWS = 64  # rows looked at for finite ones (a random-byte test model has NaN scales)
-U32 = 2.0 ** -24  # unit roundoff of float32
+U32 = 2.0**-24  # unit roundoff of float32
 # the types q25_dequantize knows (and gguf-py dequantizes)
 TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
@@ -41,8 +41,9 @@ def choose(f: GGUFFile, names: list[str]) -> list:
             if n not in by_name:
                 raise UsageError(f"no tensor {n!r:.80} in the model (see q25deploy inspect)")
             if by_name[n].type_name not in TYPES:
-                raise UsageError(f"tensor {n}: ggml type {by_name[n].type_name} is not one q25_dequantize knows "
-                                 f"({', '.join(TYPES)})")
+                raise UsageError(
+                    f"tensor {n}: ggml type {by_name[n].type_name} is not one q25_dequantize knows ({', '.join(TYPES)})"
+                )
         return [by_name[n] for n in dict.fromkeys(names)]
     picked: dict[str, list] = {}
     for t in (t for t in f.tensors if t.type_name in TYPES):
@@ -65,15 +66,16 @@ def _fixture(t, model, rows: int) -> tuple[dict, dict[str, bytes]]:
     model.seek(t.data_offset)
     raw = model.read(scan * row_bytes)
     with np.errstate(all="ignore"):
-        values = np.asarray(dequantize(np.frombuffer(raw[:scan * row_bytes], np.uint8), qtype), np.float32)
+        values = np.asarray(dequantize(np.frombuffer(raw[: scan * row_bytes], np.uint8), qtype), np.float32)
         values = values.reshape(scan, ne0)
         finite = [r for r in range(scan) if np.isfinite(values[r]).all()]
         chosen = (finite + [r for r in range(scan) if r not in finite])[:rows]
         x = _x(t.name, ne0)
         w = values[chosen]
         products = w * x  # float32, rounded once each
-        dot32 = np.add.accumulate(np.concatenate([np.zeros((len(chosen), 1), np.float32), products], 1),
-                                  axis=1, dtype=np.float32)[:, -1]
+        dot32 = np.add.accumulate(
+            np.concatenate([np.zeros((len(chosen), 1), np.float32), products], 1), axis=1, dtype=np.float32
+        )[:, -1]
     dot64, bound = [], []
     for r in range(len(chosen)):
         exact = [float(a) * float(b) for a, b in zip(w[r], x)]  # float32 x float32 is exact in float64
@@ -81,13 +83,24 @@ def _fixture(t, model, rows: int) -> tuple[dict, dict[str, bytes]]:
         dot64.append(math.fsum(exact) if ok else float("nan"))
         gamma = ne0 * U32 / (1 - ne0 * U32)
         bound.append(gamma * math.fsum(map(abs, exact)) if ok else None)
-    blocks = b"".join(raw[r * row_bytes:(r + 1) * row_bytes] for r in chosen)
-    data = {"blocks": blocks, "values": w.astype("<f4").tobytes(), "x": x.astype("<f4").tobytes(),
-            "dot_f32": dot32.astype("<f4").tobytes(), "dot_f64": np.array(dot64, "<f8").tobytes()}
+    blocks = b"".join(raw[r * row_bytes : (r + 1) * row_bytes] for r in chosen)
+    data = {
+        "blocks": blocks,
+        "values": w.astype("<f4").tobytes(),
+        "x": x.astype("<f4").tobytes(),
+        "dot_f32": dot32.astype("<f4").tobytes(),
+        "dot_f64": np.array(dot64, "<f8").tobytes(),
+    }
     entry = {
-        "name": t.name, "type": t.type_name, "type_id": t.ggml_type, "shape": list(t.shape),
-        "block_elems": block_elems, "block_bytes": block_bytes, "row_bytes": row_bytes,
-        "rows": chosen, "source_offset": t.data_offset,
+        "name": t.name,
+        "type": t.type_name,
+        "type_id": t.ggml_type,
+        "shape": list(t.shape),
+        "block_elems": block_elems,
+        "block_bytes": block_bytes,
+        "row_bytes": row_bytes,
+        "rows": chosen,
+        "source_offset": t.data_offset,
         "row_source_offsets": [t.data_offset + r * row_bytes for r in chosen],
         "nonfinite_values": int((~np.isfinite(w)).sum()),
         "tolerance": {"values": 0, "dot_f32_index_order": 0, "dot_f32_any_order": bound},
@@ -96,7 +109,7 @@ def _fixture(t, model, rows: int) -> tuple[dict, dict[str, bytes]]:
 
 
 def _c_array(ctype: str, name: str, items: list[str]) -> str:
-    body = ",\n".join(", ".join(items[i:i + 12]) for i in range(0, len(items), 12))
+    body = ",\n".join(", ".join(items[i : i + 12]) for i in range(0, len(items), 12))
     return f"static const {ctype} {name}[{max(len(items), 1)}] = {{\n{body or '0'}\n}};\n"
 
 
@@ -121,24 +134,30 @@ def c_header(index: dict, files: dict[str, bytes]) -> str:
     rows = []
     for e in index["fixtures"]:
         o = e["offsets"]
-        rows.append(f'    {{"{e["name"]}", {e["type_id"]}u, {e["shape"][0]}u, {len(e["rows"])}u, {o["blocks"]}u, '
-                    f'{o["values"] // 4}u, {o["x"] // 4}u, {o["dot_f32"] // 4}u}},')
-    preamble = (f"/* Golden fixtures of model sha256 {index['model']['sha256']}\n"
-                f" * (q25deploy export fixtures; {FORMAT}). Generated: do not edit. See docs/fixtures.md. */\n")
+        rows.append(
+            f'    {{"{e["name"]}", {e["type_id"]}u, {e["shape"][0]}u, {len(e["rows"])}u, {o["blocks"]}u, '
+            f"{o['values'] // 4}u, {o['x'] // 4}u, {o['dot_f32'] // 4}u}},"
+        )
+    preamble = (
+        f"/* Golden fixtures of model sha256 {index['model']['sha256']}\n"
+        f" * (q25deploy export fixtures; {FORMAT}). Generated: do not edit. See docs/fixtures.md. */\n"
+    )
     most = max((len(e["rows"]) * e["shape"][0] for e in index["fixtures"]), default=1)
-    return "".join([
-        preamble,
-        "#ifndef Q25_FIXTURES_H\n#define Q25_FIXTURES_H\n#include <stdint.h>\n\n",
-        f"#define Q25FX_COUNT {len(rows)}\n#define Q25FX_MAX_VALUES {most}\n\n",
-        C_STRUCT,
-        f"static const q25fx_tensor q25fx_tensors[{max(len(rows), 1)}] = {{\n" + "\n".join(rows) + "\n};\n",
-        _c_array("uint8_t", "q25fx_blocks", [f"0x{b:02x}" for b in files["blocks"]]),
-        _c_array("uint32_t", "q25fx_values", _words(files["values"], "<u4")),
-        _c_array("float", "q25fx_x", [float(v).hex() + "f" for v in np.frombuffer(files["x"], "<f4")]),
-        _c_array("uint32_t", "q25fx_dot_f32", _words(files["dot_f32"], "<u4")),
-        _c_array("uint64_t", "q25fx_dot_f64", _words(files["dot_f64"], "<u8")),
-        "#endif\n",
-    ])
+    return "".join(
+        [
+            preamble,
+            "#ifndef Q25_FIXTURES_H\n#define Q25_FIXTURES_H\n#include <stdint.h>\n\n",
+            f"#define Q25FX_COUNT {len(rows)}\n#define Q25FX_MAX_VALUES {most}\n\n",
+            C_STRUCT,
+            f"static const q25fx_tensor q25fx_tensors[{max(len(rows), 1)}] = {{\n" + "\n".join(rows) + "\n};\n",
+            _c_array("uint8_t", "q25fx_blocks", [f"0x{b:02x}" for b in files["blocks"]]),
+            _c_array("uint32_t", "q25fx_values", _words(files["values"], "<u4")),
+            _c_array("float", "q25fx_x", [float(v).hex() + "f" for v in np.frombuffer(files["x"], "<f4")]),
+            _c_array("uint32_t", "q25fx_dot_f32", _words(files["dot_f32"], "<u4")),
+            _c_array("uint64_t", "q25fx_dot_f64", _words(files["dot_f64"], "<u8")),
+            "#endif\n",
+        ]
+    )
 
 
 def export_fixtures(src: ModelSource, f: GGUFFile, out: Path, names: list[str], rows: int) -> dict:
@@ -154,11 +173,15 @@ def export_fixtures(src: ModelSource, f: GGUFFile, out: Path, names: list[str], 
                 files[k] += data[k]
             entries.append(entry)
     sha = src.sha256 or file_sha256(src.path)
-    index = {"format": FORMAT, "model": {"sha256": sha, "name": f.metadata.get("general.name")},
-             "files": FILES, "byte_order": "little",
-             "dot": "sum over k of values[row][k] * x[k]: dot_f32 in float32, each product and each partial sum "
-                    "rounded to float32, k ascending from 0.0f; dot_f64 the exact sum rounded once to float64",
-             "fixtures": entries}
+    index = {
+        "format": FORMAT,
+        "model": {"sha256": sha, "name": f.metadata.get("general.name")},
+        "files": FILES,
+        "byte_order": "little",
+        "dot": "sum over k of values[row][k] * x[k]: dot_f32 in float32, each product and each partial sum "
+        "rounded to float32, k ascending from 0.0f; dot_f64 the exact sum rounded once to float64",
+        "fixtures": entries,
+    }
     with OutputDir(out, "fixtures") as o:
         for k, rel in FILES.items():
             o.write(rel, bytes(files[k]), f"fixture-{k.replace('_', '-')}")

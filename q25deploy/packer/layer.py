@@ -36,11 +36,17 @@ DTSI = "q25-reserved-memory.dtsi"
 TEMPLATE_SUFFIX = ".in"
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 # licence ids OE-core ships texts for (others need NO_GENERIC_LICENSE)
-_COMMON = {"apache-2.0": "Apache-2.0", "mit": "MIT", "bsd-2-clause": "BSD-2-Clause", "bsd-3-clause": "BSD-3-Clause",
-           "gpl-2.0-only": "GPL-2.0-only", "gpl-3.0-only": "GPL-3.0-only", "cc-by-4.0": "CC-BY-4.0"}
+_COMMON = {
+    "apache-2.0": "Apache-2.0",
+    "mit": "MIT",
+    "bsd-2-clause": "BSD-2-Clause",
+    "bsd-3-clause": "BSD-3-Clause",
+    "gpl-2.0-only": "GPL-2.0-only",
+    "gpl-3.0-only": "GPL-3.0-only",
+    "cc-by-4.0": "CC-BY-4.0",
+}
 # licence texts q25deploy ships for models that name an id but carry no text
 _SHIPPED_TEXTS = {"Apache-2.0": "Apache-2.0"}
-
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ def render(template: str, values: dict[str, str]) -> str:
         if m.group(1) not in values:
             raise KeyError(f"template placeholder @@{m.group(1)}@@ has no value")
         return values[m.group(1)]
+
     return _PLACEHOLDER.sub(sub, template)
 
 
@@ -83,7 +90,8 @@ def model_license(model: dict, license_id: str | None = None, license_file: str 
     if not raw_id:
         raise LicenseError(
             "the model names no licence (GGUF general.license); give --model-license ID "
-            "(and --model-license-file FILE) for the layer's recipe")
+            "(and --model-license-file FILE) for the layer's recipe"
+        )
     canonical = _COMMON.get(raw_id.lower(), re.sub(r"[^A-Za-z0-9.+-]", "-", raw_id))
     if license_file:
         try:
@@ -97,7 +105,8 @@ def model_license(model: dict, license_id: str | None = None, license_file: str 
     else:
         raise LicenseError(
             f"the model's licence {raw_id!r} comes with no text (no Ollama licence layer); "
-            "give --model-license-file FILE")
+            "give --model-license-file FILE"
+        )
     return Licence(canonical, text, raw_id.lower() not in _COMMON)
 
 
@@ -114,11 +123,13 @@ def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
         value = f" {DTSI}"
         if i:  # once only, also when MACHINEOVERRIDES holds an earlier name too
             earlier = ", ".join(repr(e) for e in names[:i])
-            value = (f" ${{@'' if set(d.getVar('MACHINEOVERRIDES').split(':')) & {{{earlier}}} else '{DTSI}'}}")
-        parts.append(f'\nFILESEXTRAPATHS:prepend:{m} := "${{THISDIR}}/files:"\n'
-                     "# nooelint: oelint.vars.mispell.unknown - EXTRA_DT_INCLUDE_FILES belongs to meta-xilinx's "
-                     "device-tree recipe, not to OE-core\n"
-                     f'EXTRA_DT_INCLUDE_FILES:append:{m} = "{value}"')
+            value = f" ${{@'' if set(d.getVar('MACHINEOVERRIDES').split(':')) & {{{earlier}}} else '{DTSI}'}}"
+        parts.append(
+            f'\nFILESEXTRAPATHS:prepend:{m} := "${{THISDIR}}/files:"\n'
+            "# nooelint: oelint.vars.mispell.unknown - EXTRA_DT_INCLUDE_FILES belongs to meta-xilinx's "
+            "device-tree recipe, not to OE-core\n"
+            f'EXTRA_DT_INCLUDE_FILES:append:{m} = "{value}"'
+        )
     text = render(tpl, {"BOARD": board.name, "MACHINES": ", ".join(names), "MACHINE_OVERRIDES": "\n".join(parts)})
     return {
         f"{DEVICE_TREE_DIR}/device-tree.bbappend": text.encode(),
@@ -153,15 +164,19 @@ def static_files() -> list[LayerFile]:
 
 
 def _install_dir_expr(path: str) -> str:
-    for prefix, var in (("/lib/firmware", "${nonarch_base_libdir}/firmware"), ("/usr/share", "${datadir}"),
-                        ("/opt", "/opt")):
+    for prefix, var in (
+        ("/lib/firmware", "${nonarch_base_libdir}/firmware"),
+        ("/usr/share", "${datadir}"),
+        ("/opt", "/opt"),
+    ):
         if path == prefix or path.startswith(prefix + "/"):
-            return var + path[len(prefix):]
+            return var + path[len(prefix) :]
     return path
 
 
-def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]],
-                       licence: Licence, release: int = 0) -> list[LayerFile]:
+def model_assets_files(
+    board: Board, summary: dict, artifacts: dict[str, tuple[Path, str, int]], licence: Licence, release: int = 0
+) -> list[LayerFile]:
     """The model-assets recipe and its files (hard links to the build's artifacts, given as
     rel → (path, sha256, size)); the memory-map header goes to ${includedir} only. Also the
     packagegroup: it is COMPATIBLE_MACHINE with the assets."""
@@ -172,8 +187,11 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
         name = Path(rel).name
         dest = f"partitions/{name}" if rel.startswith("partitions/") else name
         files.append((name, dest))
-    entries = [{"path": f"{install_dir}/{dest}", "sha256": artifacts[rel][1], "size": artifacts[rel][2]}
-               for (name, dest), rel in zip(files, sorted(artifacts)) if name != MEMORY_HEADER]
+    entries = [
+        {"path": f"{install_dir}/{dest}", "sha256": artifacts[rel][1], "size": artifacts[rel][2]}
+        for (name, dest), rel in zip(files, sorted(artifacts))
+        if name != MEMORY_HEADER
+    ]
     assets_manifest = {
         "format": "q25deploy-assets/1",
         "target": summary["target"],
@@ -184,90 +202,117 @@ def model_assets_files(board: Board, summary: dict, artifacts: dict[str, tuple[P
     manifest_bytes = json_bytes(assets_manifest)
     pv = assets_pv(release, manifest_bytes)
     src_names = sorted([n for n, _ in files] + [ASSETS_MANIFEST, LICENSE_FILE])
-    install = [f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}" for name, dest in files
-               if name != MEMORY_HEADER]
+    install = [
+        f"    install -m 0644 ${{S}}/{name} ${{D}}${{Q25_INSTALL_DIR}}/{dest}"
+        for name, dest in files
+        if name != MEMORY_HEADER
+    ]
     install.append(f"    install -m 0644 ${{S}}/{ASSETS_MANIFEST} ${{D}}${{Q25_INSTALL_DIR}}/{ASSETS_MANIFEST}")
     tpl = (template_root() / ASSETS_RECIPE / f"q25-model-assets.bb{TEMPLATE_SUFFIX}").read_text()
     model_name, renamed = bitbake_text(summary["model"].get("name") or summary["model"]["reference"])
-    recipe = replaced_note("model name", renamed) + render(tpl, {
-        "BOARD": summary["target"],
-        "MODEL_NAME": model_name,
-        "MODEL_SHA256": summary["model"]["sha256"],
-        "LICENSE": lic,
-        "LICENSE_FILE": LICENSE_FILE,
-        "LICENSE_MD5": hashlib.md5(lic_text).hexdigest(),
-        "NO_GENERIC_LICENSE": f'NO_GENERIC_LICENSE[{lic}] = "{LICENSE_FILE}"\n' if no_generic else "",
-        "SRC_URI": " \\\n           ".join(f"file://{n}" for n in src_names) + " \\\n          ",
-        "INSTALL_DIR": _install_dir_expr(install_dir),
-        "COMPATIBLE_MACHINE": compatible_machine(board),
-        "INSTALL": "\n".join(install),
-    })
+    recipe = replaced_note("model name", renamed) + render(
+        tpl,
+        {
+            "BOARD": summary["target"],
+            "MODEL_NAME": model_name,
+            "MODEL_SHA256": summary["model"]["sha256"],
+            "LICENSE": lic,
+            "LICENSE_FILE": LICENSE_FILE,
+            "LICENSE_MD5": hashlib.md5(lic_text).hexdigest(),
+            "NO_GENERIC_LICENSE": f'NO_GENERIC_LICENSE[{lic}] = "{LICENSE_FILE}"\n' if no_generic else "",
+            "SRC_URI": " \\\n           ".join(f"file://{n}" for n in src_names) + " \\\n          ",
+            "INSTALL_DIR": _install_dir_expr(install_dir),
+            "COMPATIBLE_MACHINE": compatible_machine(board),
+            "INSTALL": "\n".join(install),
+        },
+    )
     group = (template_root() / PACKAGEGROUP / f"packagegroup-q25.bb{TEMPLATE_SUFFIX}").read_text()
-    out = [LayerFile(f"{ASSETS_RECIPE}/q25-model-assets_{pv}.bb", recipe.encode()),
-           LayerFile(f"{PACKAGEGROUP}/packagegroup-q25.bb",
-                     render(group, {"COMPATIBLE_MACHINE": compatible_machine(board)}).encode()),
-           LayerFile(f"{ASSETS_RECIPE}/files/{LICENSE_FILE}", lic_text),
-           LayerFile(f"{ASSETS_RECIPE}/files/{ASSETS_MANIFEST}", manifest_bytes)]
-    out += [LayerFile(f"{ASSETS_RECIPE}/files/{name}", link=artifacts[rel][0], sha256=artifacts[rel][1])
-            for (name, _), rel in zip(files, sorted(artifacts))]
+    out = [
+        LayerFile(f"{ASSETS_RECIPE}/q25-model-assets_{pv}.bb", recipe.encode()),
+        LayerFile(
+            f"{PACKAGEGROUP}/packagegroup-q25.bb",
+            render(group, {"COMPATIBLE_MACHINE": compatible_machine(board)}).encode(),
+        ),
+        LayerFile(f"{ASSETS_RECIPE}/files/{LICENSE_FILE}", lic_text),
+        LayerFile(f"{ASSETS_RECIPE}/files/{ASSETS_MANIFEST}", manifest_bytes),
+    ]
+    out += [
+        LayerFile(f"{ASSETS_RECIPE}/files/{name}", link=artifacts[rel][0], sha256=artifacts[rel][1])
+        for (name, _), rel in zip(files, sorted(artifacts))
+    ]
     return out
 
 
 def assets_recipe_pv(files: list[LayerFile]) -> str:
     """PV of the model-assets recipe among the layer's files (it is in the file name)."""
     prefix = f"{ASSETS_RECIPE}/q25-model-assets_"
-    return next(f.path[len(prefix):-3] for f in files if f.path.startswith(prefix) and f.path.endswith(".bb"))
+    return next(f.path[len(prefix) : -3] for f in files if f.path.startswith(prefix) and f.path.endswith(".bb"))
 
 
 def smoke_test_case(summary: dict, prompts: list[tuple[bytes, bool, list[int]]]) -> LayerFile:
     install_dir = summary["image"]["install_dir"]
     tpl = (template_root() / "lib" / "oeqa" / "runtime" / "cases" / f"q25_smoke.py{TEMPLATE_SUFFIX}").read_text()
     data = [[base64.b64encode(t).decode(), special, ids] for t, special, ids in prompts]
-    text = render(tpl, {
-        "BOARD": summary["target"],
-        "IMAGE_PATH": f"{install_dir}/{Path(summary['image']['path']).name}",
-        "ASSETS_MANIFEST_PATH": f"{install_dir}/{ASSETS_MANIFEST}",
-        "PROMPTS_JSON": repr(json.dumps(data)),
-        "FINGERPRINT": summary["image"]["vocab_fingerprint"],
-    })
+    text = render(
+        tpl,
+        {
+            "BOARD": summary["target"],
+            "IMAGE_PATH": f"{install_dir}/{Path(summary['image']['path']).name}",
+            "ASSETS_MANIFEST_PATH": f"{install_dir}/{ASSETS_MANIFEST}",
+            "PROMPTS_JSON": repr(json.dumps(data)),
+            "FINGERPRINT": summary["image"]["vocab_fingerprint"],
+        },
+    )
     return LayerFile("lib/oeqa/runtime/cases/q25_smoke.py", text.encode())
 
 
-def layer_readme(summary: dict, board: Board, has_device_tree: bool, *, pv: str,
-                 maintainer: str | None = None) -> LayerFile:
+def layer_readme(
+    summary: dict, board: Board, has_device_tree: bool, *, pv: str, maintainer: str | None = None
+) -> LayerFile:
     """The layer's README.md: what it holds, how to include it, and (yocto-check-layer's
     test_readme) its maintainer and where patches go."""
     tpl = (template_root() / f"README.md{TEMPLATE_SUFFIX}").read_text()
     names = ", ".join(f"`{m}`" for m in machines(board))
     dt = f"{DEVICE_TREE_DIR}/device-tree.bbappend"
-    text = render(tpl, {
-        "BOARD": board.name,
-        "DESCRIPTION": board.description,
-        "MACHINES": names,
-        "MODEL": bitbake_text(summary["model"].get("name") or summary["model"]["reference"])[0],
-        "MODEL_SHA256": summary["model"]["sha256"],
-        "INSTALL_DIR": summary["image"]["install_dir"],
-        "PV": pv,
-        "MAINTAINER": maintainer or ("not named (`q25deploy build --layer-maintainer 'Name <address>'` names "
-                                     "who answers for this layer)"),
-        "DEVICE_TREE_ROW": (f"| `{dt}` | | adds `q25-reserved-memory.dtsi` to meta-xilinx's device tree "
-                            f"for MACHINE {names}; active only with meta-xilinx-core |\n" if has_device_tree else ""),
-        "PETALINUX_DEVICE_TREE": (
-            f"4. Device tree: `{dt}` adds the reserved-memory fragment through meta-xilinx's\n"
-            f"   `EXTRA_DT_INCLUDE_FILES` for MACHINE {names}. To do it by hand instead, copy\n"
-            f"   `{DEVICE_TREE_DIR}/files/q25-reserved-memory.dtsi` next to\n"
-            "   `project-spec/meta-user/recipes-bsp/device-tree/files/system-user.dtsi`, add the line\n\n"
-            "       /include/ \"q25-reserved-memory.dtsi\"\n\n"
-            "   to `system-user.dtsi`, and add `file://q25-reserved-memory.dtsi` to `SRC_URI:append` in\n"
-            "   `project-spec/meta-user/recipes-bsp/device-tree/device-tree.bbappend`."
-            if has_device_tree else
-            "4. Device tree: this layer changes none for this board (see the notes in\n"
-            "   `reserved-memory.dtsi` of the build)."),
-        "YOCTO_DEVICE_TREE": (f"With meta-xilinx-core in BBLAYERS, `{dt}` adds the reserved memory to the device "
-                              f"tree of MACHINE {names}." if has_device_tree else
-                              "This board needs no device-tree recipe change (see the notes in "
-                              "`reserved-memory.dtsi` of the build)."),
-    })
+    text = render(
+        tpl,
+        {
+            "BOARD": board.name,
+            "DESCRIPTION": board.description,
+            "MACHINES": names,
+            "MODEL": bitbake_text(summary["model"].get("name") or summary["model"]["reference"])[0],
+            "MODEL_SHA256": summary["model"]["sha256"],
+            "INSTALL_DIR": summary["image"]["install_dir"],
+            "PV": pv,
+            "MAINTAINER": maintainer
+            or ("not named (`q25deploy build --layer-maintainer 'Name <address>'` names who answers for this layer)"),
+            "DEVICE_TREE_ROW": (
+                f"| `{dt}` | | adds `q25-reserved-memory.dtsi` to meta-xilinx's device tree "
+                f"for MACHINE {names}; active only with meta-xilinx-core |\n"
+                if has_device_tree
+                else ""
+            ),
+            "PETALINUX_DEVICE_TREE": (
+                f"4. Device tree: `{dt}` adds the reserved-memory fragment through meta-xilinx's\n"
+                f"   `EXTRA_DT_INCLUDE_FILES` for MACHINE {names}. To do it by hand instead, copy\n"
+                f"   `{DEVICE_TREE_DIR}/files/q25-reserved-memory.dtsi` next to\n"
+                "   `project-spec/meta-user/recipes-bsp/device-tree/files/system-user.dtsi`, add the line\n\n"
+                '       /include/ "q25-reserved-memory.dtsi"\n\n'
+                "   to `system-user.dtsi`, and add `file://q25-reserved-memory.dtsi` to `SRC_URI:append` in\n"
+                "   `project-spec/meta-user/recipes-bsp/device-tree/device-tree.bbappend`."
+                if has_device_tree
+                else "4. Device tree: this layer changes none for this board (see the notes in\n"
+                "   `reserved-memory.dtsi` of the build)."
+            ),
+            "YOCTO_DEVICE_TREE": (
+                f"With meta-xilinx-core in BBLAYERS, `{dt}` adds the reserved memory to the device "
+                f"tree of MACHINE {names}."
+                if has_device_tree
+                else "This board needs no device-tree recipe change (see the notes in "
+                "`reserved-memory.dtsi` of the build)."
+            ),
+        },
+    )
     return LayerFile("README.md", text.encode())
 
 

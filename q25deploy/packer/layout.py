@@ -42,7 +42,7 @@ def release_name(build_path: str) -> str:
     """Where a release file lives inside ``releases/<id>/`` on the board: the tokenizer's
     files at the top, everything else at its build path."""
     prefix = TOKENIZER_DIR + "/"
-    return build_path[len(prefix):] if build_path.startswith(prefix) else build_path
+    return build_path[len(prefix) :] if build_path.startswith(prefix) else build_path
 
 
 def tokenizer_update_names(image_name: str) -> set[str]:

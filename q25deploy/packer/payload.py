@@ -26,8 +26,12 @@ def check_plain_names(tensors) -> None:
     """Tensor names become file names and C identifiers: only plain names are accepted."""
     for t in tensors:
         if not _PLAIN.fullmatch(t.name) or ".." in t.name:
-            raise GGUFError(f"tensor name {t.name[:80]!r} is not a plain name (allowed: A-Z a-z 0-9 . _ -, no '..'); "
-                            "refusing to use it as a file name")
+            raise GGUFError(
+                f"tensor name {t.name[:80]!r} is not a plain name (allowed: A-Z a-z 0-9 . _ -, no '..'); "
+                "refusing to use it as a file name"
+            )
+
+
 _ZEROS = bytes(1 << 16)
 
 
@@ -92,8 +96,14 @@ class Digests:
     outputs: list[str]
 
 
-def digest_pass(src_path: str, pieces: Sequence[Piece], n_outputs: int, sizes: Sequence[int],
-                file_digest: bool, streams: str = "both") -> Digests:
+def digest_pass(
+    src_path: str,
+    pieces: Sequence[Piece],
+    n_outputs: int,
+    sizes: Sequence[int],
+    file_digest: bool,
+    streams: str = "both",
+) -> Digests:
     """One sequential read: the file's sha256 (if asked), each piece's, each output's.
 
     ``streams`` = ``"pieces"`` or ``"outputs"`` computes only that half (the two halves can
@@ -147,5 +157,8 @@ def digest_pass(src_path: str, pieces: Sequence[Piece], n_outputs: int, sizes: S
                 pos = end
     for i in range(len(out_h)):
         zero_fill(out_h[i], sizes[i] - out_pos[i])
-    return Digests(file_h.hexdigest() if file_h else None, {k: h.hexdigest() for k, h in piece_h.items()},
-                   [h.hexdigest() for h in out_h])
+    return Digests(
+        file_h.hexdigest() if file_h else None,
+        {k: h.hexdigest() for k, h in piece_h.items()},
+        [h.hexdigest() for h in out_h],
+    )

@@ -104,10 +104,19 @@ def with_reserve(target: Target, reserve: int) -> Target:
     return replace(target, board=replace(board, layout=replace(board.layout, reserve=reserve)))
 
 
-def build(target_name: str | None, *, model: str | None = None, out: Path | None = None,
-          target_file: str | None = None, model_license: str | None = None, model_license_file: str | None = None,
-          layer_release: int = 0, layer_maintainer: str | None = None, reserve: int | None = None,
-          progress: Progress = lambda s: None) -> BuildResult:
+def build(
+    target_name: str | None,
+    *,
+    model: str | None = None,
+    out: Path | None = None,
+    target_file: str | None = None,
+    model_license: str | None = None,
+    model_license_file: str | None = None,
+    layer_release: int = 0,
+    layer_maintainer: str | None = None,
+    reserve: int | None = None,
+    progress: Progress = lambda s: None,
+) -> BuildResult:
     """``reserve``: a fixed reservation in bytes, over the board file's ``[layout] reserve``."""
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
@@ -119,8 +128,15 @@ def build(target_name: str | None, *, model: str | None = None, out: Path | None
         from ..model.demo import default_model
 
         src, note = default_model()
-    req = Request(target, src, Path(out) if out else Path("q25-build") / target.name, model_license,
-                  model_license_file, layer_release, layer_maintainer)
+    req = Request(
+        target,
+        src,
+        Path(out) if out else Path("q25-build") / target.name,
+        model_license,
+        model_license_file,
+        layer_release,
+        layer_maintainer,
+    )
     inputs = _inputs(pm, req)
     old = read_json(req.out / layout.STAMP)
     if old and old.get("inputs") == inputs and _outputs_intact(req.out):
@@ -164,8 +180,9 @@ def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) 
     return {
         "copy": pool.submit(write_outputs, path, p.pieces, [str(o.path(f)) for f in p.files], p.sizes),
         "tensors": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=False, streams="pieces"),
-        "outputs": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None,
-                               streams="outputs"),
+        "outputs": pool.submit(
+            digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None, streams="outputs"
+        ),
     }
 
 
@@ -250,5 +267,9 @@ def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> None:
     codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
     ids = smoke_ids(codec)
     o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
-    write_layer(o, stages.layer(pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release,
-                                maintainer=req.layer_maintainer))
+    write_layer(
+        o,
+        stages.layer(
+            pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release, maintainer=req.layer_maintainer
+        ),
+    )

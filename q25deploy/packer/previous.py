@@ -44,7 +44,9 @@ class Previous:
             listed = schema.parse_manifest(read_json(out / layout.MANIFEST) or {}, str(out / layout.MANIFEST))
         except SchemaError:
             listed = {}
-        self.artifacts: dict[str, dict[str, Any]] = {rel: {"kind": a.kind, "sha256": a.sha256, "size": a.size} for rel, a in listed.items()}
+        self.artifacts: dict[str, dict[str, Any]] = {
+            rel: {"kind": a.kind, "sha256": a.sha256, "size": a.size} for rel, a in listed.items()
+        }
 
     def tensor_digests(self, names: set[str]) -> dict[str, str] | None:
         """Each tensor's sha256 from the last partition map, when it is well formed and names exactly ``names``."""
@@ -52,8 +54,11 @@ class Previous:
         if not isinstance(tensors, list):
             return None
         found = {t.get("name"): t.get("sha256") for t in tensors if isinstance(t, dict)}
-        ok = set(found) == names and len(found) == len(tensors) and all(
-            isinstance(s, str) and _HEX64.fullmatch(s) for s in found.values())
+        ok = (
+            set(found) == names
+            and len(found) == len(tensors)
+            and all(isinstance(s, str) and _HEX64.fullmatch(s) for s in found.values())
+        )
         return cast("dict[str, str]", found) if ok else None
 
     def has(self, rel: str) -> bool:
@@ -62,7 +67,8 @@ class Previous:
             return False
         try:
             return stat.S_ISREG(os.lstat(self.out / rel).st_mode) and not any(
-                os.path.islink(self.out / parent) for parent in Path(rel).parents if str(parent) != ".")
+                os.path.islink(self.out / parent) for parent in Path(rel).parents if str(parent) != "."
+            )
         except OSError:
             return False
 
@@ -74,5 +80,3 @@ class Previous:
             os.link(self.out / rel, o.path(rel))
             o.record(rel, self.artifacts[rel]["kind"], sha256=self.artifacts[rel]["sha256"])
         return True
-
-

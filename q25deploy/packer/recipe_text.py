@@ -18,5 +18,8 @@ def bitbake_text(text: str) -> tuple[str, bool]:
 
 def replaced_note(what: str, changed: bool) -> str:
     """The recipe comment that says a value was made safe (empty when it was not changed)."""
-    return (f"# q25deploy: the {what} has characters a recipe cannot hold safely; they are shown as '_'\n"
-            if changed else "")
+    return (
+        f"# q25deploy: the {what} has characters a recipe cannot hold safely; they are shown as '_'\n"
+        if changed
+        else ""
+    )

@@ -19,8 +19,10 @@ KIND = "region-table"
 
 
 def region_table(partition_map: dict) -> str:
-    lines = ["# q25deploy region table 1: node base size file file_size sha256",
-             f"# target {partition_map['target']}, model sha256 {partition_map['model']['sha256']}"]
+    lines = [
+        "# q25deploy region table 1: node base size file file_size sha256",
+        f"# target {partition_map['target']}, model sha256 {partition_map['model']['sha256']}",
+    ]
     for r in partition_map["regions"]:
         rel = posixpath.relpath(r["file"], posixpath.dirname(TABLE))
         lines.append(f"{r['node']} {r['base']:#x} {r['size']:#x} {rel} {r['used']} {r['sha256']}")

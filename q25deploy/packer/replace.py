@@ -28,8 +28,12 @@ MANIFEST_FORMAT = "q25deploy-manifest/1"
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 # what marks an output of each kind written before manifests named their kind (0.1.0)
-_LEGACY_MARKERS = {"build": "build-info", "tokenizer": "tokenizer-runtime-image-manifest",
-                   "tensors": "tensor-payload-manifest", "runtime": "runtime-binary"}
+_LEGACY_MARKERS = {
+    "build": "build-info",
+    "tokenizer": "tokenizer-runtime-image-manifest",
+    "tensors": "tensor-payload-manifest",
+    "runtime": "runtime-binary",
+}
 
 
 def output_kind(manifest: dict) -> str | None:
@@ -63,8 +67,10 @@ def _foreign_files(dest: Path, allowed: set[str]) -> list[str]:
 def check_replaceable(dest: Path, kind: str) -> None:
     """Refuse (exit 2) to replace a directory that is not an earlier output of this kind."""
     if dest == Path.cwd() or dest in Path.cwd().parents:
-        raise UsageError(f"{dest}: refusing to replace the directory you are in (or one above it); "
-                         "give --out a new or q25deploy-written directory")
+        raise UsageError(
+            f"{dest}: refusing to replace the directory you are in (or one above it); "
+            "give --out a new or q25deploy-written directory"
+        )
     if not dest.exists():
         return
     if not dest.is_dir():
@@ -78,13 +84,17 @@ def check_replaceable(dest: Path, kind: str) -> None:
     found = output_kind(manifest) if isinstance(manifest, dict) else None
     if found != kind:
         what = f"a q25deploy {found} output" if found else "files q25deploy did not write (no q25deploy manifest.json)"
-        raise UsageError(f"{dest}: holds {what}; refusing to replace it with a {kind} output "
-                         "(choose another --out, or empty that directory yourself)")
+        raise UsageError(
+            f"{dest}: holds {what}; refusing to replace it with a {kind} output "
+            "(choose another --out, or empty that directory yourself)"
+        )
     foreign = _foreign_files(dest, _listed(manifest) | {MANIFEST, STAMP})
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise UsageError(f"{dest}: holds files q25deploy did not write ({', '.join(foreign[:3])}{more}); "
-                         "refusing to replace it (move them, or choose another --out)")
+        raise UsageError(
+            f"{dest}: holds files q25deploy did not write ({', '.join(foreign[:3])}{more}); "
+            "refusing to replace it (move them, or choose another --out)"
+        )
 
 
 def temp_dir(dest: Path) -> Path:
@@ -113,8 +123,14 @@ def remove_stale(dest: Path) -> None:
         return
     for entry in entries:
         m = _STALE.match(entry.name)
-        if m and m["name"] == dest.name and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])) \
-                and entry.is_dir() and not entry.is_symlink():
+        if (
+            m
+            and m["name"] == dest.name
+            and int(m["pid"]) != os.getpid()
+            and not _alive(int(m["pid"]))
+            and entry.is_dir()
+            and not entry.is_symlink()
+        ):
             shutil.rmtree(entry, ignore_errors=True)
 
 

@@ -41,20 +41,33 @@ def toolchain(cross: str | None, sanitize: bool, static: bool = False) -> Toolch
         return Toolchain(tc.cc, tc.ar, tc.cflags, f"{tc.ldflags} -static".strip(), tc.debian_package, tc.extra_env)
     if cross is None:
         cflags = SANITIZE_FLAGS if sanitize else "-O2 -g"
-        return Toolchain(os.environ.get("CC", "cc"), os.environ.get("AR", "ar"), cflags,
-                         SANITIZE_FLAGS if sanitize else "", "gcc")
+        return Toolchain(
+            os.environ.get("CC", "cc"), os.environ.get("AR", "ar"), cflags, SANITIZE_FLAGS if sanitize else "", "gcc"
+        )
     if cross != "aarch64":
         raise UsageError(f"unknown --cross {cross!r} (supported: aarch64)")
     if sanitize:
         raise UsageError("--sanitize is for host builds (AddressSanitizer does not run under qemu-user)")
-    return Toolchain("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-ar", "-O2 -g -mcpu=cortex-a53",
-                     debian_package="gcc-aarch64-linux-gnu")
+    return Toolchain(
+        "aarch64-linux-gnu-gcc",
+        "aarch64-linux-gnu-ar",
+        "-O2 -g -mcpu=cortex-a53",
+        debian_package="gcc-aarch64-linux-gnu",
+    )
 
 
 def make_command(tc: Toolchain, build_dir: Path, target: str = "all") -> list[str]:
     cflags = f"{tc.cflags} -ffile-prefix-map={build_dir}=."
-    return ["make", "-C", str(build_dir), target, f"CC={tc.cc}", f"AR={tc.ar}", f"CFLAGS={cflags}",
-            f"LDFLAGS={tc.ldflags}"]
+    return [
+        "make",
+        "-C",
+        str(build_dir),
+        target,
+        f"CC={tc.cc}",
+        f"AR={tc.ar}",
+        f"CFLAGS={cflags}",
+        f"LDFLAGS={tc.ldflags}",
+    ]
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -84,12 +97,18 @@ def build_runtime(out: Path, *, cross: str | None = None, sanitize: bool = False
         _run(make_command(tc, build), f"building the runtime with {tc.cc}")
         stage = Path(tmp) / "stage"
         _run(make_command(tc, build, "install") + [f"DESTDIR={stage}", "prefix=/usr"], "installing the runtime")
-        info = {"toolchain": {"cc": tc.cc, "cflags": tc.cflags, "ldflags": tc.ldflags},
-                "target": cross or "host", "sanitize": sanitize, "static": static}
+        info = {
+            "toolchain": {"cc": tc.cc, "cflags": tc.cflags, "ldflags": tc.ldflags},
+            "target": cross or "host",
+            "sanitize": sanitize,
+            "static": static,
+        }
         with OutputDir(out, "runtime", extra_manifest={"runtime": info}) as o:
-            for rel, dest, kind in (("usr/bin/q25tok", "q25tok", "runtime-binary"),
-                                    ("usr/lib/libq25tok.a", "libq25tok.a", "runtime-library"),
-                                    ("usr/include/q25tok.h", "q25tok.h", "runtime-header")):
+            for rel, dest, kind in (
+                ("usr/bin/q25tok", "q25tok", "runtime-binary"),
+                ("usr/lib/libq25tok.a", "libq25tok.a", "runtime-library"),
+                ("usr/include/q25tok.h", "q25tok.h", "runtime-header"),
+            ):
                 shutil.copy2(stage / rel, o.path(dest))
                 o.record(dest, kind)
             manifest = o.manifest()

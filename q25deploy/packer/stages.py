@@ -90,14 +90,21 @@ def plan(pm, target: Target, f: GGUFFile) -> Plan:
     dtsi = pm.hook.q25deploy_reserved_memory_dtsi(target=name, board=board, plan=memory)
     placed = [(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in memory.tensors]
     key = json_digest([[(r.base, r.size, r.used) for r in memory.regions], placed])
-    return Plan(memory, image_layout, dtsi, [layout.partition_file(r.index) for r in memory.regions],
-                [Piece(*p) for p in placed], key)
+    return Plan(
+        memory,
+        image_layout,
+        dtsi,
+        [layout.partition_file(r.index) for r in memory.regions],
+        [Piece(*p) for p in placed],
+        key,
+    )
 
 
 def tokenizer(f: GGUFFile, model_sha256: str, info: ModelInfo, alignment: int) -> list[Asset]:
     """The tokenizer assets and runtime image (the expensive stage: cached by the driver)."""
-    assets, _ = tokenizer_assets(vocab_from_gguf(f), source_sha256=model_sha256, model_name=info.name,
-                                 alignment=alignment)
+    assets, _ = tokenizer_assets(
+        vocab_from_gguf(f), source_sha256=model_sha256, model_name=info.name, alignment=alignment
+    )
     return assets
 
 
@@ -106,22 +113,40 @@ def tokenizer_path(image_layout: ImageLayout, name: str) -> str:
     return layout.tokenizer_file(image_layout.filename if name == "tokenizer.q25tokrt" else name)
 
 
-def partition_map(target: Target, p: Plan, model_sha256: str, info: ModelInfo, tensor_sha: dict[str, str],
-                  part_sha: list[str]) -> dict:
+def partition_map(
+    target: Target, p: Plan, model_sha256: str, info: ModelInfo, tensor_sha: dict[str, str], part_sha: list[str]
+) -> dict:
     memory = p.memory
     return {
         "format": "q25deploy-partition-map/1",
         "target": target.name,
         "model": {"sha256": model_sha256, "name": info.name},  # content only: no paths
         "regions": [
-            {"index": r.index, "label": r.label, "node": r.node_name, "base": r.base, "size": r.size,
-             "used": r.used, "bank": r.bank, "file": rel, "sha256": sha}
+            {
+                "index": r.index,
+                "label": r.label,
+                "node": r.node_name,
+                "base": r.base,
+                "size": r.size,
+                "used": r.used,
+                "bank": r.bank,
+                "file": rel,
+                "sha256": sha,
+            }
             for r, rel, sha in zip(memory.regions, p.files, part_sha)
         ],
         "tensors": [
-            {"name": t.name, "region": t.region, "address": memory.address(t), "offset": t.offset,
-             "bytes": t.nbytes, "type": t.type_name, "shape": list(t.shape), "sha256": tensor_sha[t.name],
-             "source_offset": t.source_offset}
+            {
+                "name": t.name,
+                "region": t.region,
+                "address": memory.address(t),
+                "offset": t.offset,
+                "bytes": t.nbytes,
+                "type": t.type_name,
+                "shape": list(t.shape),
+                "sha256": tensor_sha[t.name],
+                "source_offset": t.source_offset,
+            }
             for t in memory.tensors
         ],
     }
@@ -148,14 +173,30 @@ def summary(target: Target, src: ModelSource, info: ModelInfo, p: Plan, image_ma
         "target": target.name,
         "plugin": target.plugin,
         "board": {"name": board.name, "description": board.description},
-        "model": {"reference": src.reference, "sha256": src.sha256, "name": info.name,
-                  "license": info.license, "ollama": src.ollama or None},
-        "image": {"path": layout.tokenizer_file(p.layout.filename), "install_dir": p.layout.install_dir,
-                  "alignment": p.layout.alignment, "size": image_manifest["size"],
-                  "sha256": image_manifest["sha256"], "vocab_fingerprint": image_manifest["vocab_fingerprint"]},
-        "memory": {"budget": memory.budget, "reserved": memory.reserved_bytes,
-                   "regions": [{"label": r.label, "base": r.base, "size": r.size, "used": r.used, "bank": r.bank}
-                               for r in memory.regions], **reservation(board, memory)},
+        "model": {
+            "reference": src.reference,
+            "sha256": src.sha256,
+            "name": info.name,
+            "license": info.license,
+            "ollama": src.ollama or None,
+        },
+        "image": {
+            "path": layout.tokenizer_file(p.layout.filename),
+            "install_dir": p.layout.install_dir,
+            "alignment": p.layout.alignment,
+            "size": image_manifest["size"],
+            "sha256": image_manifest["sha256"],
+            "vocab_fingerprint": image_manifest["vocab_fingerprint"],
+        },
+        "memory": {
+            "budget": memory.budget,
+            "reserved": memory.reserved_bytes,
+            "regions": [
+                {"label": r.label, "base": r.base, "size": r.size, "used": r.used, "bank": r.bank}
+                for r in memory.regions
+            ],
+            **reservation(board, memory),
+        },
         "tensors": len(memory.tensors),
     }
 
@@ -166,23 +207,38 @@ def reservation(board: Board, memory: MemoryPlan) -> dict:
     if not board.layout.reserve:
         return {}
     used = sum(r.used for r in memory.regions)
-    return {"reservation": {"requested": board.layout.reserve, "size": memory.reserved_bytes,
-                            "regions": len(memory.regions) + len(memory.spare), "used": used,
-                            "spare": [{"label": r.label, "base": r.base, "size": r.size, "bank": r.bank}
-                                      for r in memory.spare]}}
+    return {
+        "reservation": {
+            "requested": board.layout.reserve,
+            "size": memory.reserved_bytes,
+            "regions": len(memory.regions) + len(memory.spare),
+            "used": used,
+            "spare": [{"label": r.label, "base": r.base, "size": r.size, "bank": r.bank} for r in memory.spare],
+        }
+    }
 
 
-def layer(pm, target: Target, summary_: dict, p: Plan, artifacts: dict[str, tuple[Path, str, int]],
-          lic: Licence, smoke_ids: list[list[int]], *, release: int = 0,
-          maintainer: str | None = None) -> list[LayerFile]:
+def layer(
+    pm,
+    target: Target,
+    summary_: dict,
+    p: Plan,
+    artifacts: dict[str, tuple[Path, str, int]],
+    lic: Licence,
+    smoke_ids: list[list[int]],
+    *,
+    release: int = 0,
+    maintainer: str | None = None,
+) -> list[LayerFile]:
     """The BitBake layer's files: fixed parts, the model-assets recipe (``artifacts``: build path →
     (file, sha256, size), linked not copied), the oeqa smoke test (``smoke_ids``: the host
     codec's ids of each smoke prompt), and the board plugins' files."""
     board = target.board
     files = static_files() + model_assets_files(board, summary_, artifacts, lic, release)
     files.append(smoke_test_case(summary_, [(t, sp, ids) for (t, sp), ids in zip(SMOKE_PROMPTS, smoke_ids)]))
-    extra = merge_hook_results(pm.hook.q25deploy_layer_files(target=target.name, board=board,
-                                                             build={"dtsi": p.dtsi, "summary": summary_}))
+    extra = merge_hook_results(
+        pm.hook.q25deploy_layer_files(target=target.name, board=board, build={"dtsi": p.dtsi, "summary": summary_})
+    )
     by_path = {f.path: f for f in files}
     for path, data in extra.items():
         if data is None:

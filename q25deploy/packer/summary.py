@@ -19,18 +19,26 @@ def render_summary(r: BuildResult) -> str:
     m = s["model"]
     lines.append(f"  model      {m.get('name') or m['reference']}  sha256 {m['sha256'][:16]}…")
     img = s["image"]
-    lines.append(f"  tokenizer  {img['path']} ({img['size']:,} bytes, fingerprint {img['vocab_fingerprint'][:16]}…) "
-                 f"-> {img['install_dir']}")
+    lines.append(
+        f"  tokenizer  {img['path']} ({img['size']:,} bytes, fingerprint {img['vocab_fingerprint'][:16]}…) "
+        f"-> {img['install_dir']}"
+    )
     mem = s["memory"]
-    lines.append(f"  memory     {len(mem['regions'])} reserved region(s), {format_size(mem['reserved'])} of "
-                 f"{format_size(mem['budget'])} allowed, {s['tensors']} tensors")
+    lines.append(
+        f"  memory     {len(mem['regions'])} reserved region(s), {format_size(mem['reserved'])} of "
+        f"{format_size(mem['budget'])} allowed, {s['tensors']} tensors"
+    )
     for reg in mem["regions"]:
-        lines.append(f"             {reg['label']}  0x{reg['base']:x}-0x{reg['base'] + reg['size'] - 1:x}  "
-                     f"{format_size(reg['size'])} in {reg['bank']} ({format_size(reg['used'])} used)")
+        lines.append(
+            f"             {reg['label']}  0x{reg['base']:x}-0x{reg['base'] + reg['size'] - 1:x}  "
+            f"{format_size(reg['size'])} in {reg['bank']} ({format_size(reg['used'])} used)"
+        )
     res = mem.get("reservation")
     if res:
-        lines.append(f"  reserve    fixed {format_size(res['size'])} in {res['regions']} region(s): the model uses "
-                     f"{format_size(res['used'])} ({res['used'] / res['size']:.1%}), {len(res['spare'])} region(s) spare")
+        lines.append(
+            f"  reserve    fixed {format_size(res['size'])} in {res['regions']} region(s): the model uses "
+            f"{format_size(res['used'])} ({res['used'] / res['size']:.1%}), {len(res['spare'])} region(s) spare"
+        )
     try:
         manifest = json.loads((r.out / MANIFEST).read_text())
         total = sum(a["size"] for a in manifest["artifacts"])
@@ -43,7 +51,7 @@ def render_summary(r: BuildResult) -> str:
         f"  2. add {r.out / 'reserved-memory.dtsi'} to the device tree (PetaLinux: /include/ it from "
         "system-user.dtsi; meta-xilinx: EXTRA_DT_INCLUDE_FILES)",
         f"  3. put {r.out / 'q25_memory_map.h'} where the A53 program and HLS testbenches include it",
-        f"  4. add the layer {r.out / 'meta-q25'} to PetaLinux/Yocto and IMAGE_INSTALL:append = \" packagegroup-q25\" "
+        f'  4. add the layer {r.out / "meta-q25"} to PetaLinux/Yocto and IMAGE_INSTALL:append = " packagegroup-q25" '
         "(see its README)",
     ]
     return "\n".join(lines)

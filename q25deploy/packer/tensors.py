@@ -24,8 +24,7 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
     with OutputDir(out, "tensors") as o:
         paths = [str(o.path(rel)) for rel in files]
         with ThreadPoolExecutor(max_workers=1) as pool:  # hash while the kernel copies
-            digests = pool.submit(digest_pass, str(src.path), pieces, len(files), sizes,
-                                  file_digest=src.sha256 is None)
+            digests = pool.submit(digest_pass, str(src.path), pieces, len(files), sizes, file_digest=src.sha256 is None)
             write_outputs(str(src.path), pieces, paths, sizes)
             d = digests.result()
         if src.sha256 is None and d.file is not None:  # digest_pass hashed the file (file_digest=True)
@@ -37,8 +36,15 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
             "format": "q25deploy-tensor-export/1",
             "model": {"sha256": src.sha256, "name": f.metadata.get("general.name")},  # content only
             "tensors": [
-                {"name": t.name, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes,
-                 "source_offset": t.data_offset, "sha256": d.pieces[t.name], "file": rel}
+                {
+                    "name": t.name,
+                    "type": t.type_name,
+                    "shape": list(t.shape),
+                    "bytes": t.nbytes,
+                    "source_offset": t.data_offset,
+                    "sha256": d.pieces[t.name],
+                    "file": rel,
+                }
                 for t, rel in zip(tensors, files)
             ],
         }

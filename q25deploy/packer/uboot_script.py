@@ -40,14 +40,14 @@ def _region_lines(r: dict) -> list[str]:
     tail = [f"    mw.b {base + used:#x} 0 {size - used:#x}"] if used < size else []
     return [
         f"# {node}: {name}, {used} bytes of {size:#x} at {base:#x}, sha256 {r['sha256']}",
-        f"if test -n \"${{q25_scratch}}\"; then setenv q25_at ${{q25_scratch}}; else setenv q25_at {base:#x}; fi",
-        f"if load ${{q25_dev}} ${{q25_at}} ${{q25_dir}}/{name} && test \"${{filesize}}\" = \"{used:x}\"; then",
-        f"    if test -n \"${{q25_scratch}}\"; then cp.b ${{q25_scratch}} {base:#x} {used:#x}; fi",
+        f'if test -n "${{q25_scratch}}"; then setenv q25_at ${{q25_scratch}}; else setenv q25_at {base:#x}; fi',
+        f'if load ${{q25_dev}} ${{q25_at}} ${{q25_dir}}/{name} && test "${{filesize}}" = "{used:x}"; then',
+        f'    if test -n "${{q25_scratch}}"; then cp.b ${{q25_scratch}} {base:#x} {used:#x}; fi',
         *tail,
-        f"    echo \"q25: region {node} loaded\"",
+        f'    echo "q25: region {node} loaded"',
         "else",
         "    setenv q25_ok 0",
-        f"    echo \"q25: region {node} FAILED ({name}: not loaded, or not {used} bytes)\"",
+        f'    echo "q25: region {node} FAILED ({name}: not loaded, or not {used} bytes)"',
         "fi",
     ]
 
@@ -65,10 +65,10 @@ def uboot_script(partition_map: dict, install_dir: str) -> str:
         "# q25_dev: interface and partition of the root filesystem (required); q25_dir: where the",
         f"# partitions are (default {default_dir}); q25_scratch: a free DDR address to load through",
         "# when U-Boot refuses to load into reserved memory. q25_ok is 0 afterwards if a region failed.",
-        "if test -z \"${q25_dev}\"; then echo \"q25: set q25_dev (e.g. mmc 0:2): no region loaded\"; exit; fi",
-        f"if test -z \"${{q25_dir}}\"; then setenv q25_dir {default_dir}; fi",
+        'if test -z "${q25_dev}"; then echo "q25: set q25_dev (e.g. mmc 0:2): no region loaded"; exit; fi',
+        f'if test -z "${{q25_dir}}"; then setenv q25_dir {default_dir}; fi',
         "setenv q25_ok 1",
-        f"echo \"q25: loading {len(regions)} region(s) from ${{q25_dev}} ${{q25_dir}}\"",
+        f'echo "q25: loading {len(regions)} region(s) from ${{q25_dev}} ${{q25_dir}}"',
     ]
     for r in regions:
         lines += _region_lines(r)

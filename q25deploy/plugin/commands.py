@@ -36,8 +36,9 @@ class CommandContext:
             self.report(self.failures[seen:])
 
 
-def collect_commands(pm: pluggy.PluginManager, failures: list[PluginFailure],
-                     taken: Iterable[str] = ()) -> list[tuple[str, CommandSpec]]:
+def collect_commands(
+    pm: pluggy.PluginManager, failures: list[PluginFailure], taken: Iterable[str] = ()
+) -> list[tuple[str, CommandSpec]]:
     """(plugin name, spec) of every plugin command, calling each plugin on its own; ``taken``
     are the core's command names. Failures are appended to ``failures``."""
     owner = {name: "q25deploy" for name in taken}
@@ -50,8 +51,13 @@ def collect_commands(pm: pluggy.PluginManager, failures: list[PluginFailure],
             continue
         for spec in specs:
             if spec.name in owner:
-                failures.append(PluginFailure(impl.plugin_name, f"command {spec.name!r} is already provided by "
-                                              f"{'the core' if owner[spec.name] == 'q25deploy' else repr(owner[spec.name])}"))
+                failures.append(
+                    PluginFailure(
+                        impl.plugin_name,
+                        f"command {spec.name!r} is already provided by "
+                        f"{'the core' if owner[spec.name] == 'q25deploy' else repr(owner[spec.name])}",
+                    )
+                )
                 continue
             owner[spec.name] = impl.plugin_name
             out.append((impl.plugin_name, spec))

@@ -9,8 +9,9 @@ from .hookspecs import ImageLayout, hookimpl
 
 @hookimpl(trylast=True)
 def q25deploy_image_layout(target, board):
-    return ImageLayout(alignment=board.layout.image_alignment, install_dir=board.install_path,
-                       runtime=board.runtime_path)
+    return ImageLayout(
+        alignment=board.layout.image_alignment, install_dir=board.install_path, runtime=board.runtime_path
+    )
 
 
 @hookimpl(trylast=True)

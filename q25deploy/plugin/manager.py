@@ -87,15 +87,19 @@ def registered_targets(pm: pluggy.PluginManager, failures: list[PluginFailure]) 
             continue
         for spec in specs:
             if spec.name in out:
-                failures.append(PluginFailure(impl.plugin_name,
-                                              f"target {spec.name!r} is already provided by plugin {out[spec.name][0]!r}"))
+                failures.append(
+                    PluginFailure(
+                        impl.plugin_name, f"target {spec.name!r} is already provided by plugin {out[spec.name][0]!r}"
+                    )
+                )
             else:
                 out[spec.name] = (impl.plugin_name, spec)
     return dict(sorted(out.items()))
 
 
-def resolve_target(pm: pluggy.PluginManager, failures: list[PluginFailure], name: str | None,
-                   target_file: str | None = None) -> Target:
+def resolve_target(
+    pm: pluggy.PluginManager, failures: list[PluginFailure], name: str | None, target_file: str | None = None
+) -> Target:
     """The target to build for: NAME's plugin and board file, or a user's board file
     (with NAME's plugin when NAME is also given, else the core defaults only)."""
     targets = registered_targets(pm, failures)

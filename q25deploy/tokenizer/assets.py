@@ -31,6 +31,7 @@ class AssetSink(Protocol):
 
     def write(self, rel: str, data: bytes, kind: str) -> None: ...
 
+
 IMAGE_NAME = "tokenizer.q25tokrt"
 IMAGE_MANIFEST = "tokenizer_runtime_image_manifest.json"
 
@@ -49,8 +50,10 @@ def tokens_jsonl(vocab: Vocab) -> bytes:
     lines = []
     for i, (text, raw, t) in enumerate(zip(vocab.texts, vocab.raw, vocab.gguf_types.tolist())):
         extra = f',"runtime_type":"{names[effective[i]]}"' if effective[i] != t else ""
-        lines.append(f'{{"id":{i},"type":"{names[t]}","text":{_json_str(text.decode("utf-8", "replace"))},'
-                     f'"bytes":"{raw.hex()}"{extra}}}')
+        lines.append(
+            f'{{"id":{i},"type":"{names[t]}","text":{_json_str(text.decode("utf-8", "replace"))},'
+            f'"bytes":"{raw.hex()}"{extra}}}'
+        )
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

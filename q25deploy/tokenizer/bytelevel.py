@@ -40,7 +40,4 @@ def decode_mapped(text: bytes, token_id: int) -> bytes:
     try:
         return text.decode("utf-8").translate(_TRANSLATE).encode("latin-1")
     except (UnicodeDecodeError, UnicodeEncodeError):
-        raise TokenizerError(
-            f"token {token_id} ({text[:40]!r}) is typed NORMAL but is not ByteLevel-encoded"
-        ) from None
-
+        raise TokenizerError(f"token {token_id} ({text[:40]!r}) is typed NORMAL but is not ByteLevel-encoded") from None

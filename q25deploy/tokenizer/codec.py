@@ -39,8 +39,9 @@ class Codec:
         pairs, merged = (m[:, 0] << 32) | m[:, 1], (m[:, 3] << 32) | m[:, 2]
         self.ranks: dict[int, int] = dict(zip(pairs.tolist(), merged.tolist()))
         self.byte_to_token = image.byte_to_token.tolist()
-        self.specials = [(int(i), int(t), self.raw_piece(int(i)))
-                         for i, t in zip(image.specials["id"], image.specials["type"])]
+        self.specials = [
+            (int(i), int(t), self.raw_piece(int(i))) for i, t in zip(image.specials["id"], image.specials["type"])
+        ]
         self.classes = ClassTable([tuple(r) for r in image.classes.tolist()])
         self._cache: dict[bytes, list[int]] = {}
 

@@ -25,23 +25,75 @@ SUPPORTED_PRE = ("qwen2",)
 # names an end-of-generation or fill-in-the-middle token, whatever the GGUF says; so a
 # USER_DEFINED "<|fim_prefix|>" is matched only with parse_special and rendered only with
 # special output. EOG names always; a FIM category only when the GGUF does not give its id.
-EOG_TEXTS = frozenset(t.encode() for t in (
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
-))
+EOG_TEXTS = frozenset(
+    t.encode()
+    for t in (
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<\uff5cend\u2581of\u2581sentence\uff5c>",
+        "[e~[",
+    )
+)
 FIM_CATEGORIES: tuple[tuple[tuple[str, ...], frozenset[bytes]], ...] = tuple(
-    (keys, frozenset(t.encode() for t in texts)) for keys, texts in (
-        (("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
-         ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>",
-          "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>")),
-        (("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
-         ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uff5cfim\u2581hole\uff5c>", "<SUF>",
-          "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>")),
-        (("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
-         ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uff5cfim\u2581end\uff5c>", "<MID>",
-          "\u2581<MID>", "<|code_middle|>", "<|middle|>")),
+    (keys, frozenset(t.encode() for t in texts))
+    for keys, texts in (
+        (
+            ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
+            (
+                "<|fim_prefix|>",
+                "<fim-prefix>",
+                "<fim_prefix>",
+                "<\uff5cfim\u2581begin\uff5c>",
+                "<PRE>",
+                "\u2581<PRE>",
+                "<|code_prefix|>",
+                "<|prefix|>",
+            ),
+        ),
+        (
+            ("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
+            (
+                "<|fim_suffix|>",
+                "<fim-suffix>",
+                "<fim_suffix>",
+                "<\uff5cfim\u2581hole\uff5c>",
+                "<SUF>",
+                "\u2581<SUF>",
+                "<|code_suffix|>",
+                "<|suffix|>",
+            ),
+        ),
+        (
+            ("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
+            (
+                "<|fim_middle|>",
+                "<fim-middle>",
+                "<fim_middle>",
+                "<\uff5cfim\u2581end\uff5c>",
+                "<MID>",
+                "\u2581<MID>",
+                "<|code_middle|>",
+                "<|middle|>",
+            ),
+        ),
         (("tokenizer.ggml.fim_pad_token_id",), ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]")),
         (("tokenizer.ggml.fim_rep_token_id",), ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>")),
         (("tokenizer.ggml.fim_sep_token_id",), ("<|file_sep|>",)),

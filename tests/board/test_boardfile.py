@@ -12,9 +12,14 @@ TARGETS = data_dir("targets")
 VALID = (TARGETS / "zcu104.toml").read_text()
 
 
-@pytest.mark.parametrize("name, ddr, budget", [
-    ("kv260", 4 << 30, 2 << 30), ("zcu104", 2 << 30, 1 << 30), ("qemu", 4 << 30, 2 << 30),
-])
+@pytest.mark.parametrize(
+    "name, ddr, budget",
+    [
+        ("kv260", 4 << 30, 2 << 30),
+        ("zcu104", 2 << 30, 1 << 30),
+        ("qemu", 4 << 30, 2 << 30),
+    ],
+)
 def test_builtin_boards_load(name, ddr, budget):
     b = load_board(TARGETS / f"{name}.toml")
     assert (b.name, b.ddr_bytes, b.model_budget, b.arch) == (name, ddr, budget, "aarch64")
@@ -59,35 +64,50 @@ def write(tmp_path, text):
     return p
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t + "\n[extra]\nx = 1\n", "extra: unknown key"),
-    (lambda t: t.replace('arch = "aarch64"', 'arch = "aarch64"\ncolor = "red"'), "board.color: unknown key"),
-    (lambda t: t.replace("size = 0x80000000", 'size = "2G"'), "memory.banks[0].size: must be a integer"),
-    (lambda t: t.replace("size = 0x80000000", "size = 0x80000001"), "multiples of region_alignment"),
-    (lambda t: t.replace("region_alignment = 0x200000", "region_alignment = 0x300000"), "power of two"),
-    (lambda t: t.replace("max_model_share = 0.5", "max_model_share = 1.5"), "max_model_share"),
-    (lambda t: t + '\n[[memory.banks]]\nname = "dup"\nbase = 0x40000000\nsize = 0x200000\n', "overlap"),
-    (lambda t: t.replace("base = 0x7ff00000", "base = 0x17ff00000"), "not inside one memory bank"),
-    (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "lib/../x"'), "install.path"),
-    (lambda t: t.replace("port = 22", "port = 70000"), "ssh.port"),
-    (lambda t: t.replace("port = 22", 'port = 22\nbecome = "su"'), "ssh.become: 'su': use one of none, sudo, doas"),
-    (lambda t: t.replace("port = 22", "port = 22\nbecome = true"), "ssh.become: must be a string"),
-    (lambda t: t.replace("dropbear_receive_window = 0", "dropbear_receive_window = 20971520"), "ssh.dropbear_receive_window"),
-    (lambda t: t.replace("dropbear_receive_window = 0", "dropbear_receive_window = -1"), "ssh.dropbear_receive_window"),
-    (lambda t: t.replace("[install]", "[install]\n").replace('path = "/lib/firmware/q25"', ""), "install.path: is required"),
-    (lambda t: t + "\n[board\n", "not valid TOML"),
-    # what reaches recipes, dts, C and shell must be safe there
-    (lambda t: t.replace('name = "zcu104"', 'name = "z\\n${@bb.utils.mkdirhier(\'/tmp/x\')}"'), "board.name"),
-    (lambda t: t.replace('name = "zcu104"', 'name = "ZCU 104"'), "board.name"),
-    (lambda t: t.replace('name = "ddr-low"', 'name = "low\\"; rm -rf /"'), "memory.banks[0].name"),
-    (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25 ${HOME}"'), "install.path"),
-    (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25"\nruntime = "/usr/bin/$(id)"'), "install.runtime"),
-    (lambda t: re.sub(r'description = ".*"', 'description = "two\\\\nlines"', t, count=1), "board.description"),
-    (lambda t: _machine(t, '"ZCU104"'), "board.yocto_machine: 'ZCU104' is not a MACHINE name"),
-    (lambda t: _machine(t, '["a", "a:b"]'), "'a:b' is not a MACHINE name"),
-    (lambda t: _machine(t, '["a", "a"]'), "names a MACHINE twice"),
-    (lambda t: _machine(t, "[1]"), "board.yocto_machine: must be a string or array of strings"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t + "\n[extra]\nx = 1\n", "extra: unknown key"),
+        (lambda t: t.replace('arch = "aarch64"', 'arch = "aarch64"\ncolor = "red"'), "board.color: unknown key"),
+        (lambda t: t.replace("size = 0x80000000", 'size = "2G"'), "memory.banks[0].size: must be a integer"),
+        (lambda t: t.replace("size = 0x80000000", "size = 0x80000001"), "multiples of region_alignment"),
+        (lambda t: t.replace("region_alignment = 0x200000", "region_alignment = 0x300000"), "power of two"),
+        (lambda t: t.replace("max_model_share = 0.5", "max_model_share = 1.5"), "max_model_share"),
+        (lambda t: t + '\n[[memory.banks]]\nname = "dup"\nbase = 0x40000000\nsize = 0x200000\n', "overlap"),
+        (lambda t: t.replace("base = 0x7ff00000", "base = 0x17ff00000"), "not inside one memory bank"),
+        (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "lib/../x"'), "install.path"),
+        (lambda t: t.replace("port = 22", "port = 70000"), "ssh.port"),
+        (lambda t: t.replace("port = 22", 'port = 22\nbecome = "su"'), "ssh.become: 'su': use one of none, sudo, doas"),
+        (lambda t: t.replace("port = 22", "port = 22\nbecome = true"), "ssh.become: must be a string"),
+        (
+            lambda t: t.replace("dropbear_receive_window = 0", "dropbear_receive_window = 20971520"),
+            "ssh.dropbear_receive_window",
+        ),
+        (
+            lambda t: t.replace("dropbear_receive_window = 0", "dropbear_receive_window = -1"),
+            "ssh.dropbear_receive_window",
+        ),
+        (
+            lambda t: t.replace("[install]", "[install]\n").replace('path = "/lib/firmware/q25"', ""),
+            "install.path: is required",
+        ),
+        (lambda t: t + "\n[board\n", "not valid TOML"),
+        # what reaches recipes, dts, C and shell must be safe there
+        (lambda t: t.replace('name = "zcu104"', "name = \"z\\n${@bb.utils.mkdirhier('/tmp/x')}\""), "board.name"),
+        (lambda t: t.replace('name = "zcu104"', 'name = "ZCU 104"'), "board.name"),
+        (lambda t: t.replace('name = "ddr-low"', 'name = "low\\"; rm -rf /"'), "memory.banks[0].name"),
+        (lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25 ${HOME}"'), "install.path"),
+        (
+            lambda t: t.replace('path = "/lib/firmware/q25"', 'path = "/lib/q25"\nruntime = "/usr/bin/$(id)"'),
+            "install.runtime",
+        ),
+        (lambda t: re.sub(r'description = ".*"', 'description = "two\\\\nlines"', t, count=1), "board.description"),
+        (lambda t: _machine(t, '"ZCU104"'), "board.yocto_machine: 'ZCU104' is not a MACHINE name"),
+        (lambda t: _machine(t, '["a", "a:b"]'), "'a:b' is not a MACHINE name"),
+        (lambda t: _machine(t, '["a", "a"]'), "names a MACHINE twice"),
+        (lambda t: _machine(t, "[1]"), "board.yocto_machine: must be a string or array of strings"),
+    ],
+)
 def test_bad_board_files(tmp_path, change, message):
     with pytest.raises(BoardFileError) as e:
         load_board(write(tmp_path, change(VALID)))
@@ -96,7 +116,9 @@ def test_bad_board_files(tmp_path, change, message):
 
 def test_dropbear_receive_window(tmp_path):
     assert load_board(write(tmp_path, VALID)).dropbear_receive_window == 0  # dropbear as built
-    board = load_board(write(tmp_path, VALID.replace("dropbear_receive_window = 0", "dropbear_receive_window = 1048576")))
+    board = load_board(
+        write(tmp_path, VALID.replace("dropbear_receive_window = 0", "dropbear_receive_window = 1048576"))
+    )
     assert board.dropbear_receive_window == 1048576
 
 

@@ -21,12 +21,15 @@ def skeleton(board) -> str:
     reg = ", ".join(f"<{cells(b.base)} {cells(b.size)}>" for b in board.banks)
     existing = "".join(
         f"\t\t{r.name}@{r.base:x} {{ reg = <{cells(r.base)} {cells(r.size)}>; no-map; }};\n"
-        for r in board.reserved if r.in_device_tree
+        for r in board.reserved
+        if r.in_device_tree
     )
-    return ("/dts-v1/;\n/ {\n\t#address-cells = <2>;\n\t#size-cells = <2>;\n"
-            f'\tmemory@{board.banks[0].base:x} {{ device_type = "memory"; reg = {reg}; }};\n'
-            "\treserved-memory {\n\t\t#address-cells = <2>;\n\t\t#size-cells = <2>;\n\t\tranges;\n"
-            f"{existing}\t}};\n}};\n/include/ \"reserved-memory.dtsi\"\n")
+    return (
+        "/dts-v1/;\n/ {\n\t#address-cells = <2>;\n\t#size-cells = <2>;\n"
+        f'\tmemory@{board.banks[0].base:x} {{ device_type = "memory"; reg = {reg}; }};\n'
+        "\treserved-memory {\n\t\t#address-cells = <2>;\n\t\t#size-cells = <2>;\n\t\tranges;\n"
+        f'{existing}\t}};\n}};\n/include/ "reserved-memory.dtsi"\n'
+    )
 
 
 def compile_and_read(tmp_path, board, dtsi: str):
@@ -34,13 +37,19 @@ def compile_and_read(tmp_path, board, dtsi: str):
     need_program("fdtget", "Debian: device-tree-compiler")
     (tmp_path / "reserved-memory.dtsi").write_text(dtsi)
     (tmp_path / "board.dts").write_text(skeleton(board))
-    r = subprocess.run([dtc, "-@", "-I", "dts", "-O", "dtb", "-o", str(tmp_path / "board.dtb"),
-                        str(tmp_path / "board.dts")], capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [dtc, "-@", "-I", "dts", "-O", "dtb", "-o", str(tmp_path / "board.dtb"), str(tmp_path / "board.dts")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0 and r.stderr == "", r.stderr  # no warnings either
 
     def fdtget(*args):
-        return subprocess.run(["fdtget", str(tmp_path / "board.dtb"), *args], capture_output=True, text=True,
-                              check=True).stdout.split()
+        return subprocess.run(
+            ["fdtget", str(tmp_path / "board.dtb"), *args], capture_output=True, text=True, check=True
+        ).stdout.split()
+
     return fdtget
 
 

@@ -22,11 +22,26 @@ def test_header_compiles_and_holds_every_address(tmp_path, qwen25_tiny):
         "               (unsigned long long)q25_tensors[i].bytes, q25_tensors[i].region, q25_tensors[i].ggml_type,\n"
         "               (unsigned long long)q25_tensors[i].shape[0]);\n"
         '    printf("%llu\\n", (unsigned long long)Q25_T_TOKEN_EMBD_WEIGHT_ADDR);\n'
-        "    return 0;\n}\n")
+        "    return 0;\n}\n"
+    )
     (tmp_path / "unused.c").write_text('#include "q25_memory_map.h"\nint unused(void) { return 0; }\n')
     for src in ("t.c", "unused.c"):  # a unit that does not use the table compiles cleanly too
-        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(out), "-c", str(tmp_path / src),
-                        "-o", str(tmp_path / (src + ".o"))], check=True)
+        subprocess.run(
+            [
+                cc,
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-I",
+                str(out),
+                "-c",
+                str(tmp_path / src),
+                "-o",
+                str(tmp_path / (src + ".o")),
+            ],
+            check=True,
+        )
     subprocess.run([cc, str(tmp_path / "t.c.o"), "-o", str(tmp_path / "t")], check=True)
     lines = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, check=True).stdout.splitlines()
     count, n, base = lines[0].split()
@@ -37,6 +52,12 @@ def test_header_compiles_and_holds_every_address(tmp_path, qwen25_tiny):
     for line, t in zip(lines[1:], pmap["tensors"]):
         name, addr, nbytes, region, qtype, ne0 = line.split()
         assert (name, int(addr), int(nbytes), int(region), int(qtype), int(ne0)) == (
-            t["name"], t["address"], t["bytes"], t["region"], GGMLQuantizationType[t["type"]].value, t["shape"][0])
+            t["name"],
+            t["address"],
+            t["bytes"],
+            t["region"],
+            GGMLQuantizationType[t["type"]].value,
+            t["shape"][0],
+        )
     emb = next(t for t in pmap["tensors"] if t["name"] == "token_embd.weight")
     assert int(lines[-1]) == emb["address"]

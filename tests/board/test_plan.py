@@ -32,7 +32,7 @@ def test_every_tensor_is_placed_aligned_inside_its_region(board):
     assert all(a[1] <= c[0] for a, c in zip(spans, spans[1:]))
     placed = {}
     for p in plan.tensors:  # no two tensors overlap
-        for (a, e) in placed.get(p.region, []):
+        for a, e in placed.get(p.region, []):
             assert p.offset >= e or p.offset + p.nbytes <= a
         placed.setdefault(p.region, []).append((p.offset, p.offset + p.nbytes))
 

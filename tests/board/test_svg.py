@@ -79,7 +79,7 @@ def check_layout(svg: str) -> ET.Element:
         assert 0 <= left and right <= w and 0 <= top and bottom <= h, f"{s!r} leaves the {w}x{h} canvas"
     boxes.sort(key=lambda b: b[1])
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             if b[1] >= a[3]:
                 break
             assert not (a[2] < b[4] and b[2] < a[4]), f"{a[0]!r} overlaps {b[0]!r}"
@@ -155,9 +155,13 @@ def test_residency_colours_regions_and_adds_a_legend():
 
 def test_board_text_is_escaped():
     b = board("zcu104")
-    odd = 'a&b <c> "d\''
-    b = replace(b, description=odd, banks=(replace(b.banks[0], name=odd),),
-                reserved=b.reserved + (Span(odd, 0x7fe00000, 0x100000),))
+    odd = "a&b <c> \"d'"
+    b = replace(
+        b,
+        description=odd,
+        banks=(replace(b.banks[0], name=odd),),
+        reserved=b.reserved + (Span(odd, 0x7FE00000, 0x100000),),
+    )
     plan = plan_memory(model("tiny"), b)
     svg = memory_svg(b, plan)
     root = check_layout(svg)
@@ -176,8 +180,10 @@ def test_a_plan_without_regions_still_draws_the_board():
 def test_output_is_deterministic():
     b, plan, svg = picture("kv260", "1.5b", {0: "resident"})
     assert memory_svg(b, plan, {0: "resident"}) == svg
-    code = ("import sys; sys.path[:0] = ['tests', 'tests/board']; from test_svg import picture; "
-            "sys.stdout.write(picture('kv260', '1.5b', {0: 'resident'})[2])")
+    code = (
+        "import sys; sys.path[:0] = ['tests', 'tests/board']; from test_svg import picture; "
+        "sys.stdout.write(picture('kv260', '1.5b', {0: 'resident'})[2])"
+    )
     root = Path(__file__).parents[2]
     env = dict(os.environ, PYTHONHASHSEED="12345")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
@@ -186,6 +192,7 @@ def test_output_is_deterministic():
 
 
 # ---- rendering ---------------------------------------------------------------------------
+
 
 def render(svg: str, tmp_path: Path) -> bytes:
     rsvg = need_program("rsvg-convert", RSVG)
@@ -199,21 +206,31 @@ def png(data: bytes) -> tuple[int, int, list[bytes], int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, chunks = 8, {}
     while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "big")
-        chunks.setdefault(data[pos + 4:pos + 8], []).append(data[pos + 8:pos + 8 + n])
+        n = int.from_bytes(data[pos : pos + 4], "big")
+        chunks.setdefault(data[pos + 4 : pos + 8], []).append(data[pos + 8 : pos + 8 + n])
         pos += 12 + n
     ihdr = chunks[b"IHDR"][0]
-    w, h, depth, ctype, interlace = int.from_bytes(ihdr[:4], "big"), int.from_bytes(ihdr[4:8], "big"), ihdr[8], ihdr[9], ihdr[12]
+    w, h, depth, ctype, interlace = (
+        int.from_bytes(ihdr[:4], "big"),
+        int.from_bytes(ihdr[4:8], "big"),
+        ihdr[8],
+        ihdr[9],
+        ihdr[12],
+    )
     assert depth == 8 and ctype in (2, 6) and interlace == 0
     bpp = 4 if ctype == 6 else 3
     raw, stride, rows, prev = zlib.decompress(b"".join(chunks[b"IDAT"])), w * bpp, [], bytearray(w * bpp)
     for y in range(h):
-        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride) if f else ():
             a, b, c = (line[i - bpp] if i >= bpp else 0), prev[i], (prev[i - bpp] if i >= bpp else 0)
             if f == 4:
                 p = a + b - c
-                a = a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else (b if abs(p - b) <= abs(p - c) else c)
+                a = (
+                    a
+                    if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c)
+                    else (b if abs(p - b) <= abs(p - c) else c)
+                )
             line[i] = (line[i] + {1: a, 2: b, 3: (a + b) // 2, 4: a}[f]) & 255
         rows.append(bytes(line))
         prev = line
@@ -225,7 +242,7 @@ def ink(rows: list[bytes], bpp: int) -> list[tuple[int, int]]:
     out = []
     for y, row in enumerate(rows):
         for x in range(0, len(row), bpp):
-            px = row[x:x + bpp]
+            px = row[x : x + bpp]
             if (bpp == 3 or px[3] > 40) and min(px[:3]) < 200:
                 out.append((x // bpp, y))
     return out
@@ -259,7 +276,9 @@ def test_rendered_text_stays_in_its_estimated_box(name, preset, tmp_path):
     allowed = [bytearray(w) for _ in range(h)]
     for _, left, top, right, bottom in boxes:
         for y in range(max(int(top) - 1, 0), min(int(bottom) + 2, h)):
-            allowed[y][max(int(left) - 1, 0):min(int(right) + 2, w)] = b"\1" * (min(int(right) + 2, w) - max(int(left) - 1, 0))
+            allowed[y][max(int(left) - 1, 0) : min(int(right) + 2, w)] = b"\1" * (
+                min(int(right) + 2, w) - max(int(left) - 1, 0)
+            )
     pixels = ink(rows, bpp)
     assert len(pixels) > 1000
     stray = [(x, y) for x, y in pixels if not allowed[y][x]]

@@ -18,16 +18,30 @@ def parse(*argv):
     return args
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["export", "tokenizer", "--out", "d"],
-                                     ["export", "tensors", "--out", "d"], ["build", "--target", "kv260"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect"],
+        ["export", "tokenizer", "--out", "d"],
+        ["export", "tensors", "--out", "d"],
+        ["build", "--target", "kv260"],
+    ],
+)
 def test_model_positionally_or_as_an_option(command):
     assert parse(*command, "m.gguf").model == "m.gguf"
     assert parse(*command, "--model", "m.gguf").model == "m.gguf"
     assert parse(*command, "--model", "m.gguf", "m.gguf").model == "m.gguf"
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["export", "tokenizer", "--out", "d"],
-                                     ["export", "tensors", "--out", "d"], ["build", "--target", "kv260"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect"],
+        ["export", "tokenizer", "--out", "d"],
+        ["export", "tensors", "--out", "d"],
+        ["build", "--target", "kv260"],
+    ],
+)
 def test_two_different_models_are_a_usage_error(capsys, command):
     with pytest.raises(SystemExit) as exc:
         parse(*command, "a.gguf", "--model", "b.gguf")

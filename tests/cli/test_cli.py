@@ -56,16 +56,28 @@ def test_inspect_ollama_model(capsys, tmp_path, monkeypatch, qwen25_tiny):
 def test_export_writes_every_asset_with_a_manifest(exported):
     manifest = json.loads((exported / "manifest.json").read_text())
     paths = {a["path"]: a for a in manifest["artifacts"]}
-    assert set(paths) == {"tokens.jsonl", "merges.txt", "token_types.bin", "chat_template.txt", "token_index.bin",
-                          "token_bytes.bin", "merge_table_u32.bin", "tokenizer.q25tokrt",
-                          "tokenizer_runtime_image_manifest.json"}
+    assert set(paths) == {
+        "tokens.jsonl",
+        "merges.txt",
+        "token_types.bin",
+        "chat_template.txt",
+        "token_index.bin",
+        "token_bytes.bin",
+        "merge_table_u32.bin",
+        "tokenizer.q25tokrt",
+        "tokenizer_runtime_image_manifest.json",
+    }
     for rel, a in paths.items():
         data = (exported / rel).read_bytes()
         assert a["size"] == len(data) and a["sha256"] == hashlib.sha256(data).hexdigest()
     assert paths["tokenizer.q25tokrt"]["kind"] == "tokenizer-runtime-image"
     lines = (exported / "tokens.jsonl").read_text().splitlines()
-    assert json.loads(lines[151657]) == {"id": 151657, "type": "USER_DEFINED", "text": "<tool_call>",
-                                         "bytes": b"<tool_call>".hex()}
+    assert json.loads(lines[151657]) == {
+        "id": 151657,
+        "type": "USER_DEFINED",
+        "text": "<tool_call>",
+        "bytes": b"<tool_call>".hex(),
+    }
     assert json.loads(lines[220])["bytes"] == "20" and json.loads(lines[220])["text"] == "Ġ"
     assert (exported / "merges.txt").read_bytes().split(b"\n")[0] == "Ġ Ġ".encode()
     assert len((exported / "token_types.bin").read_bytes()) == 151936
@@ -91,7 +103,9 @@ def test_tokenize_and_detokenize(capsys, monkeypatch, tmp_path, exported):
     (tmp_path / "1.txt").write_bytes(b"Hello")
     (tmp_path / "2.txt").write_bytes(b"")
     (tmp_path / "3.txt").write_bytes(b" world")
-    code, out, _ = run(capsys, "tokenize", "--image", img, *[f"--file={tmp_path / n}" for n in ("1.txt", "2.txt", "3.txt")])
+    code, out, _ = run(
+        capsys, "tokenize", "--image", img, *[f"--file={tmp_path / n}" for n in ("1.txt", "2.txt", "3.txt")]
+    )
     assert out == "9707\n\n1879\n"
     code, out, _ = run(capsys, "detokenize", "--image", img, "151644", "9707", "151645")
     assert out == "Hello"
@@ -105,13 +119,16 @@ def _assert_one_line_error(code, err, expected_code, needle):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("mutate, expected_code, needle", [
-    (lambda d: b"NOPE" + d[4:], 4, "not a GGUF file"),
-    (lambda d: d[:-100], 4, "lies outside the file"),
-    (lambda d: d[: len(d) // 2], 4, "runs past the end of the file"),
-    (lambda d: d[:5000], 4, "runs past the end of the file"),
-    (lambda d: d[:4] + (1 << 60).to_bytes(8, "little") + d[12:], 4, "claims"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected_code, needle",
+    [
+        (lambda d: b"NOPE" + d[4:], 4, "not a GGUF file"),
+        (lambda d: d[:-100], 4, "lies outside the file"),
+        (lambda d: d[: len(d) // 2], 4, "runs past the end of the file"),
+        (lambda d: d[:5000], 4, "runs past the end of the file"),
+        (lambda d: d[:4] + (1 << 60).to_bytes(8, "little") + d[12:], 4, "claims"),
+    ],
+)
 def test_bad_model_files_leave_no_output(capsys, tmp_path, qwen25_tiny, mutate, expected_code, needle):
     bad = tmp_path / "bad.gguf"
     data = qwen25_tiny.read_bytes()
@@ -186,8 +203,13 @@ def test_installed_console_script(tmp_path, exported):
         if os.environ.get("CI"):
             pytest.fail("q25deploy is not installed on PATH (CI installs it with pip install .)")
         pytest.skip("q25deploy console script not installed (pip install .)")
-    r = subprocess.run([exe, "tokenize", "--image", str(exported / "tokenizer.q25tokrt"), "Hello world"],
-                       cwd=tmp_path, capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [exe, "tokenize", "--image", str(exported / "tokenizer.q25tokrt"), "Hello world"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0 and r.stdout == "9707 1879\n"
     r = subprocess.run([exe, "--help"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert "exit codes" in r.stdout

@@ -17,8 +17,17 @@ def run(capsys, *argv):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("host, what", [("a:b", "bad port"), ("a:0", "bad port"), ("a:70000", "bad port"),
-                                        ("[::1]x", "bad host"), ("u@", "bad host"), ("a b", "bad host")])
+@pytest.mark.parametrize(
+    "host, what",
+    [
+        ("a:b", "bad port"),
+        ("a:0", "bad port"),
+        ("a:70000", "bad port"),
+        ("[::1]x", "bad host"),
+        ("u@", "bad host"),
+        ("a b", "bad host"),
+    ],
+)
 def test_bad_host_is_a_usage_error(capsys, builds, host, what):
     code, err = run(capsys, "deploy", "--target", "qemu", "--build", builds["qemu"], "--host", host)
     assert code == 2 and what in err and len(err.strip().splitlines()) == 1
@@ -30,8 +39,9 @@ def test_no_host_is_a_usage_error(capsys, builds):
 
 
 def test_an_unknown_become_method_is_a_usage_error(capsys, builds):
-    code, err = run(capsys, "smoke", "--target", "qemu", "--build", builds["qemu"], "--host", "127.0.0.1:9",
-                    "--become", "su")
+    code, err = run(
+        capsys, "smoke", "--target", "qemu", "--build", builds["qemu"], "--host", "127.0.0.1:9", "--become", "su"
+    )
     assert code == 2 and "--become 'su': use one of none, sudo, doas" in err and len(err.strip().splitlines()) == 1
 
 

@@ -25,9 +25,24 @@ COMMANDS = [path for path, _ in walk(build_parser())]
 
 
 def test_the_walk_finds_every_command():
-    assert {("inspect",), ("build",), ("targets",), ("deploy",), ("smoke",), ("status",), ("rollback",),
-            ("export", "tokenizer"), ("export", "tensors"), ("export", "fixtures"), ("tokenize",), ("detokenize",),
-            ("runtime", "build"), ("qemu", "up"), ("qemu", "down"), ("qemu", "status")} <= set(COMMANDS)
+    assert {
+        ("inspect",),
+        ("build",),
+        ("targets",),
+        ("deploy",),
+        ("smoke",),
+        ("status",),
+        ("rollback",),
+        ("export", "tokenizer"),
+        ("export", "tensors"),
+        ("export", "fixtures"),
+        ("tokenize",),
+        ("detokenize",),
+        ("runtime", "build"),
+        ("qemu", "up"),
+        ("qemu", "down"),
+        ("qemu", "status"),
+    } <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "q25deploy")
@@ -53,12 +68,29 @@ def test_every_command_that_reads_a_model_takes_it_both_ways():
         if "model" in dests or "model_option" in dests:
             readers.append(path)
             assert not dests["model"].option_strings and dests["model_option"].option_strings == ["--model"]
-    assert set(readers) == {("inspect",), ("build",), ("export", "tokenizer"), ("export", "tensors"),
-                            ("export", "fixtures")}
+    assert set(readers) == {
+        ("inspect",),
+        ("build",),
+        ("export", "tokenizer"),
+        ("export", "tensors"),
+        ("export", "fixtures"),
+    }
 
 
-HEAVY = ("numpy", "gguf", "paramiko", "fabric", "pluggy", "q25deploy.model", "q25deploy.tokenizer",
-         "q25deploy.board", "q25deploy.plugin", "q25deploy.packer", "q25deploy.deploy", "q25deploy_plugins")
+HEAVY = (
+    "numpy",
+    "gguf",
+    "paramiko",
+    "fabric",
+    "pluggy",
+    "q25deploy.model",
+    "q25deploy.tokenizer",
+    "q25deploy.board",
+    "q25deploy.plugin",
+    "q25deploy.packer",
+    "q25deploy.deploy",
+    "q25deploy_plugins",
+)
 
 
 @pytest.mark.parametrize("argv", [["build", "--help"], ["deploy", "--help"], ["tokenize", "--help"]], ids=" ".join)
@@ -66,7 +98,9 @@ def test_help_imports_no_heavy_modules(argv):
     """Start-up time: a core command's parser and --help import nothing the handlers need, not
     even the plugins (``q25deploy --help`` and plugin commands load them: they list and parse
     the plugins' commands)."""
-    code = (f"import sys\nfrom q25deploy.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-            f"print(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r})))")
+    code = (
+        f"import sys\nfrom q25deploy.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r})))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.splitlines()[-1] == "[]"

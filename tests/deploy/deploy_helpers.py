@@ -20,8 +20,23 @@ def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=N
     """``unreserved``: a deploy passes --allow-unreserved, as these boards (the test host under
     sshd) have no device tree that reserves the build's regions, unless a test gives one."""
     kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
-    argv = [action, "--target", "qemu", "--host", f"{USER}@127.0.0.1:{server.port}", "--build", str(build),
-            "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+    argv = [
+        action,
+        "--target",
+        "qemu",
+        "--host",
+        f"{USER}@127.0.0.1:{server.port}",
+        "--build",
+        str(build),
+        "--identity",
+        str(ssh["key"]),
+        "--known-hosts",
+        str(kh),
+        "--remote-root",
+        str(root),
+        "--json",
+        *extra,
+    ]
     if unreserved and action == "deploy":
         argv.append("--allow-unreserved")
     if runtime and action in ("deploy",):
@@ -35,8 +50,11 @@ def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=N
 def release_bytes(build: Path, runtime: Path) -> int:
     manifest = {a["path"]: a["size"] for a in json.loads((build / "manifest.json").read_text())["artifacts"]}
     files = ["tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
-    return sum(manifest[f] for f in files) + sum(v for k, v in manifest.items() if k.startswith("partitions/")) \
+    return (
+        sum(manifest[f] for f in files)
+        + sum(v for k, v in manifest.items() if k.startswith("partitions/"))
         + runtime.stat().st_size
+    )
 
 
 def wrapped_board(tmp_path: Path, ssh, name: str, scripts: dict[str, str]) -> SSHServer:
@@ -53,9 +71,11 @@ def older_q25tok(tmp_path: Path, q25tok: Path) -> Path:
     """A q25tok from before ``receive``: every other command is the real one's."""
     src, exe = tmp_path / "older.c", tmp_path / "older" / "q25tok"
     exe.parent.mkdir()
-    src.write_text('#include <string.h>\n#include <unistd.h>\nint main(int c, char **v) {\n'
-                   '  if (c > 1 && !strcmp(v[1], "receive")) return 2;\n'
-                   f'  execv("{q25tok}", v); return 127; }}\n')
+    src.write_text(
+        "#include <string.h>\n#include <unistd.h>\nint main(int c, char **v) {\n"
+        '  if (c > 1 && !strcmp(v[1], "receive")) return 2;\n'
+        f'  execv("{q25tok}", v); return 127; }}\n'
+    )
     subprocess.run(["cc", str(src), "-o", str(exe)], check=True)
     return exe
 

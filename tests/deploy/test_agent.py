@@ -58,7 +58,7 @@ def agent(request):
 
 
 def test_commands_answer_in_order_with_status_and_both_streams(agent):
-    assert agent.call(["sh", "-c", 'echo out; echo err >&2; exit 3'], b"", 10) == (3, b"out\n", b"err\n")
+    assert agent.call(["sh", "-c", "echo out; echo err >&2; exit 3"], b"", 10) == (3, b"out\n", b"err\n")
     assert agent.call(["true"], b"", 10) == (0, b"", b"")
     status, out, _ = agent.call(["cat", "/no/such/file"], b"", 10)
     assert status != 0 and out == b""
@@ -92,8 +92,9 @@ def test_a_command_that_outlives_its_timeout_is_stopped(agent):
     assert status in (124, 143)  # GNU timeout says 124, BusyBox's the signal (128 + TERM)
 
 
-@pytest.mark.parametrize("header", [b"@@q25 0 -5 0", b"@@q25 0 5", b"@@q25 x 0 0", b"@@q25 0 99999999999999999999 0",
-                                    b"@@q25 0 \xd9\xa1 0"])
+@pytest.mark.parametrize(
+    "header", [b"@@q25 0 -5 0", b"@@q25 0 5", b"@@q25 x 0 0", b"@@q25 0 99999999999999999999 0", b"@@q25 0 \xd9\xa1 0"]
+)
 def test_a_malformed_header_is_an_error_not_a_read(header):
     """A board whose agent answers a header that is not three decimal counts (issue 22): that
     board's one-line error; a negative count was read as a slice of the buffer."""

@@ -22,16 +22,23 @@ def test_the_prefixes_are_non_interactive():
         become.prefix("su")
 
 
-@pytest.mark.parametrize("method, status, stderr, says", [
-    ("sudo", 1, "sudo: a password is required\n", "add 'deploy ALL=(root) NOPASSWD: ALL' to /etc/sudoers.d/"),
-    ("sudo", 1, "Sorry, user deploy is not allowed to execute '/usr/bin/timeout 120 true' as root on kv260.\n",
-     "deploy may not gain root with sudo"),
-    ("sudo", 1, "sudo: sorry, you must have a tty to run sudo\n", "remove 'Defaults requiretty'"),
-    ("doas", 1, "doas: Authentication required\n", "add 'permit nopass deploy as root' to /etc/doas.conf"),
-    ("doas", 1, "doas: Operation not permitted\n", "deploy may not gain root with doas"),
-    ("doas", 127, "sh: doas: not found\n", "the board has no doas"),
-    ("sudo", 1, "", "sudo -n failed (exit status 1)"),
-])
+@pytest.mark.parametrize(
+    "method, status, stderr, says",
+    [
+        ("sudo", 1, "sudo: a password is required\n", "add 'deploy ALL=(root) NOPASSWD: ALL' to /etc/sudoers.d/"),
+        (
+            "sudo",
+            1,
+            "Sorry, user deploy is not allowed to execute '/usr/bin/timeout 120 true' as root on kv260.\n",
+            "deploy may not gain root with sudo",
+        ),
+        ("sudo", 1, "sudo: sorry, you must have a tty to run sudo\n", "remove 'Defaults requiretty'"),
+        ("doas", 1, "doas: Authentication required\n", "add 'permit nopass deploy as root' to /etc/doas.conf"),
+        ("doas", 1, "doas: Operation not permitted\n", "deploy may not gain root with doas"),
+        ("doas", 127, "sh: doas: not found\n", "the board has no doas"),
+        ("sudo", 1, "", "sudo -n failed (exit status 1)"),
+    ],
+)
 def test_a_refusal_says_what_to_configure_in_one_line(method, status, stderr, says):
     text = become.refusal(method, "deploy", status, stderr)
     assert says in text and "\n" not in text
@@ -46,10 +53,10 @@ def test_the_permission_hint_is_for_a_login_that_is_not_root_without_become():
     assert become.hint("petalinux", "none", "No space left on device") == ""
 
 
-SUDO = '''printf '%s\\n' "$(printf '%s' "$*" | tr '\\n' ' ')" >> "{log}"  # one write: uploads run at once
+SUDO = """printf '%s\\n' "$(printf '%s' "$*" | tr '\\n' ' ')" >> "{log}"  # one write: uploads run at once
 [ "$1" = -n ] && [ "$2" = -- ] || {{ echo "sudo: not called with -n --" >&2; exit 1; }}
 shift 2; exec "$@"
-'''
+"""
 
 
 def test_every_command_runs_behind_sudo_n(tmp_path, capsys, ssh, models, q25tok):
@@ -75,8 +82,7 @@ def uploads(calls) -> int:
     return sum('tee "$1"' in c or "/q25tok receive " in c for c in calls)
 
 
-def test_a_board_that_asks_for_a_password_is_refused_before_anything_is_written(tmp_path, capsys, ssh, models,
-                                                                              q25tok):
+def test_a_board_that_asks_for_a_password_is_refused_before_anything_is_written(tmp_path, capsys, ssh, models, q25tok):
     board = wrapped_board(tmp_path, ssh, "doas", {"doas": 'echo "doas: Authentication required" >&2; exit 1\n'})
     root = tmp_path / "board"
     try:

@@ -30,8 +30,18 @@ def fleet_cli(capsys, ssh, tmp_path: Path, servers, action: str, *extra: str) ->
     """``q25deploy ACTION`` on ``servers`` (each its own remote root ``tmp_path/b<port>``)."""
     kh = tmp_path / "known_hosts"
     kh.write_text("".join(s.host_line + "\n" for s in servers))
-    argv = [action, "--target", "qemu", "--identity", str(ssh["key"]), "--known-hosts", str(kh),
-            "--remote-root", str(tmp_path / "b{port}"), *extra]
+    argv = [
+        action,
+        "--target",
+        "qemu",
+        "--identity",
+        str(ssh["key"]),
+        "--known-hosts",
+        str(kh),
+        "--remote-root",
+        str(tmp_path / "b{port}"),
+        *extra,
+    ]
     for s in servers:
         argv += ["--host", f"{USER}@127.0.0.1:{s.port}"]
     capsys.readouterr()
@@ -50,9 +60,16 @@ def test_a_malformed_state_answer_fails_that_board_alone(tmp_path, capsys, ssh):
     """`wc` answers `x` for the state file: the snapshot reads `file x` (was ValueError, exit 70,
     no result of the other board printed)."""
     good = ssh["servers"][0]
-    bad = wrapped_board(tmp_path, ssh, "badwc", {"wc": 'case "$(readlink /proc/$$/fd/0)" in '
-                                                       '*.q25deploy-state.json) echo x; exit 0;; esac\n'
-                                                       'exec /usr/bin/wc "$@"\n'})
+    bad = wrapped_board(
+        tmp_path,
+        ssh,
+        "badwc",
+        {
+            "wc": 'case "$(readlink /proc/$$/fd/0)" in '
+            "*.q25deploy-state.json) echo x; exit 0;; esac\n"
+            'exec /usr/bin/wc "$@"\n'
+        },
+    )
     try:
         install_dir(tmp_path, good)
         (install_dir(tmp_path, bad) / ".q25deploy-state.json").write_text("{}")
@@ -80,8 +97,9 @@ def test_a_lock_record_with_a_huge_since_is_taken_over_not_a_crash(tmp_path, ssh
         planted = f"q25deploy-lock:{os.getpid()}:{10**18 - 1}:{boot}:ghost@gone"  # a live process
         os.symlink(planted, base / LOCK_NAME)
         spec = HostSpec("127.0.0.1", USER, srv.port)
-        with Board(spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")),
-                   trust_new_host=False) as board:
+        with Board(
+            spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")), trust_new_host=False
+        ) as board:
             files = BoardFiles(board, str(root), "/lib/firmware/q25")
             with board_lock(board, files.path(LOCK_NAME), wait=0):
                 assert os.readlink(base / LOCK_NAME) != planted  # ours now
@@ -90,9 +108,16 @@ def test_a_lock_record_with_a_huge_since_is_taken_over_not_a_crash(tmp_path, ssh
         srv.stop()
 
 
-@pytest.mark.parametrize("record", ["q25deploy-lock:1:99999999999999999999:b:o",
-                                    "q25deploy-lock:1:999999999999999999:b:o", "q25deploy-lock:1:999999999999:b:o",
-                                    "q25deploy-lock:x:١٢٣:b:o", "garbage\x1b[2J"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        "q25deploy-lock:1:99999999999999999999:b:o",
+        "q25deploy-lock:1:999999999999999999:b:o",
+        "q25deploy-lock:1:999999999999:b:o",
+        "q25deploy-lock:x:١٢٣:b:o",
+        "garbage\x1b[2J",
+    ],
+)
 def test_any_lock_record_is_described(record):
     text = _describe(record)
     assert isinstance(text, str) and "\x1b" not in text
@@ -101,9 +126,16 @@ def test_any_lock_record_is_described(record):
 def test_board_text_reaches_the_terminal_escaped(tmp_path, capsys, ssh):
     """The board's `cat` fails on the state file with an escape sequence and a fake result line
     on stderr: status's lines and rollback's table show it as \\x1b…, never raw."""
-    loud = wrapped_board(tmp_path, ssh, "loud", {"cat": 'case "$1" in *.q25deploy-state.json) '
-                                                        f'printf "{CLEAR}board ok yes\\n" >&2; exit 1;; esac\n'
-                                                        'exec /bin/cat "$@"\n'})
+    loud = wrapped_board(
+        tmp_path,
+        ssh,
+        "loud",
+        {
+            "cat": 'case "$1" in *.q25deploy-state.json) '
+            f'printf "{CLEAR}board ok yes\\n" >&2; exit 1;; esac\n'
+            'exec /bin/cat "$@"\n'
+        },
+    )
     try:
         (install_dir(tmp_path, loud) / ".q25deploy-state.json").write_text("{}")
         for action in ("status", "rollback"):
@@ -122,13 +154,21 @@ def test_a_bug_on_one_board_still_prints_every_result(monkeypatch, capsys):
     def status_one(self, spec):
         if spec.port == 2:
             raise ValueError("boom")
-        return {"host": spec.name, "current": None, "previous": None, "current_link": None, "consistent": True,
-                "pending_switch": None, "release": None}
+        return {
+            "host": spec.name,
+            "current": None,
+            "previous": None,
+            "current_link": None,
+            "consistent": True,
+            "pending_switch": None,
+            "release": None,
+        }
 
     monkeypatch.setattr(fleet.Fleet, "status_one", status_one)
     monkeypatch.delenv("Q25DEPLOY_DEBUG", raising=False)
-    code = main(["status", "--target", "qemu", "--host", "root@127.0.0.1:1", "--host", "root@127.0.0.1:2",
-                 "--jobs", "2"])
+    code = main(
+        ["status", "--target", "qemu", "--host", "root@127.0.0.1:1", "--host", "root@127.0.0.1:2", "--jobs", "2"]
+    )
     out, err = capsys.readouterr()
     assert code == 70 and "internal error: RuntimeError: root@127.0.0.1:2: ValueError: boom" in err
     assert "root@127.0.0.1:1" in out and "root@127.0.0.1:2" in out and "ValueError: boom" in out

@@ -42,8 +42,10 @@ def escape_partition_map(doc):
     doc["regions"][0]["file"] = "../../../../x"
 
 
-@pytest.mark.parametrize("name, change", [("manifest.json", escape_manifest), ("build.json", escape_image),
-                                          ("partition_map.json", escape_partition_map)])
+@pytest.mark.parametrize(
+    "name, change",
+    [("manifest.json", escape_manifest), ("build.json", escape_image), ("partition_map.json", escape_partition_map)],
+)
 def test_a_tampered_build_directory_writes_nothing(tmp_path, capsys, ssh, models, q25tok, name, change):
     srv, root = ssh["servers"][0], tmp_path / "board"
     build = tmp_path / "build"
@@ -99,8 +101,12 @@ def _deploy_b_cut_at(tmp_path, capsys, ssh, good, root, models, q25tok, pattern:
     destination matches ``pattern``; returns (A's release id, B's exit code, B's results)."""
     code, res, _ = deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)
     release_a = res[0]["release"]
-    cut = wrapped_board(tmp_path, ssh, "cut", {"mv": 'for last; do :; done\n'
-                        f'case "$last" in {pattern}) kill -9 $PPID; exit 137;; esac\nexec /bin/mv "$@"\n'})
+    cut = wrapped_board(
+        tmp_path,
+        ssh,
+        "cut",
+        {"mv": f'for last; do :; done\ncase "$last" in {pattern}) kill -9 $PPID; exit 137;; esac\nexec /bin/mv "$@"\n'},
+    )
     try:
         code, res, _ = deploy(capsys, ssh, cut, root, models["B"], runtime=q25tok)
     finally:
@@ -112,8 +118,7 @@ def test_a_cut_between_switch_and_state_write_is_settled_by_the_next_run(tmp_pat
     good, root = ssh["servers"][2], tmp_path / "board"
     base = root / INSTALL
     # a board whose connection dies while the state file is being put in place
-    release_a, code, res = _deploy_b_cut_at(tmp_path, capsys, ssh, good, root, models, q25tok,
-                                            "*.q25deploy-state.json")
+    release_a, code, res = _deploy_b_cut_at(tmp_path, capsys, ssh, good, root, models, q25tok, "*.q25deploy-state.json")
     assert code == 13 and not res[0]["ok"]
     release_b = os.readlink(base / "current").split("/")[1]
     assert release_b != release_a  # switched, but the state still says A
@@ -133,8 +138,12 @@ def test_a_cut_between_switch_and_state_write_is_settled_by_the_next_run(tmp_pat
 def test_an_unreadable_state_file_is_an_error_not_an_empty_board(tmp_path, capsys, ssh, models, q25tok):
     good, root = ssh["servers"][0], tmp_path / "board"
     assert deploy(capsys, ssh, good, root, models["A"], runtime=q25tok)[0] == 0
-    broken = wrapped_board(tmp_path, ssh, "io", {"cat": 'case "$1" in *.q25deploy-state.json) '
-                           'echo "cat: I/O error" >&2; exit 1;; esac\nexec /bin/cat "$@"\n'})
+    broken = wrapped_board(
+        tmp_path,
+        ssh,
+        "io",
+        {"cat": 'case "$1" in *.q25deploy-state.json) echo "cat: I/O error" >&2; exit 1;; esac\nexec /bin/cat "$@"\n'},
+    )
     broken.known_hosts(tmp_path / f"known_hosts_{broken.port}")
     before = {k: v for k, v in tree(tmp_path).items() if not k.startswith(("bin-io", "io"))}
     try:
@@ -150,10 +159,34 @@ def test_an_unreadable_state_file_is_an_error_not_an_empty_board(tmp_path, capsy
 
 def cli(ssh, srv, root, build, q25tok, *extra):
     kh = srv.known_hosts(root.parent / f"kh_{srv.port}")
-    return subprocess.run([sys.executable, "-m", "q25deploy", "deploy", "--target", "qemu", "--host",
-                           f"{USER}@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(ssh["key"]),
-                           "--known-hosts", str(kh), "--remote-root", str(root), "--runtime-bin", str(q25tok),
-                           "--json", "--allow-unreserved", *extra], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "q25deploy",
+            "deploy",
+            "--target",
+            "qemu",
+            "--host",
+            f"{USER}@127.0.0.1:{srv.port}",
+            "--build",
+            str(build),
+            "--identity",
+            str(ssh["key"]),
+            "--known-hosts",
+            str(kh),
+            "--remote-root",
+            str(root),
+            "--runtime-bin",
+            str(q25tok),
+            "--json",
+            "--allow-unreserved",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_two_deploys_to_one_board_do_not_interleave(tmp_path, capsys, ssh, models, q25tok):
@@ -162,8 +195,10 @@ def test_two_deploys_to_one_board_do_not_interleave(tmp_path, capsys, ssh, model
     base.mkdir(parents=True)
     os.symlink("q25deploy-lock:999999999:1:00000000:ghost@gone", base / ".q25deploy.lock")  # stale: no such process
     runs: dict[str, subprocess.CompletedProcess] = {}
-    threads = [threading.Thread(target=lambda n=n: runs.__setitem__(n, cli(ssh, srv, root, models[n], q25tok)))
-               for n in ("A", "B")]
+    threads = [
+        threading.Thread(target=lambda n=n: runs.__setitem__(n, cli(ssh, srv, root, models[n], q25tok)))
+        for n in ("A", "B")
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -186,8 +221,9 @@ def test_removing_a_release_never_removes_the_current_one(tmp_path, capsys, ssh,
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
     rid = res[0]["release"]
     spec = HostSpec("127.0.0.1", USER, srv.port)
-    with Board(spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")),
-               trust_new_host=False) as board:
+    with Board(
+        spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")), trust_new_host=False
+    ) as board:
         files = BoardFiles(board, str(root), "/lib/firmware/q25")
         files.remove_release(rid)
         assert (root / INSTALL / "releases" / rid).is_dir()
@@ -228,5 +264,6 @@ def test_the_state_is_never_written_through_a_planted_link(tmp_path, capsys, ssh
     assert code == 0 and res[0]["ok"], res
     assert passwd.read_text() == "root:x:0:0:root:/root:/bin/sh\n"
     assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == res[0]["release"]
-    assert not [p.name for p in base.iterdir() if p.name.startswith(".q25deploy-state.json.")
-                and not p.is_symlink()]  # no temporary left
+    assert not [
+        p.name for p in base.iterdir() if p.name.startswith(".q25deploy-state.json.") and not p.is_symlink()
+    ]  # no temporary left

@@ -81,8 +81,9 @@ def test_a_release_has_one_mode_whatever_the_login_umask(tmp_path, capsys, ssh, 
 
 
 @pytest.mark.parametrize("transfer", ["paramiko", "openssh"])
-def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp_path, capsys, ssh, models, q25tok,
-                                                                               transfer):
+def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(
+    tmp_path, capsys, ssh, models, q25tok, transfer
+):
     """The proxy cuts each connection after 3 MiB: the session's, or ssh's carrying the image."""
     srv, root = ssh["servers"][1], tmp_path / "board"
     assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
@@ -90,9 +91,27 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(tmp
     proxy = CuttingProxy(srv.port, limit=3 << 20)
     try:
         kh.write_text(srv.host_line.replace(f"]:{srv.port}", f"]:{proxy.port}") + "\n")
-        argv = ["deploy", "--target", "qemu", "--host", f"{USER}@127.0.0.1:{proxy.port}", "--build", str(models["B"]),
-                "--identity", str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(root),
-                "--runtime-bin", str(q25tok), "--transfer", transfer, "--json", "--allow-unreserved"]
+        argv = [
+            "deploy",
+            "--target",
+            "qemu",
+            "--host",
+            f"{USER}@127.0.0.1:{proxy.port}",
+            "--build",
+            str(models["B"]),
+            "--identity",
+            str(ssh["key"]),
+            "--known-hosts",
+            str(kh),
+            "--remote-root",
+            str(root),
+            "--runtime-bin",
+            str(q25tok),
+            "--transfer",
+            transfer,
+            "--json",
+            "--allow-unreserved",
+        ]
         capsys.readouterr()
         assert main(argv) == 13
         res = json.loads(capsys.readouterr().out)
@@ -161,9 +180,11 @@ def test_failing_smoke_test_rolls_back(tmp_path, capsys, ssh, models, q25tok):
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
     release_a = res[0]["release"]
     src = tmp_path / "liar.c"  # a q25tok whose ids are wrong
-    src.write_text('#include <stdio.h>\n#include <string.h>\nint main(int c, char **v) {\n'
-                   '  if (c > 1 && !strcmp(v[1], "encode")) { puts("1 2 3"); return 0; }\n'
-                   '  puts("fingerprint ok"); return 0; }\n')
+    src.write_text(
+        "#include <stdio.h>\n#include <string.h>\nint main(int c, char **v) {\n"
+        '  if (c > 1 && !strcmp(v[1], "encode")) { puts("1 2 3"); return 0; }\n'
+        '  puts("fingerprint ok"); return 0; }\n'
+    )
     liar = tmp_path / "q25tok"
     subprocess.run(["cc", str(src), "-o", str(liar)], check=True)
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=liar)
@@ -200,8 +221,7 @@ def test_unknown_and_changed_host_keys_are_refused(tmp_path, capsys, ssh, models
     assert code == 0 and srv.host_line.split(" ", 1)[1] in kh.read_text()
     changed = tmp_path / "changed"  # another server's key recorded for this port
     changed.write_text(other.host_line.replace(f"]:{other.port}", f"]:{srv.port}") + "\n")
-    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--trust-new-host", known_hosts=changed,
-                          runtime=q25tok)
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], "--trust-new-host", known_hosts=changed, runtime=q25tok)
     assert code == 13 and "CHANGED" in res[0]["error"]
 
 
@@ -212,8 +232,9 @@ def test_tokenizer_only_update(tmp_path, capsys, ssh, models, q25tok):
     assert code == 13 and "vocabulary fingerprint" in res[0]["error"]
     # the same vocabulary laid out with another section alignment: a new image, same model
     board = tmp_path / "qemu.toml"
-    board.write_text((data_dir("targets") / "qemu.toml").read_text().replace("image_alignment = 4096",
-                                                                             "image_alignment = 65536"))
+    board.write_text(
+        (data_dir("targets") / "qemu.toml").read_text().replace("image_alignment = 4096", "image_alignment = 65536")
+    )
     a2 = tmp_path / "A2"
     gguf = next(Path(json.loads((models["A"] / "build.json").read_text())["model"]["reference"]).parent.glob("A.gguf"))
     assert main(["build", "--target", "qemu", "--target-file", str(board), "--model", str(gguf), "--out", str(a2)]) == 0
@@ -240,12 +261,35 @@ def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
     kh.write_text("".join(s.host_line + "\n" for s in ssh["servers"]))
     down = free_port()
     hosts = tmp_path / "hosts"
-    hosts.write_text("# the lab\n" + "".join(f"{USER}@127.0.0.1:{s.port}\n" for s in ssh["servers"]) +
-                     f"{USER}@127.0.0.1:{down}  # switched off\n")
+    hosts.write_text(
+        "# the lab\n"
+        + "".join(f"{USER}@127.0.0.1:{s.port}\n" for s in ssh["servers"])
+        + f"{USER}@127.0.0.1:{down}  # switched off\n"
+    )
     capsys.readouterr()
-    code = main(["deploy", "--target", "qemu", "--hosts-file", str(hosts), "--build", str(models["A"]), "--identity",
-                 str(ssh["key"]), "--known-hosts", str(kh), "--remote-root", str(tmp_path / "fleet" / "{port}"), "--runtime-bin",
-                 str(q25tok), "--jobs", "2", "--json", "--allow-unreserved"])
+    code = main(
+        [
+            "deploy",
+            "--target",
+            "qemu",
+            "--hosts-file",
+            str(hosts),
+            "--build",
+            str(models["A"]),
+            "--identity",
+            str(ssh["key"]),
+            "--known-hosts",
+            str(kh),
+            "--remote-root",
+            str(tmp_path / "fleet" / "{port}"),
+            "--runtime-bin",
+            str(q25tok),
+            "--jobs",
+            "2",
+            "--json",
+            "--allow-unreserved",
+        ]
+    )
     res = json.loads(capsys.readouterr().out)
     assert code == 13 and len(res) == 4
     ok = [r for r in res if r["ok"]]
@@ -263,8 +307,11 @@ def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
     srv, root = ssh["servers"][2], tmp_path / "board"
     live, mem_file = tmp_path / "live-dt", tmp_path / "physmem"
     board = tmp_path / "qemu-here.toml"
-    board.write_text((data_dir("targets") / "qemu.toml").read_text().replace(
-        'arch = "aarch64"', f'arch = "aarch64"\ndevice_tree = "{live}"\nmemory_device = "{mem_file}"'))
+    board.write_text(
+        (data_dir("targets") / "qemu.toml")
+        .read_text()
+        .replace('arch = "aarch64"', f'arch = "aarch64"\ndevice_tree = "{live}"\nmemory_device = "{mem_file}"')
+    )
     pmap = json.loads((models["A"] / "partition_map.json").read_text())
     for r in pmap["regions"]:  # a running image that has our reserved memory
         node = live / "reserved-memory" / r["node"]
@@ -286,9 +333,26 @@ def test_live_device_tree_check(tmp_path, capsys, ssh, models, q25tok):
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], *here, action="smoke")
     assert code == 0 and res[0]["smoke"]["warnings"]
     capsys.readouterr()
-    code = main(["smoke", "--target", "qemu", *here, "--host", f"{USER}@127.0.0.1:{srv.port}", "--build",
-                 str(models["A"]), "--identity", str(ssh["key"]), "--known-hosts",
-                 str(srv.known_hosts(tmp_path / "kh")), "--remote-root", str(root), "--strict", "--json"])
+    code = main(
+        [
+            "smoke",
+            "--target",
+            "qemu",
+            *here,
+            "--host",
+            f"{USER}@127.0.0.1:{srv.port}",
+            "--build",
+            str(models["A"]),
+            "--identity",
+            str(ssh["key"]),
+            "--known-hosts",
+            str(srv.known_hosts(tmp_path / "kh")),
+            "--remote-root",
+            str(root),
+            "--strict",
+            "--json",
+        ]
+    )
     assert code == 13 and not json.loads(capsys.readouterr().out)[0]["smoke"]["ok"]
 
 
@@ -297,7 +361,8 @@ def test_busybox_mv_without_T_still_switches_and_says_so(tmp_path, capsys, ssh, 
     wrappers.mkdir()
     (wrappers / "mv").write_text(  # BusyBox mv: no -T option
         '#!/bin/sh\nfor a in "$@"; do case "$a" in -T|-*T*) echo "mv: invalid option -- \'T\'" >&2; exit 1;; esac; done\n'
-        'exec /bin/mv "$@"\n')
+        'exec /bin/mv "$@"\n'
+    )
     (wrappers / "mv").chmod(0o755)
     board = SSHServer(tmp_path / "busybox", ssh["key"], env_path=f"{wrappers}:/usr/bin:/bin")
     root = tmp_path / "board"

@@ -48,11 +48,14 @@ def _edit(build, fn) -> None:
     path.write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize("change", [
-    lambda r: r.update(image_sha256="0" * 64),  # recorded for another image
-    lambda r: r["prompts"].pop(),  # an older tool's prompts
-    lambda r: r["prompts"][0].update(text="another prompt"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r.update(image_sha256="0" * 64),  # recorded for another image
+        lambda r: r["prompts"].pop(),  # an older tool's prompts
+        lambda r: r["prompts"][0].update(text="another prompt"),
+    ],
+)
 def test_a_record_for_another_image_or_prompts_is_not_used(build, host_ids, change):
     _edit(build, change)
     _edit(build, lambda r: r["prompts"][0].update(ids=[1, 2, 3]) if r["prompts"] else None)  # would fail the board
@@ -78,4 +81,3 @@ def test_a_tampered_record_is_a_one_line_error(build):
     ids.warm()  # in the background the error is left for the smoke test to report
     with pytest.raises(SchemaError):
         ids.get()
-

@@ -33,8 +33,9 @@ def spy(tmp_path, monkeypatch) -> Path:
     bindir, log = tmp_path / "spy", tmp_path / "ssh-calls"
     bindir.mkdir()
     log.mkdir()
-    (bindir / "ssh").write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$(mktemp '{log}/call.XXXXXX')\"\n"
-                                f"exec '{real}' \"$@\"\n")
+    (bindir / "ssh").write_text(
+        f"#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$(mktemp '{log}/call.XXXXXX')\"\nexec '{real}' \"$@\"\n"
+    )
     (bindir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     return log
@@ -48,8 +49,13 @@ def logins(log: Path) -> list[list[str]]:
 
 def board(ssh, server, tmp_path, *, identity=None, transfer="auto") -> Board:
     kh = server.known_hosts(tmp_path / f"kh_{server.port}")
-    return Board(HostSpec("127.0.0.1", USER, server.port), identity=str(identity or ssh["key"]),
-                 known_hosts=str(kh), trust_new_host=False, transfer=transfer)
+    return Board(
+        HostSpec("127.0.0.1", USER, server.port),
+        identity=str(identity or ssh["key"]),
+        known_hosts=str(kh),
+        trust_new_host=False,
+        transfer=transfer,
+    )
 
 
 def payload(tmp_path: Path, size: int) -> Path:
@@ -73,8 +79,14 @@ def test_a_large_file_goes_through_ssh_logged_in_as_the_session(tmp_path, ssh, q
     (argv,) = logins(spy)  # the small file went through the session
     opts = {argv[i + 1] for i, a in enumerate(argv) if a == "-o"}
     assert argv[:2] == ["-F", "none"] and argv[argv.index("--") + 1] == "127.0.0.1"
-    assert {f"HostKeyAlias=[127.0.0.1]:{server.port}", "StrictHostKeyChecking=yes", "BatchMode=yes",
-            f"IdentityFile={ssh['key']}", "IdentitiesOnly=yes", "UpdateHostKeys=no"} <= opts
+    assert {
+        f"HostKeyAlias=[127.0.0.1]:{server.port}",
+        "StrictHostKeyChecking=yes",
+        "BatchMode=yes",
+        f"IdentityFile={ssh['key']}",
+        "IdentitiesOnly=yes",
+        "UpdateHostKeys=no",
+    } <= opts
     assert argv[-1].endswith(f"{q25tok} receive {dest / 'big.bin'}")
 
 
@@ -106,13 +118,15 @@ def test_an_ssh_that_cannot_log_in_hands_over_to_paramiko(tmp_path, ssh, q25tok,
 
 
 def test_paths_ssh_would_expand_or_split_are_not_given_to_it():
-    login = openssh.Login("127.0.0.1", 22, "root", "board", "/home/u/known hosts", None, 5.0,
-                          ("aes128-ctr",), ("hmac-sha2-256",))
+    login = openssh.Login(
+        "127.0.0.1", 22, "root", "board", "/home/u/known hosts", None, 5.0, ("aes128-ctr",), ("hmac-sha2-256",)
+    )
     assert openssh.ssh_argv("ssh", login, "true") is None  # UserKnownHostsFile splits on spaces
     assert openssh.ssh_argv("ssh", replace(login, known_hosts="/k/${HOME}"), "true") is None  # expanded
     assert openssh.ssh_argv("ssh", replace(login, known_hosts="/k/kh", identity="/k/my key"), "true") is None
-    ok = openssh.Login("127.0.0.1", 22, "root", "board", "/k/100%/known_hosts", "/k/id%d", 5.0,
-                       ("aes128-ctr",), ("hmac-sha2-256",))
+    ok = openssh.Login(
+        "127.0.0.1", 22, "root", "board", "/k/100%/known_hosts", "/k/id%d", 5.0, ("aes128-ctr",), ("hmac-sha2-256",)
+    )
     argv = openssh.ssh_argv(need_program("ssh", "Debian: openssh-client"), ok, "true")
     assert "UserKnownHostsFile=/k/100%%/known_hosts" in argv and "IdentityFile=/k/id%%d" in argv
     none = openssh.Login("127.0.0.1", 22, "root", "board", "/k/kh", None, 5.0, ("no-such-cipher",), ("hmac-sha2-256",))

@@ -34,20 +34,23 @@ def test_the_releases_runtime_goes_first_then_receives_the_rest(tmp_path, capsys
     assert code == 0 and res[0]["ok"], err
     (first, by), rest = received[0], received[1:]
     assert first == "q25tok" and by is None  # nothing on the board could receive it: the shell did
-    assert rest and all(r is not None and r.endswith(f"/releases/.incoming-{res[0]['release']}/q25tok")
-                        for _, r in rest), received
+    assert rest and all(
+        r is not None and r.endswith(f"/releases/.incoming-{res[0]['release']}/q25tok") for _, r in rest
+    ), received
     received.clear()
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
     assert code == 0 and res[0]["ok"] and received
     assert all(r is not None and r.endswith("/current/q25tok") for _, r in received), received
 
 
-def test_the_images_q25tok_receives_when_the_releases_predates_receive(tmp_path, capsys, ssh, models, q25tok,
-                                                                      received):
+def test_the_images_q25tok_receives_when_the_releases_predates_receive(tmp_path, capsys, ssh, models, q25tok, received):
     srv, root = ssh["servers"][1], tmp_path / "board"
     board = tmp_path / "qemu.toml"  # the image's q25tok (the board file's [install] runtime) has receive
-    board.write_text((data_dir("targets") / "qemu.toml").read_text()
-                     .replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{q25tok}"'))
+    board.write_text(
+        (data_dir("targets") / "qemu.toml")
+        .read_text()
+        .replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{q25tok}"')
+    )
     older = older_q25tok(tmp_path, q25tok)
     code, res, err = deploy(capsys, ssh, srv, root, models["A"], "--target-file", str(board), runtime=older)
     assert code == 0 and res[0]["ok"], err
@@ -66,8 +69,7 @@ def test_no_q25tok_that_receives_falls_back_to_the_shell(tmp_path, capsys, ssh, 
     assert code == 0 and res[0]["ok"] and received and all(r is None for _, r in received), received
 
 
-def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path, capsys, ssh, models, q25tok,
-                                                                      received):
+def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path, capsys, ssh, models, q25tok, received):
     """--verify-board finds the kept q25tok damaged: it is sent again into the same inode
     (through the shell: it must not be running), and then receives the rest."""
     srv, root = ssh["servers"][0], tmp_path / "board"

@@ -29,13 +29,33 @@ def test_the_loaded_stamp_is_never_written_through_a_planted_link(tmp_path, shel
     (tmp_path / ".q25deploy-loaded.tmp").symlink_to(passwd)
 
     def load() -> str:
-        r = subprocess.run([*SHELLS[shell], SCRIPT, "sh", str(cur), str(q25tok), "load", str(table), "/dev/null",
-                            "/nonexistent", str(stamp)], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                *SHELLS[shell],
+                SCRIPT,
+                "sh",
+                str(cur),
+                str(q25tok),
+                "load",
+                str(table),
+                "/dev/null",
+                "/nonexistent",
+                str(stamp),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         return r.stdout
 
     assert "loaded" in load()
     assert passwd.read_text() == "root:x:0:0:root:/root:/bin/sh\n" and stamp.is_file() and not stamp.is_symlink()
     assert load().strip() == "cached"  # the same table, the same boot
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".q25deploy-loaded", ".q25deploy-loaded.tmp", "current",
-                                                           "passwd", "q25tok"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".q25deploy-loaded",
+        ".q25deploy-loaded.tmp",
+        "current",
+        "passwd",
+        "q25tok",
+    ]  # no temporary left

@@ -35,8 +35,21 @@ def channels(monkeypatch):
 def board_only(capsys, ssh, srv, root, action, *extra):
     """smoke / status with no build at all (any workstation with the board file and a key)."""
     kh = srv.known_hosts(root.parent / f"known_hosts_{srv.port}")
-    argv = [action, "--target", "qemu", "--host", f"{USER}@127.0.0.1:{srv.port}", "--identity", str(ssh["key"]),
-            "--known-hosts", str(kh), "--remote-root", str(root), "--json", *extra]
+    argv = [
+        action,
+        "--target",
+        "qemu",
+        "--host",
+        f"{USER}@127.0.0.1:{srv.port}",
+        "--identity",
+        str(ssh["key"]),
+        "--known-hosts",
+        str(kh),
+        "--remote-root",
+        str(root),
+        "--json",
+        *extra,
+    ]
     capsys.readouterr()
     code = main(argv)
     return code, json.loads(capsys.readouterr().out)
@@ -66,7 +79,9 @@ def test_smoke_and_status_from_the_boards_own_release(tmp_path, capsys, ssh, mod
     names = [c["name"] for c in res[0]["smoke"]["checks"]]
     assert "partition sha256" in names and sum(n.startswith("encode") for n in names) >= 7
     cached = list((tmp_path / "cache" / "q25deploy" / "board-images").iterdir())
-    assert len(cached) == 1 and cached[0].read_bytes() == (root / INSTALL / "current" / "tokenizer.q25tokrt").read_bytes()
+    assert (
+        len(cached) == 1 and cached[0].read_bytes() == (root / INSTALL / "current" / "tokenizer.q25tokrt").read_bytes()
+    )
     code, res = board_only(capsys, ssh, srv, root, "smoke", "--quick")
     assert code == 0 and "partition sha256" not in [c["name"] for c in res[0]["smoke"]["checks"]]
     code, res = board_only(capsys, ssh, srv, root, "status")
@@ -116,6 +131,7 @@ def test_a_damaged_kept_file_is_sent_again_and_counted(tmp_path, capsys, ssh, mo
 
 def _sent_files(build):
     """The release files of ``build`` whose bytes differ from model A's (the partitions and map)."""
+
     def digests(b):
         return {a["path"]: (a["sha256"], a["size"]) for a in json.loads((b / "manifest.json").read_text())["artifacts"]}
 
@@ -132,8 +148,9 @@ def test_requests_and_acknowledgements_go_out_at_once(ssh):
     where a plain socket settles in it after a few exchanges."""
     srv = ssh["servers"][0]
     kh = srv.known_hosts(ssh["key"].parent / f"known_hosts_nodelay_{srv.port}")
-    with Board(HostSpec("127.0.0.1", USER, srv.port), identity=str(ssh["key"]), known_hosts=str(kh),
-               trust_new_host=False) as board:
+    with Board(
+        HostSpec("127.0.0.1", USER, srv.port), identity=str(ssh["key"]), known_hosts=str(kh), trust_new_host=False
+    ) as board:
         sock = board.transport.sock
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         assert isinstance(sock, QuickAckSocket)

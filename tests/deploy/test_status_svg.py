@@ -25,7 +25,9 @@ QEMU = load_board(data_dir("targets") / "qemu.toml")
 def test_one_file_per_board():
     assert svg_paths("map.svg", ["root@b:22"]) == {"root@b:22": Path("map.svg")}
     assert svg_paths("maps/{host}.svg", ["root@10.0.0.1:22", "me@b/../x:2"]) == {
-        "root@10.0.0.1:22": Path("maps/root@10.0.0.1_22.svg"), "me@b/../x:2": Path("maps/me@b_.._x_2.svg")}
+        "root@10.0.0.1:22": Path("maps/root@10.0.0.1_22.svg"),
+        "me@b/../x:2": Path("maps/me@b_.._x_2.svg"),
+    }
     with pytest.raises(UsageError, match="several boards need \\{host\\}"):
         svg_paths("map.svg", ["a", "b"])
 
@@ -37,30 +39,49 @@ def test_the_plan_comes_back_from_the_partition_map(builds):
 
 
 def pmap_of(n: int) -> dict:
-    return {"regions": [{"index": i, "node": f"q25-region{i}@{0x100000000 + i * 0x200000:x}", "base": 0x100000000 + i * 0x200000,
-                         "size": 0x200000, "used": 0x100000, "bank": "ram", "sha256": f"{i:064x}"} for i in range(n)],
-            "tensors": []}
+    return {
+        "regions": [
+            {
+                "index": i,
+                "node": f"q25-region{i}@{0x100000000 + i * 0x200000:x}",
+                "base": 0x100000000 + i * 0x200000,
+                "size": 0x200000,
+                "used": 0x100000,
+                "bank": "ram",
+                "sha256": f"{i:064x}",
+            }
+            for i in range(n)
+        ],
+        "tensors": [],
+    }
 
 
 def test_region_states_from_q25tok_verify():
     pmap = pmap_of(6)
     nodes = [r["node"] for r in pmap["regions"]]
-    status = {"host": "h", "regions": [
-        {"node": nodes[0], "state": "resident", "sha256": f"{0:064x}"},
-        {"node": nodes[1], "state": "resident", "sha256": "f" * 64},  # another release's partition
-        {"node": nodes[2], "state": "MISMATCH"},
-        {"node": nodes[3], "state": "REFUSED", "detail": "not reserved"},
-        {"node": nodes[4], "state": "FAILED"},
-    ]}  # region 5: not reported
+    status = {
+        "host": "h",
+        "regions": [
+            {"node": nodes[0], "state": "resident", "sha256": f"{0:064x}"},
+            {"node": nodes[1], "state": "resident", "sha256": "f" * 64},  # another release's partition
+            {"node": nodes[2], "state": "MISMATCH"},
+            {"node": nodes[3], "state": "REFUSED", "detail": "not reserved"},
+            {"node": nodes[4], "state": "FAILED"},
+        ],
+    }  # region 5: not reported
     assert region_residency(pmap, status) == {0: "resident", 1: "differs", 2: "differs", 3: "missing"}
     assert region_residency(pmap, {"host": "h", "error": "connection refused"}) == {}
 
 
 def test_the_status_picture_is_laid_out_and_renders(tmp_path):
     pmap = pmap_of(3)
-    status = {"host": "root@127.0.0.1:2222", "regions": [
-        {"node": pmap["regions"][0]["node"], "state": "resident", "sha256": f"{0:064x}"},
-        {"node": pmap["regions"][1]["node"], "state": "MISMATCH"}]}
+    status = {
+        "host": "root@127.0.0.1:2222",
+        "regions": [
+            {"node": pmap["regions"][0]["node"], "state": "resident", "sha256": f"{0:064x}"},
+            {"node": pmap["regions"][1]["node"], "state": "MISMATCH"},
+        ],
+    }
     out = tmp_path / "maps" / "board.svg"
     write_status_svgs({status["host"]: out}, [status], QEMU, pmap)
     assert status["svg"] == str(out) and not [p for p in out.parent.iterdir() if p != out]  # no temporary left
@@ -69,14 +90,27 @@ def test_the_status_picture_is_laid_out_and_renders(tmp_path):
     assert fills == [RESIDENCY["resident"][1], RESIDENCY["differs"][1], UNKNOWN[1]]
     w, h, rows, bpp = png(render(out.read_text(), tmp_path))
     assert (w, h) == (int(root.get("width")), int(root.get("height"))) and len(ink(rows, bpp)) > 1000
-    colours = {bytes(row[x:x + 3]) for row in rows for x in range(0, len(row), bpp)}
+    colours = {bytes(row[x : x + 3]) for row in rows for x in range(0, len(row), bpp)}
     for state in ("resident", "differs"):
         assert bytes.fromhex(RESIDENCY[state][1][1:]) in colours, state  # the fills reach the pixels
 
 
 def test_several_boards_without_host_in_the_name_are_refused_before_any_connection(builds, capsys, tmp_path):
-    code = main(["status", "--target", "qemu", "--build", str(builds["qemu"]), "--host", "root@127.0.0.1:1",
-                 "--host", "root@127.0.0.1:2", "--svg", str(tmp_path / "map.svg")])
+    code = main(
+        [
+            "status",
+            "--target",
+            "qemu",
+            "--build",
+            str(builds["qemu"]),
+            "--host",
+            "root@127.0.0.1:1",
+            "--host",
+            "root@127.0.0.1:2",
+            "--svg",
+            str(tmp_path / "map.svg"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "several boards need {host}" in err and not list(tmp_path.iterdir())
 
@@ -95,8 +129,19 @@ def test_a_map_without_banks_or_tensors_is_one_line_before_any_board(builds, cap
     pmap = json.loads((build / "partition_map.json").read_text())
     change(pmap)
     (build / "partition_map.json").write_text(json.dumps(pmap))
-    code = main(["status", "--target", "qemu", "--build", str(build), "--host", "root@127.0.0.1:1",
-                 "--svg", str(tmp_path / "map.svg")])
+    code = main(
+        [
+            "status",
+            "--target",
+            "qemu",
+            "--build",
+            str(build),
+            "--host",
+            "root@127.0.0.1:1",
+            "--svg",
+            str(tmp_path / "map.svg"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "partition_map.json" in err and "internal" not in err, err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "map.svg").exists()

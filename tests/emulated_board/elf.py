@@ -17,15 +17,15 @@ LIB_DIRS = ("lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib", "usr/li
 def _elf_sections(data: bytes) -> dict[str, bytes]:
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise BoardError("not a little-endian ELF64 file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     heads = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
     strtab = heads[shstrndx]
-    names = data[strtab[4]:strtab[4] + strtab[5]]
+    names = data[strtab[4] : strtab[4] + strtab[5]]
     out = {}
     for name_off, typ, _flags, _addr, off, size in heads:
-        name = names[name_off:names.index(b"\0", name_off)].decode()
-        out[name] = data[off:off + size] if typ != 8 else b""  # SHT_NOBITS
+        name = names[name_off : names.index(b"\0", name_off)].decode()
+        out[name] = data[off : off + size] if typ != 8 else b""  # SHT_NOBITS
     return out
 
 
@@ -70,7 +70,7 @@ def _dynamic(path: Path) -> tuple[list[str], list[str]]:
         tag, val = struct.unpack_from("<qQ", dyn, i)
         if tag == 0:
             break
-        text = dynstr[val:dynstr.index(b"\0", val)].decode() if tag in (1, 29) else ""
+        text = dynstr[val : dynstr.index(b"\0", val)].decode() if tag in (1, 29) else ""
         if tag == 1:  # DT_NEEDED
             needed.append(text)
         elif tag == 29:  # DT_RUNPATH (sudo finds libsudo_util in /usr/libexec/sudo through it)

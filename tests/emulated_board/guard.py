@@ -18,8 +18,20 @@ CC = "aarch64-linux-gnu-gcc"
 
 def build_guard(out: Path) -> Path:
     """The guard as an aarch64 shared library (glibc-dynamic, libc only)."""
-    cmd = [CC, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fno-builtin",
-           "-fno-tree-loop-distribute-patterns", "-o", str(out), str(SOURCE)]
+    cmd = [
+        CC,
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fno-builtin",
+        "-fno-tree-loop-distribute-patterns",
+        "-o",
+        str(out),
+        str(SOURCE),
+    ]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except FileNotFoundError:

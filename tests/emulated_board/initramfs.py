@@ -21,6 +21,7 @@ HOST_KEY_SEED = hashlib.sha256(b"q25deploy emulated board host key").digest()  #
 
 # -- keys ---------------------------------------------------------------------------------
 
+
 def host_key(seed: bytes = HOST_KEY_SEED):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -50,6 +51,7 @@ def known_hosts_line(port: int, seed: bytes = HOST_KEY_SEED) -> str:
 
 # -- initramfs ----------------------------------------------------------------------------
 
+
 class Cpio:
     """A newc ("070701") archive, as the kernel unpacks an initramfs."""
 
@@ -64,8 +66,9 @@ class Cpio:
             return
         self.names.add(name)
         raw = name.encode() + b"\0"
-        head = b"070701" + b"".join(f"{v:08x}".encode() for v in (
-            self.ino, mode, *owner, nlink, 0, len(data), 0, 0, 0, 0, len(raw), 0))
+        head = b"070701" + b"".join(
+            f"{v:08x}".encode() for v in (self.ino, mode, *owner, nlink, 0, len(data), 0, 0, 0, 0, len(raw), 0)
+        )
         self.ino += 1
         self.parts += [head, raw, b"\0" * (-(110 + len(raw)) % 4), data, b"\0" * (-len(data) % 4)]
 
@@ -94,8 +97,11 @@ class Cpio:
         if src.is_symlink():
             target = os.readlink(src)
             self.symlink(dest, target)
-            resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target)) if not target.startswith("/") \
+            resolved = (
+                os.path.normpath(os.path.join(os.path.dirname(rel), target))
+                if not target.startswith("/")
                 else target.lstrip("/")
+            )
             self.copy(root, resolved, mode=mode)
         else:
             self.file(dest, src.read_bytes(), src.stat().st_mode & 0o7777 if mode is None else mode)
@@ -177,8 +183,7 @@ def _system(c: Cpio, root: Path, spec: InitramfsSpec) -> None:
     for ko in mods:
         c.file(f"lib/modules/{ko.name}", ko.read_bytes())
     c.file("etc/modules.order", "".join(f"{ko.name}\n" for ko in mods).encode())
-    init = (INIT.replace("@GUEST_IP@", GUEST_IP).replace("@GUEST_GW@", GUEST_GW)
-            .replace("@DISK_MOUNT@", spec.disk_mount))
+    init = INIT.replace("@GUEST_IP@", GUEST_IP).replace("@GUEST_GW@", GUEST_GW).replace("@DISK_MOUNT@", spec.disk_mount)
     c.file("init", init.encode(), 0o755)
     c.file("etc/shells", b"/bin/sh\n")
     c.file("etc/hostname", b"q25-board\n")
@@ -192,8 +197,19 @@ def _ssh_server(c: Cpio, spec: InitramfsSpec) -> tuple[str, str]:
     keys = host_key_files()
     if spec.flavour == "dropbear":
         c.file("etc/dropbear/dropbear_ed25519_host_key", keys["dropbear"], 0o600)
-        return "usr/sbin/dropbear", " ".join(["/usr/sbin/dropbear", "-F", "-E", "-s", "-p", "22", "-r",
-                                              "/etc/dropbear/dropbear_ed25519_host_key", *spec.dropbear_args])
+        return "usr/sbin/dropbear", " ".join(
+            [
+                "/usr/sbin/dropbear",
+                "-F",
+                "-E",
+                "-s",
+                "-p",
+                "22",
+                "-r",
+                "/etc/dropbear/dropbear_ed25519_host_key",
+                *spec.dropbear_args,
+            ]
+        )
     c.file("etc/ssh/ssh_host_ed25519_key", keys["openssh"], 0o600)
     c.file("etc/ssh/sshd_config", SSHD_CONFIG.encode())
     c.dir("run/sshd", 0o755)

@@ -14,14 +14,43 @@ ARCH = "arm64"
 KERNEL_META = "linux-image-cloud-arm64"  # resolves to linux-image-6.1.0-N-cloud-arm64
 BASE_PACKAGES = ("busybox-static", "libc6", "libcrypt1", "zlib1g")
 # sudo and doas for the users who are not root (users.py), with PAM and their libraries
-USER_PACKAGES = ("sudo", "opendoas", "libpam0g", "libpam-modules", "libaudit1", "libcap-ng0", "libselinux1",
-                 "libpcre2-8-0")
+USER_PACKAGES = (
+    "sudo",
+    "opendoas",
+    "libpam0g",
+    "libpam-modules",
+    "libaudit1",
+    "libcap-ng0",
+    "libselinux1",
+    "libpcre2-8-0",
+)
 FLAVOUR_PACKAGES = {
     "dropbear": ("dropbear-bin", "libtomcrypt1", "libtommath1", "libgmp10"),
-    "openssh": ("openssh-server", "libwrap0", "libaudit1", "libcap-ng0", "libpam0g", "libsystemd0", "libcap2",
-                "libgcrypt20", "libgpg-error0", "liblz4-1", "liblzma5", "libzstd1", "libselinux1", "libpcre2-8-0",
-                "libgssapi-krb5-2", "libkrb5-3", "libk5crypto3", "libkrb5support0", "libkeyutils1", "libcom-err2",
-                "libssl3", "libnsl2", "libtirpc3"),
+    "openssh": (
+        "openssh-server",
+        "libwrap0",
+        "libaudit1",
+        "libcap-ng0",
+        "libpam0g",
+        "libsystemd0",
+        "libcap2",
+        "libgcrypt20",
+        "libgpg-error0",
+        "liblz4-1",
+        "liblzma5",
+        "libzstd1",
+        "libselinux1",
+        "libpcre2-8-0",
+        "libgssapi-krb5-2",
+        "libkrb5-3",
+        "libk5crypto3",
+        "libkrb5support0",
+        "libkeyutils1",
+        "libcom-err2",
+        "libssl3",
+        "libnsl2",
+        "libtirpc3",
+    ),
 }
 FLAVOURS = tuple(FLAVOUR_PACKAGES)
 
@@ -50,9 +79,12 @@ def run_tool(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
 
 # -- packages -----------------------------------------------------------------------------
 
+
 def _resolve_kernel() -> str:
-    out = run_tool(["apt-cache", "depends", "--no-recommends", "--no-suggests", f"{KERNEL_META}:{ARCH}"],
-               f"resolve {KERNEL_META} (dpkg --add-architecture {ARCH} && apt-get update)").stdout
+    out = run_tool(
+        ["apt-cache", "depends", "--no-recommends", "--no-suggests", f"{KERNEL_META}:{ARCH}"],
+        f"resolve {KERNEL_META} (dpkg --add-architecture {ARCH} && apt-get update)",
+    ).stdout
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Depends:") and "linux-image-" in line:
@@ -77,12 +109,17 @@ def fetch_packages(cache: Path, flavours=FLAVOURS) -> Path:
     debs_dir.mkdir(exist_ok=True)
     wanted = [_resolve_kernel(), *names]
     before = set(os.listdir(debs_dir))
-    run_tool(["apt-get", "download", "-q", *[f"{n}:{ARCH}" for n in wanted]],
-         f"download the board's {ARCH} packages (dpkg --add-architecture {ARCH} && apt-get update)", cwd=debs_dir)
+    run_tool(
+        ["apt-get", "download", "-q", *[f"{n}:{ARCH}" for n in wanted]],
+        f"download the board's {ARCH} packages (dpkg --add-architecture {ARCH} && apt-get update)",
+        cwd=debs_dir,
+    )
     debs = []
     for n in wanted:  # the newest file of each package (apt-get download names it name_version_arch.deb)
-        cands = sorted((p for p in os.listdir(debs_dir) if p.startswith(f"{n}_") and p.endswith(f"_{ARCH}.deb")),
-                       key=lambda p: (p not in before, os.path.getmtime(debs_dir / p)))
+        cands = sorted(
+            (p for p in os.listdir(debs_dir) if p.startswith(f"{n}_") and p.endswith(f"_{ARCH}.deb")),
+            key=lambda p: (p not in before, os.path.getmtime(debs_dir / p)),
+        )
         if not cands:
             raise BoardError(f"apt-get download gave no {n}")
         debs.append(cands[-1])

@@ -15,8 +15,20 @@ from q25deploy_plugins.qemu.vm import QemuBoard, boot, free_port, monitor, read_
 
 from .packages import run_tool
 
-__all__ = ["FAULTING_QEMU", "Boot", "Machine", "QemuBoard", "boot", "free_port", "make_disk", "make_dtb", "monitor",
-           "qemu_version", "read_physical", "wait_for_ssh"]
+__all__ = [
+    "FAULTING_QEMU",
+    "Boot",
+    "Machine",
+    "QemuBoard",
+    "boot",
+    "free_port",
+    "make_disk",
+    "make_dtb",
+    "monitor",
+    "qemu_version",
+    "read_physical",
+    "wait_for_ssh",
+]
 
 # the first QEMU measured to fault an unaligned access to Device memory, as Cortex-A53 does
 # (7.2 forgives it; /work/shared/reference/silicon.md): the board tests need at least this one

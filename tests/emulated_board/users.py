@@ -32,8 +32,12 @@ class User:
         return "root" if self.uid == 0 else f"home/{self.name}"
 
 
-USERS = (User("root", 0, "none"), User("q25", 1000, "nopass"), User("q25pw", 1001, "password"),
-         User("nobody2", 1002, "none"))
+USERS = (
+    User("root", 0, "none"),
+    User("q25", 1000, "nopass"),
+    User("q25pw", 1001, "password"),
+    User("nobody2", 1002, "none"),
+)
 DEPLOY_USER = "q25"
 
 SUDOERS = """Defaults env_reset
@@ -55,8 +59,9 @@ def _accounts() -> dict[str, bytes]:
     passwd.append("sshd:x:100:65534:sshd:/run/sshd:/bin/false")
     group = [f"{u.name}:x:{u.uid}:" for u in USERS] + ["nogroup:x:65534:"]
     shadow = [f"{name}:*:19000:0:99999:7:::" for name in [u.name for u in USERS] + ["sshd"]]
-    return {n: ("\n".join(lines) + "\n").encode() for n, lines in
-            (("passwd", passwd), ("group", group), ("shadow", shadow))}
+    return {
+        n: ("\n".join(lines) + "\n").encode() for n, lines in (("passwd", passwd), ("group", group), ("shadow", shadow))
+    }
 
 
 def _rules() -> dict[str, bytes]:

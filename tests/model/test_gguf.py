@@ -44,8 +44,9 @@ def test_tensor_directory_matches_gguf_reader(tmp_path):
     for i, q in enumerate([Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.Q5_0, Q.F16, Q.F32, Q.Q4_0]):
         block, size = GGML_QUANT_SIZES[q]
         rows, cols = 3 + i, 256 * (1 + i % 2)
-        w.add_tensor(f"blk.{i}.w", np.frombuffer(rng.bytes(rows * cols // block * size), np.uint8).reshape(rows, -1),
-                     raw_dtype=q)
+        w.add_tensor(
+            f"blk.{i}.w", np.frombuffer(rng.bytes(rows * cols // block * size), np.uint8).reshape(rows, -1), raw_dtype=q
+        )
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -55,8 +56,12 @@ def test_tensor_directory_matches_gguf_reader(tmp_path):
         assert f.alignment == 64
         assert len(f.tensors) == len(ref.tensors) > 0
         for a, b in zip(ref.tensors, f.tensors):
-            assert (a.name, int(a.tensor_type), int(a.data_offset), int(a.n_bytes)) == \
-                (b.name, b.ggml_type, b.data_offset, b.nbytes)
+            assert (a.name, int(a.tensor_type), int(a.data_offset), int(a.n_bytes)) == (
+                b.name,
+                b.ggml_type,
+                b.data_offset,
+                b.nbytes,
+            )
             assert tuple(int(x) for x in a.shape) == b.shape
             assert bytes(f.tensor_data(b)[:64]) == a.data.tobytes()[:64]
 
@@ -77,29 +82,39 @@ def test_truncated_anywhere_is_a_clear_error(tmp_path):
             GGUFFile(p)
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"GGML" + bytes(40), "bad magic"),
-    (gguf([], [], version=1), "unsupported GGUF version 1"),
-    (b"GGUF" + (3 << 16).to_bytes(4, "little") + bytes(16), "big-endian"),
-    (gguf([], [], n_kv=1 << 60), "claims 1152921504606846976 metadata keys"),
-    (gguf([], [], n_tensors=1 << 40), "claims 1099511627776 tensors"),
-    (gguf([s("k") + (8).to_bytes(4, "little") + (1 << 40).to_bytes(8, "little")], []), "runs past the end"),
-    (gguf([s("k") + (9).to_bytes(4, "little") + (8).to_bytes(4, "little") + (1 << 60).to_bytes(8, "little")], []),
-     "array of 1152921504606846976 strings"),
-    (gguf([kv_u32("a", 1), kv_u32("a", 2)], []), "duplicate metadata key 'a'"),
-    (gguf([s("k") + (99).to_bytes(4, "little")], []), "unknown value type 99"),
-    (gguf([], [tensor_info("t", (8,), 0, 0), tensor_info("t", (8,), 0, 32)], bytes(64)), "duplicate tensor name 't'"),
-    (gguf([], [tensor_info("t", (8,), 77, 0)], bytes(64)), "unknown ggml type id 77"),
-    (gguf([], [tensor_info("t", (8,), 0, 0)], bytes(16)), "lies outside the file"),
-    (gguf([], [tensor_info("t", (8,), 0, 1 << 50)], bytes(64)), "lies outside the file"),
-    (gguf([], [tensor_info("t", (8,), 0, 8)], bytes(64)), "not aligned"),
-    (gguf([], [tensor_info("a", (16,), 0, 0), tensor_info("b", (8,), 0, 32)], bytes(96)), "overlap"),
-    (gguf([], [tensor_info("t", (1 << 61, 1 << 61), 0, 0)], bytes(64)), "cannot fit"),
-    (gguf([], [tensor_info("t", (0,), 0, 0)], bytes(64)), "bad dimension"),
-    (gguf([], [tensor_info("t", (30,), 8, 0)], bytes(64)), "not a multiple"),
-    (gguf([kv_u32("general.alignment", 24)], []), "power-of-two"),
-    (gguf([s(b"k\xff") + (4).to_bytes(4, "little") + bytes(4)], []), "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"GGML" + bytes(40), "bad magic"),
+        (gguf([], [], version=1), "unsupported GGUF version 1"),
+        (b"GGUF" + (3 << 16).to_bytes(4, "little") + bytes(16), "big-endian"),
+        (gguf([], [], n_kv=1 << 60), "claims 1152921504606846976 metadata keys"),
+        (gguf([], [], n_tensors=1 << 40), "claims 1099511627776 tensors"),
+        (gguf([s("k") + (8).to_bytes(4, "little") + (1 << 40).to_bytes(8, "little")], []), "runs past the end"),
+        (
+            gguf(
+                [s("k") + (9).to_bytes(4, "little") + (8).to_bytes(4, "little") + (1 << 60).to_bytes(8, "little")], []
+            ),
+            "array of 1152921504606846976 strings",
+        ),
+        (gguf([kv_u32("a", 1), kv_u32("a", 2)], []), "duplicate metadata key 'a'"),
+        (gguf([s("k") + (99).to_bytes(4, "little")], []), "unknown value type 99"),
+        (
+            gguf([], [tensor_info("t", (8,), 0, 0), tensor_info("t", (8,), 0, 32)], bytes(64)),
+            "duplicate tensor name 't'",
+        ),
+        (gguf([], [tensor_info("t", (8,), 77, 0)], bytes(64)), "unknown ggml type id 77"),
+        (gguf([], [tensor_info("t", (8,), 0, 0)], bytes(16)), "lies outside the file"),
+        (gguf([], [tensor_info("t", (8,), 0, 1 << 50)], bytes(64)), "lies outside the file"),
+        (gguf([], [tensor_info("t", (8,), 0, 8)], bytes(64)), "not aligned"),
+        (gguf([], [tensor_info("a", (16,), 0, 0), tensor_info("b", (8,), 0, 32)], bytes(96)), "overlap"),
+        (gguf([], [tensor_info("t", (1 << 61, 1 << 61), 0, 0)], bytes(64)), "cannot fit"),
+        (gguf([], [tensor_info("t", (0,), 0, 0)], bytes(64)), "bad dimension"),
+        (gguf([], [tensor_info("t", (30,), 8, 0)], bytes(64)), "not a multiple"),
+        (gguf([kv_u32("general.alignment", 24)], []), "power-of-two"),
+        (gguf([s(b"k\xff") + (4).to_bytes(4, "little") + bytes(4)], []), "not valid UTF-8"),
+    ],
+)
 def test_hostile_files_fail_with_one_clear_error(tmp_path, data, message):
     p = _write(tmp_path, data)
     with pytest.raises(GGUFError) as e:

@@ -48,15 +48,21 @@ def test_nesting_is_limited():
         reader(nested(MAX_ARRAY_DEPTH + 1)).value(ARRAY, 0, "k", 0)
 
 
-@pytest.mark.parametrize("data, call, message", [
-    (b"\0\0", lambda r: r.u32(0, "count"), "truncated: count needs 4 bytes at offset 0, file has 2"),
-    (struct.pack("<Q", 9) + b"ab", lambda r: r.string(0, "key"), "key: string length 9 runs past the end"),
-    (b"\xc3", lambda r: r.text(b"\xc3", "key"), "key is not valid UTF-8"),
-    (struct.pack("<IQ", 99, 0), lambda r: r.array(0, "k", 0), "'k': unknown array element type 99"),
-    (struct.pack("<IQ", UINT32, 5) + bytes(16), lambda r: r.array(0, "k", 0), "array of 5 elements runs past"),
-    (struct.pack("<IQ", STRING, 2) + s("ab") + struct.pack("<Q", 1 << 63),
-     lambda r: r.array(0, "k", 0), "'k': string array runs past the end of the file"),
-])
+@pytest.mark.parametrize(
+    "data, call, message",
+    [
+        (b"\0\0", lambda r: r.u32(0, "count"), "truncated: count needs 4 bytes at offset 0, file has 2"),
+        (struct.pack("<Q", 9) + b"ab", lambda r: r.string(0, "key"), "key: string length 9 runs past the end"),
+        (b"\xc3", lambda r: r.text(b"\xc3", "key"), "key is not valid UTF-8"),
+        (struct.pack("<IQ", 99, 0), lambda r: r.array(0, "k", 0), "'k': unknown array element type 99"),
+        (struct.pack("<IQ", UINT32, 5) + bytes(16), lambda r: r.array(0, "k", 0), "array of 5 elements runs past"),
+        (
+            struct.pack("<IQ", STRING, 2) + s("ab") + struct.pack("<Q", 1 << 63),
+            lambda r: r.array(0, "k", 0),
+            "'k': string array runs past the end of the file",
+        ),
+    ],
+)
 def test_every_bad_read_is_one_gguf_error(data, call, message):
     with pytest.raises(GGUFError) as e:
         call(reader(data))

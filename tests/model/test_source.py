@@ -19,12 +19,15 @@ def store(tmp_path, monkeypatch, qwen25_tiny):
     return root
 
 
-@pytest.mark.parametrize("ref, parts", [
-    ("qwen2.5", ("registry.ollama.ai", "library", "qwen2.5", "latest")),
-    ("qwen2.5:0.5b", ("registry.ollama.ai", "library", "qwen2.5", "0.5b")),
-    ("me/qwen2.5:tuned", ("registry.ollama.ai", "me", "qwen2.5", "tuned")),
-    ("hf.co/org/model:Q4_K_M", ("hf.co", "org", "model", "Q4_K_M")),
-])
+@pytest.mark.parametrize(
+    "ref, parts",
+    [
+        ("qwen2.5", ("registry.ollama.ai", "library", "qwen2.5", "latest")),
+        ("qwen2.5:0.5b", ("registry.ollama.ai", "library", "qwen2.5", "0.5b")),
+        ("me/qwen2.5:tuned", ("registry.ollama.ai", "me", "qwen2.5", "tuned")),
+        ("hf.co/org/model:Q4_K_M", ("hf.co", "org", "model", "Q4_K_M")),
+    ],
+)
 def test_parse_reference(ref, parts):
     assert parse_reference(ref) == parts
 

@@ -22,10 +22,27 @@ def ota_builds(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("ota-models")
     out = qemu_builds(d)
     board = d / "qemu-align.toml"
-    board.write_text((Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
-                     .replace("image_alignment = 4096", "image_alignment = 65536"))
-    assert main(["build", "--target", "qemu", "--target-file", str(board), "--model", str(d / "A.gguf"),
-                 "--out", str(d / "A2")]) == 0
+    board.write_text(
+        (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml")
+        .read_text()
+        .replace("image_alignment = 4096", "image_alignment = 65536")
+    )
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "qemu",
+                "--target-file",
+                str(board),
+                "--model",
+                str(d / "A.gguf"),
+                "--out",
+                str(d / "A2"),
+            ]
+        )
+        == 0
+    )
     out["A2"] = d / "A2"
     return out
 
@@ -42,18 +59,31 @@ def keys(tmp_path_factory) -> dict[str, Path]:
 
     d = tmp_path_factory.mktemp("keys")
     out = {}
-    for name, key in (("rsa", rsa.generate_private_key(65537, 3072)), ("rsa2", rsa.generate_private_key(65537, 2048)),
-                      ("ec", ec.generate_private_key(ec.SECP256R1()))):
-        (d / f"{name}.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                          serialization.PrivateFormat.TraditionalOpenSSL,
-                                                          serialization.NoEncryption()))
-        (d / f"{name}.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
+    for name, key in (
+        ("rsa", rsa.generate_private_key(65537, 3072)),
+        ("rsa2", rsa.generate_private_key(65537, 2048)),
+        ("ec", ec.generate_private_key(ec.SECP256R1())),
+    ):
+        (d / f"{name}.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            )
+        )
+        (d / f"{name}.pub").write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"q25 test {name}")])
         now = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
-        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-                .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=36500))
-                .sign(key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(key.public_key())
+            .serial_number(1)
+            .not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=36500))
+            .sign(key, hashes.SHA256())
+        )
         (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         for ext in ("pem", "pub", "crt"):
             out[f"{name}.{ext}"] = d / f"{name}.{ext}"

@@ -19,8 +19,7 @@ from q25deploy.ota.scripts import SCRIPT
 
 
 def package(build: Path, fmt: str, out: Path, *extra: str, target: str = "qemu") -> Path:
-    assert main(["package", "--target", target, "--build", str(build), "--format", fmt, "--out", str(out),
-                 *extra]) == 0
+    assert main(["package", "--target", target, "--build", str(build), "--format", fmt, "--out", str(out), *extra]) == 0
     return out
 
 
@@ -32,10 +31,10 @@ def cpio_members(data: bytes) -> dict[str, tuple[int, int]]:
     """name -> (offset of the data, size) in a cpio newc archive."""
     out, pos = {}, 0
     while True:
-        assert data[pos:pos + 6] == b"070701", f"bad cpio magic at {pos}"
-        fields = [int(data[pos + 6 + 8 * i: pos + 14 + 8 * i], 16) for i in range(13)]
+        assert data[pos : pos + 6] == b"070701", f"bad cpio magic at {pos}"
+        fields = [int(data[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
         size, namesize = fields[6], fields[11]
-        name = data[pos + 110: pos + 110 + namesize - 1].decode()
+        name = data[pos + 110 : pos + 110 + namesize - 1].decode()
         start = pos + 110 + namesize
         start += -start % 4
         if name == "TRAILER!!!":
@@ -49,8 +48,11 @@ def swupdate_check(swu: Path, cert: Path, tmp: Path, hw: str = "qemu:1.0") -> st
     """``swupdate -c`` (check mode) on ``swu``: its messages (exit status is not telling)."""
     work = tmp / "swupdate-tmp"
     work.mkdir(exist_ok=True)
-    r = run(["swupdate", "-v", "-c", "-i", str(swu), "-k", str(cert), "-H", hw],
-            env={**os.environ, "TMPDIR": str(work)}, cwd=work)
+    r = run(
+        ["swupdate", "-v", "-c", "-i", str(swu), "-k", str(cert), "-H", hw],
+        env={**os.environ, "TMPDIR": str(work)},
+        cwd=work,
+    )
     return r.stdout + r.stderr
 
 
@@ -65,8 +67,9 @@ def make_board(root: Path, q25tok: Path) -> Path:
 
 def sh(busybox_path: str, root: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     env = {"PATH": busybox_path, "Q25_ROOT": str(root)}
-    return subprocess.run([f"{busybox_path}/sh", str(script), *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [f"{busybox_path}/sh", str(script), *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def mender_tree(art: Path, tree: Path) -> Path:
@@ -100,10 +103,10 @@ def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProc
     data = swu.read_bytes()
     members = cpio_members(data)
     off, size = members["sw-description"]
-    desc = data[off:off + size].decode()
+    desc = data[off : off + size].decode()
     o, n = members["q25-ota.sh"]
     script = root.parent / f"{root.name}-q25-ota.sh"
-    script.write_bytes(data[o:o + n])
+    script.write_bytes(data[o : o + n])
     pre = sh(bb, root, "preinst", script=script)
     if pre.returncode != 0:
         return pre
@@ -111,7 +114,7 @@ def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProc
         dest = root / path.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         o, n = members[name]
-        dest.write_bytes(data[o:o + n])
+        dest.write_bytes(data[o : o + n])
     return sh(bb, root, "postinst", script=script)
 
 

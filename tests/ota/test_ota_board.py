@@ -35,7 +35,10 @@ def test_mender_module_full_then_tokenizer_only_matches_deploy(tmp_path, capsys,
         runs = mender_install(bb, board, art, tmp_path / "tree")
         assert all(r.returncode == 0 for r in runs), [(r.args[-2:], r.stderr) for r in runs]
         assert "smoke test passed" in "".join(r.stderr for r in runs)
-        assert not (board / INSTALL / ".q25-ota").exists() and not (board / INSTALL / "releases" / ".incoming-ota").exists()
+        assert (
+            not (board / INSTALL / ".q25-ota").exists()
+            and not (board / INSTALL / "releases" / ".incoming-ota").exists()
+        )
         if art == b_tok:
             after_tok = layout(board)
     deployed = _deploy_sequence(tmp_path, capsys, q25tok_bin, ota_builds)
@@ -44,7 +47,9 @@ def test_mender_module_full_then_tokenizer_only_matches_deploy(tmp_path, capsys,
     assert after_tok == deployed[0]  # same release id, files, links, state as deploy --tokenizer-only
     assert layout(board) == deployed[1]
     state = json.loads((board / INSTALL / ".q25deploy-state.json").read_text())
-    assert state["previous"] and len(state["releases"]) == 2 and all(r["deployed_at"] for r in state["releases"].values())
+    assert (
+        state["previous"] and len(state["releases"]) == 2 and all(r["deployed_at"] for r in state["releases"].values())
+    )
 
 
 def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
@@ -63,14 +68,33 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
         text = (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
         text = text.replace('arch = "aarch64"', f'arch = "{platform.machine()}"')
         # the board's q25tok is not under --remote-root (only the install directory is): say where it is
-        text = text.replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{root}/usr/bin/q25tok"')
+        text = text.replace(
+            'path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{root}/usr/bin/q25tok"'
+        )
         board_file.write_text(text)
         kh = srv.known_hosts(tmp_path / "known_hosts")
         out = []
         for build, extra in ((builds["A"], []), (builds["A2"], ["--tokenizer-only"]), (builds["B"], [])):
-            argv = ["deploy", "--target", "qemu", "--target-file", str(board_file), "--host",
-                    f"root@127.0.0.1:{srv.port}", "--build", str(build), "--identity", str(key),
-                    "--known-hosts", str(kh), "--remote-root", str(root), "--json", "--allow-unreserved", *extra]
+            argv = [
+                "deploy",
+                "--target",
+                "qemu",
+                "--target-file",
+                str(board_file),
+                "--host",
+                f"root@127.0.0.1:{srv.port}",
+                "--build",
+                str(build),
+                "--identity",
+                str(key),
+                "--known-hosts",
+                str(kh),
+                "--remote-root",
+                str(root),
+                "--json",
+                "--allow-unreserved",
+                *extra,
+            ]
             capsys.readouterr()
             assert main(argv) == 0, capsys.readouterr()
             out.append(layout(root))
@@ -123,8 +147,10 @@ def test_tokenizer_only_with_another_vocabulary_is_refused(tmp_path, bb, q25tok_
     c_tok = package(ota_builds["C"], "mender", tmp_path / "c.mender", "--tokenizer-only")
     runs = mender_install(bb, board, c_tok, tmp_path / "tree")  # nothing deployed yet
     assert runs[2].returncode != 0 and "install a full release" in runs[2].stderr
-    assert all(r.returncode == 0 for r in mender_install(bb, board, package(ota_builds["A"], "mender",
-                                                                             tmp_path / "a.mender"), tmp_path / "tree"))
+    assert all(
+        r.returncode == 0
+        for r in mender_install(bb, board, package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
+    )
     before = layout(board)
     runs = mender_install(bb, board, c_tok, tmp_path / "tree")
     assert runs[2].args[2] == "ArtifactInstall" and runs[2].returncode != 0

@@ -21,9 +21,11 @@ from ota_helpers import INSTALL, layout, make_board, mender_install, mender_tree
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory, ota_builds) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("trust-artifacts")
-    return {"A": package(ota_builds["A"], "mender", d / "a.mender"),
-            "B": package(ota_builds["B"], "mender", d / "b.mender"),
-            "A2-tok": package(ota_builds["A2"], "mender", d / "a2-tok.mender", "--tokenizer-only")}
+    return {
+        "A": package(ota_builds["A"], "mender", d / "a.mender"),
+        "B": package(ota_builds["B"], "mender", d / "b.mender"),
+        "A2-tok": package(ota_builds["A2"], "mender", d / "a2-tok.mender", "--tokenizer-only"),
+    }
 
 
 def installed(bb: str, root: Path, q25tok: Path, art: Path, tree: Path) -> Path:
@@ -56,10 +58,10 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("record, value", [("new", "../../../../../victim"), ("old", "../../../../../victim"),
-                                           ("created", "1\nx")])
-def test_rollback_takes_nothing_from_its_records_on_trust(tmp_path, busybox_path, q25tok_bin, artifacts,
-                                                          record, value):
+@pytest.mark.parametrize(
+    "record, value", [("new", "../../../../../victim"), ("old", "../../../../../victim"), ("created", "1\nx")]
+)
+def test_rollback_takes_nothing_from_its_records_on_trust(tmp_path, busybox_path, q25tok_bin, artifacts, record, value):
     """Item 1: `.q25-ota/new` of `../../../../../victim` had `rm -rf` delete a directory outside
     the install dir (`old` of that shape pointed `current` there)."""
     bb = busybox_path
@@ -156,8 +158,9 @@ def test_a_tokenizer_only_plan_never_changes_the_live_image(tmp_path, busybox_pa
 
 
 @pytest.mark.parametrize("q25tok", ["/" + "../" * 16 + "bin/rm", "/lib/firmware/q25/current/q25tok", "usr/bin/q25tok"])
-def test_the_plan_names_no_q25tok_outside_the_root_or_inside_the_install_dir(tmp_path, busybox_path, q25tok_bin,
-                                                                            artifacts, q25tok):
+def test_the_plan_names_no_q25tok_outside_the_root_or_inside_the_install_dir(
+    tmp_path, busybox_path, q25tok_bin, artifacts, q25tok
+):
     """Item 5: `q25tok /../../../../bin/rm` left Q25_ROOT and the smoke step ran `rm` as root on
     the current image. A q25tok inside the install dir is anybody's who can write there."""
     bb = busybox_path
@@ -177,12 +180,14 @@ def test_every_plan_line_is_checked_before_anything_is_staged(tmp_path, busybox_
     bb = busybox_path
     board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
     before = layout(board)
-    for pattern, repl in ((r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 release.json"),
-                          (r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 tokenizer.q25tokrt"),
-                          (r"^(file \S+ \S+) partition_map\.json (partition_map\.json)$", r"\1 ../x \2"),
-                          (r"^(file .* partition_map\.json)$", r"\1 extra"),
-                          (r"^fingerprint .*$", "fingerprint " + "A" * 64),
-                          (r"^(smoke \S+ )\S+", r"\g<1>2")):
+    for pattern, repl in (
+        (r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 release.json"),
+        (r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 tokenizer.q25tokrt"),
+        (r"^(file \S+ \S+) partition_map\.json (partition_map\.json)$", r"\1 ../x \2"),
+        (r"^(file .* partition_map\.json)$", r"\1 extra"),
+        (r"^fingerprint .*$", "fingerprint " + "A" * 64),
+        (r"^(smoke \S+ )\S+", r"\g<1>2"),
+    ):
         tree = mender_tree(artifacts["B"], tmp_path / "tree")
         edit_plan(tree, pattern, repl)
         r = sh(bb, board, "ArtifactInstall", str(tree))

@@ -20,10 +20,28 @@ TARGETS = Path(__file__).resolve().parents[2] / "targets"
 def ota_layer(tmp_path_factory, qwen25_tiny) -> Path:
     d = tmp_path_factory.mktemp("ota-layer")
     board = d / "kv260-ota.toml"
-    board.write_text((TARGETS / "kv260.toml").read_text().replace("mender = false", "mender = true")
-                     .replace("swupdate = false", "swupdate = true"))
-    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
-                 "--out", str(d / "b")]) == 0
+    board.write_text(
+        (TARGETS / "kv260.toml")
+        .read_text()
+        .replace("mender = false", "mender = true")
+        .replace("swupdate = false", "swupdate = true")
+    )
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "kv260",
+                "--target-file",
+                str(board),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(d / "b"),
+            ]
+        )
+        == 0
+    )
     return d / "b" / "meta-q25"
 
 
@@ -41,7 +59,10 @@ def test_ota_parts_when_asked(ota_layer):
     assert "${datadir}/mender/modules/v3/q25-release" in mender and "@@" not in mender
     assert (ota / "files" / "hwrevision").read_text() == "kv260 1.0\n"
     md5 = hashlib.md5((ota / "files" / "LICENSE").read_bytes()).hexdigest()
-    assert f"file://LICENSE;md5={md5}" in mender and f"file://LICENSE;md5={md5}" in (ota / "q25-ota-swupdate_1.0.bb").read_text()
+    assert (
+        f"file://LICENSE;md5={md5}" in mender
+        and f"file://LICENSE;md5={md5}" in (ota / "q25-ota-swupdate_1.0.bb").read_text()
+    )
     # meta-swupdate's recipe is appended only when that layer is in BBLAYERS (BBFILES_DYNAMIC)
     swu = ota_layer / "dynamic-layers" / "swupdate" / "recipes-support" / "swupdate"
     append = (swu / "swupdate_%.bbappend").read_text()

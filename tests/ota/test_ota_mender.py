@@ -39,7 +39,10 @@ def test_full_release_validates_and_reads_back(tmp_path, mender_artifact, ota_bu
     assert f"q25.release: {release}" in out and "q25.target: qemu" in out
     assert "Depends: Nothing" in out and 'Clears Provides: ["q25.*"]' in out
     digests = manifest_digests(ota_builds["A"])
-    for name, rel in (("tokenizer.q25tokrt", "tokenizer/tokenizer.q25tokrt"), ("partition_map.json", "partition_map.json")):
+    for name, rel in (
+        ("tokenizer.q25tokrt", "tokenizer/tokenizer.q25tokrt"),
+        ("partition_map.json", "partition_map.json"),
+    ):
         block = out.split(f"name:     {name}\n", 1)[1].split("name:", 1)[0]
         assert f"checksum: {digests[rel]}" in block
     parts = [p for p in digests if p.startswith("partitions/")]
@@ -52,8 +55,16 @@ def _payload(art, name: str) -> bytes:
 
 
 def test_device_type_override_and_tokenizer_only_depends(tmp_path, mender_artifact, ota_builds):
-    art = package(ota_builds["A"], "mender", tmp_path / "t.mender", "--tokenizer-only",
-                  "--device-type", "k26-smk-kv", "--device-type", "my-board")
+    art = package(
+        ota_builds["A"],
+        "mender",
+        tmp_path / "t.mender",
+        "--tokenizer-only",
+        "--device-type",
+        "k26-smk-kv",
+        "--device-type",
+        "my-board",
+    )
     r = run([mender_artifact, "read", str(art)])
     assert r.returncode == 0, r.stderr
     fp = json.loads((ota_builds["A"] / "build.json").read_text())["image"]["vocab_fingerprint"]
@@ -136,8 +147,22 @@ def test_refuses_unsafe_build_contents(tmp_path, capsys, ota_builds):
             break
     (build / "manifest.json").write_text(json.dumps(manifest))
     capsys.readouterr()
-    assert main(["package", "--target", "qemu", "--build", str(build), "--format", "mender",
-                 "--out", str(tmp_path / "x.mender")]) != 0
+    assert (
+        main(
+            [
+                "package",
+                "--target",
+                "qemu",
+                "--build",
+                str(build),
+                "--format",
+                "mender",
+                "--out",
+                str(tmp_path / "x.mender"),
+            ]
+        )
+        != 0
+    )
     err = capsys.readouterr().err
     assert err.startswith("q25deploy: error:") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.mender").exists() and not list(tmp_path.glob(".x.mender*"))
@@ -145,6 +170,20 @@ def test_refuses_unsafe_build_contents(tmp_path, capsys, ota_builds):
     shutil.rmtree(build)
     shutil.copytree(ota_builds["A"], build, symlinks=True)
     (build / "partition_map.json").write_bytes((build / "partition_map.json").read_bytes() + b" ")
-    assert main(["package", "--target", "qemu", "--build", str(build), "--format", "swupdate",
-                 "--out", str(tmp_path / "x.swu")]) != 0
+    assert (
+        main(
+            [
+                "package",
+                "--target",
+                "qemu",
+                "--build",
+                str(build),
+                "--format",
+                "swupdate",
+                "--out",
+                str(tmp_path / "x.swu"),
+            ]
+        )
+        != 0
+    )
     assert "differs from the build manifest" in capsys.readouterr().err

@@ -21,8 +21,15 @@ def swupdate():
 @pytest.fixture(scope="module")
 def signed_swu(tmp_path_factory, ota_builds, keys):
     d = tmp_path_factory.mktemp("swu")
-    return package(ota_builds["A"], "swupdate", d / "a.swu", "--sign-key", str(keys["rsa.pem"]),
-                   "--sign-cert", str(keys["rsa.crt"]))
+    return package(
+        ota_builds["A"],
+        "swupdate",
+        d / "a.swu",
+        "--sign-key",
+        str(keys["rsa.pem"]),
+        "--sign-cert",
+        str(keys["rsa.crt"]),
+    )
 
 
 def test_layout_sw_description_first(signed_swu, ota_builds):
@@ -30,7 +37,7 @@ def test_layout_sw_description_first(signed_swu, ota_builds):
     names = list(cpio_members(data))
     assert names[:3] == ["sw-description", "sw-description.sig", "q25-ota.sh"]
     off, size = cpio_members(data)["sw-description"]
-    desc = data[off:off + size].decode()
+    desc = data[off : off + size].decode()
     digests = {a["path"]: a["sha256"] for a in json.loads((ota_builds["A"] / "manifest.json").read_text())["artifacts"]}
     assert f'sha256 = "{digests["tokenizer/tokenizer.q25tokrt"]}";' in desc
     assert 'hardware-compatibility: [ "1.0" ];' in desc
@@ -55,8 +62,15 @@ def test_flipped_payload_byte_is_a_hash_mismatch(tmp_path, swupdate, signed_swu,
 
 
 def test_another_signer_is_refused(tmp_path, swupdate, ota_builds, keys, signed_swu):
-    other = package(ota_builds["A"], "swupdate", tmp_path / "o.swu", "--sign-key", str(keys["rsa2.pem"]),
-                    "--sign-cert", str(keys["rsa2.crt"]))
+    other = package(
+        ota_builds["A"],
+        "swupdate",
+        tmp_path / "o.swu",
+        "--sign-key",
+        str(keys["rsa2.pem"]),
+        "--sign-cert",
+        str(keys["rsa2.crt"]),
+    )
     out = swupdate_check(other, keys["rsa.crt"], tmp_path)
     assert "Authentication of all signatures failed" in out and "SWUPDATE successful" not in out
     out = swupdate_check(signed_swu, keys["rsa2.crt"], tmp_path)
@@ -68,19 +82,46 @@ def test_unsigned_and_other_hardware_are_refused(tmp_path, swupdate, ota_builds,
     assert "SW not compatible with hardware" in out and "SWUPDATE successful" not in out
     unsigned = package(ota_builds["A"], "swupdate", tmp_path / "u.swu")
     assert "SWUPDATE successful" not in swupdate_check(unsigned, keys["rsa.crt"], tmp_path)
-    ok = package(ota_builds["A"], "swupdate", tmp_path / "r2.swu", "--hw-revision", "2.0", "--hw-revision", "2.1",
-                 "--sign-key", str(keys["rsa.pem"]), "--sign-cert", str(keys["rsa.crt"]))
+    ok = package(
+        ota_builds["A"],
+        "swupdate",
+        tmp_path / "r2.swu",
+        "--hw-revision",
+        "2.0",
+        "--hw-revision",
+        "2.1",
+        "--sign-key",
+        str(keys["rsa.pem"]),
+        "--sign-cert",
+        str(keys["rsa.crt"]),
+    )
     assert "SWUPDATE successful" in swupdate_check(ok, keys["rsa.crt"], tmp_path, hw="qemu:2.1")
 
 
 def test_reproducible_and_key_checks(tmp_path, capsys, ota_builds, keys, signed_swu):
-    again = package(ota_builds["A"], "swupdate", tmp_path / "again.swu", "--sign-key", str(keys["rsa.pem"]),
-                    "--sign-cert", str(keys["rsa.crt"]))
+    again = package(
+        ota_builds["A"],
+        "swupdate",
+        tmp_path / "again.swu",
+        "--sign-key",
+        str(keys["rsa.pem"]),
+        "--sign-cert",
+        str(keys["rsa.crt"]),
+    )
     assert again.read_bytes() == signed_swu.read_bytes()
     a = package(ota_builds["A"], "swupdate", tmp_path / "t1.swu", "--tokenizer-only").read_bytes()
     assert a == package(ota_builds["A"], "swupdate", tmp_path / "t2.swu", "--tokenizer-only").read_bytes()
-    base = ["package", "--target", "qemu", "--build", str(ota_builds["A"]), "--format", "swupdate",
-            "--out", str(tmp_path / "x.swu")]
+    base = [
+        "package",
+        "--target",
+        "qemu",
+        "--build",
+        str(ota_builds["A"]),
+        "--format",
+        "swupdate",
+        "--out",
+        str(tmp_path / "x.swu"),
+    ]
     capsys.readouterr()
     assert main([*base, "--sign-key", str(keys["rsa.pem"])]) == 2  # a CMS signature needs the certificate
     assert main([*base, "--sign-key", str(keys["rsa.pem"]), "--sign-cert", str(keys["ec.crt"])]) == 1

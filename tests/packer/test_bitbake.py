@@ -27,10 +27,30 @@ DT_DIR = ("dynamic-layers", "xilinx", "recipes-bsp", "device-tree")
 DTSI = "q25-reserved-memory.dtsi"
 ASSETS, RUNTIME, GROUP = "q25-model-assets", "q25-tokenizer-runtime", "packagegroup-q25"
 REGIONS = "q25-regions"  # the boot service that loads the partitions into reserved memory
-VARS = ["LICENSE", "LIC_FILES_CHKSUM", "PACKAGE_ARCH", "MACHINE_ARCH", "TUNE_PKGARCH", "PACKAGES", "PN", "PV",
-        "S", "WORKDIR", "UNPACKDIR", "COMPATIBLE_MACHINE", "EXTRA_OEMAKE", "RDEPENDS:packagegroup-q25",
-        "includedir", "bindir", "libdir", "nonarch_base_libdir", "FILE", "sbindir", "sysconfdir",
-        "systemd_system_unitdir"]
+VARS = [
+    "LICENSE",
+    "LIC_FILES_CHKSUM",
+    "PACKAGE_ARCH",
+    "MACHINE_ARCH",
+    "TUNE_PKGARCH",
+    "PACKAGES",
+    "PN",
+    "PV",
+    "S",
+    "WORKDIR",
+    "UNPACKDIR",
+    "COMPATIBLE_MACHINE",
+    "EXTRA_OEMAKE",
+    "RDEPENDS:packagegroup-q25",
+    "includedir",
+    "bindir",
+    "libdir",
+    "nonarch_base_libdir",
+    "FILE",
+    "sbindir",
+    "sysconfdir",
+    "systemd_system_unitdir",
+]
 MACHINES = {"kv260": ["k26-smk-kv-sdt", "xilinx-k26-kv"], "zcu104": ["zynqmp-zcu104-sdt-full", "xilinx-zcu104"]}
 
 
@@ -67,8 +87,12 @@ def _probe(ws, series, board, layer):
     dt = None
     if board in MACHINES:
         ms = MACHINES[board]
-        dt = {"recipe": str(bd.tree / DEVICE_TREE), "file": DTSI, "strip": board_machines(),
-              "cases": {**{m: ["zynqmp", m] for m in ms}, "all": ["zynqmp", *ms], "other": ["zynqmp", "zynqmp-generic"]}}
+        dt = {
+            "recipe": str(bd.tree / DEVICE_TREE),
+            "file": DTSI,
+            "strip": board_machines(),
+            "cases": {**{m: ["zynqmp", m] for m in ms}, "all": ["zynqmp", *ms], "other": ["zynqmp", "zynqmp-generic"]},
+        }
     return bd, bd.probe([ASSETS, RUNTIME, REGIONS, GROUP], VARS, dt, label=f"tinfoil probe ({board})")
 
 
@@ -97,14 +121,32 @@ def test_recipes_environment(case, ws):
     assert not any(re.match(v["COMPATIBLE_MACHINE"], m) for ms in MACHINES.values() for m in ms if m not in machines)
     fw = f"{v['nonarch_base_libdir']}/firmware/q25"
     assert f"{fw}/tokenizer.q25tokrt" in assets["install"] and f"{fw}/partitions/region_00.bin" in assets["install"]
-    assert check_packaging(assets, {f"{fw}/tokenizer.q25tokrt": ASSETS, f"{fw}/partition_map.json": ASSETS,
-                                    f"{v['includedir']}/q25_memory_map.h": f"{ASSETS}-dev"}) == []
+    assert (
+        check_packaging(
+            assets,
+            {
+                f"{fw}/tokenizer.q25tokrt": ASSETS,
+                f"{fw}/partition_map.json": ASSETS,
+                f"{v['includedir']}/q25_memory_map.h": f"{ASSETS}-dev",
+            },
+        )
+        == []
+    )
     assert not any(p.endswith(".h") and package_of(assets, p) == ASSETS for p in assets["install"])
     # the runtime: the target's tune, the Makefile's installs in the usual packages, no -Werror
     r = runtime["vars"]
     assert r["LICENSE"] == "MIT" and r["PACKAGE_ARCH"] == r["TUNE_PKGARCH"] != r["MACHINE_ARCH"]
-    assert check_packaging(runtime, {f"{r['bindir']}/q25tok": RUNTIME, f"{r['includedir']}/q25tok.h": f"{RUNTIME}-dev",
-                                     f"{r['libdir']}/libq25tok.a": f"{RUNTIME}-staticdev"}) == []
+    assert (
+        check_packaging(
+            runtime,
+            {
+                f"{r['bindir']}/q25tok": RUNTIME,
+                f"{r['includedir']}/q25tok.h": f"{RUNTIME}-dev",
+                f"{r['libdir']}/libq25tok.a": f"{RUNTIME}-staticdev",
+            },
+        )
+        == []
+    )
     assert "WARNFLAGS=-Wall -Wextra" in r["EXTRA_OEMAKE"] and "Werror" not in r["EXTRA_OEMAKE"]
     g = group["vars"]
     # for another MACHINE the packagegroup is skipped with the assets (yocto-check-layer's world)
@@ -113,9 +155,17 @@ def test_recipes_environment(case, ws):
     # the boot service: its script and unit in its own package, for every architecture
     s = regions["vars"]
     assert s["LICENSE"] == "MIT" and s["PACKAGE_ARCH"] == "all"
-    assert check_packaging(regions, {f"{s['sbindir']}/q25-regions": REGIONS,
-                                     f"{s['sysconfdir']}/init.d/q25-regions": REGIONS,
-                                     f"{s['systemd_system_unitdir']}/q25-regions.service": REGIONS}) == []
+    assert (
+        check_packaging(
+            regions,
+            {
+                f"{s['sbindir']}/q25-regions": REGIONS,
+                f"{s['sysconfdir']}/init.d/q25-regions": REGIONS,
+                f"{s['systemd_system_unitdir']}/q25-regions.service": REGIONS,
+            },
+        )
+        == []
+    )
 
 
 def test_license_checksum_by_bitbake(case, ws):
@@ -126,8 +176,9 @@ def test_license_checksum_by_bitbake(case, ws):
     bd.install(board, layer)
     r = bd.bitbake("-c", "populate_lic", ASSETS, RUNTIME, REGIONS, label=f"do_populate_lic ({board})")
     assert r.returncode == 0 and not r.errors(), r.output[-3000:]
-    assert re.search(r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded",
-                     r.output), r.output[-3000:]
+    assert re.search(
+        r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded", r.output
+    ), r.output[-3000:]
     lic = list((bd.path).glob(f"tmp*/deploy/licenses/**/{ASSETS}/MODEL-LICENSE"))
     assert lic and lic[0].read_bytes() == (layer / "recipes-q25" / ASSETS / "files" / "MODEL-LICENSE").read_bytes()
 
@@ -172,10 +223,24 @@ def test_pv_orders_by_release(tmp_path, builds, qwen25_tiny, ws):
     for model in (qwen25_tiny, other):
         for release in (1, 2, 10):
             out = tmp_path / f"{model.stem}-{release}"
-            assert main(["build", "--target", "qemu", "--model", str(model), "--out", str(out),
-                         "--layer-release", str(release)]) == 0
+            assert (
+                main(
+                    [
+                        "build",
+                        "--target",
+                        "qemu",
+                        "--model",
+                        str(model),
+                        "--out",
+                        str(out),
+                        "--layer-release",
+                        str(release),
+                    ]
+                )
+                == 0
+            )
             [bb] = (out / LAYER / "recipes-q25" / ASSETS).glob("*.bb")
-            pvs[model.stem, release] = bb.name[len(ASSETS) + 1:-3]
+            pvs[model.stem, release] = bb.name[len(ASSETS) + 1 : -3]
     for a in (qwen25_tiny.stem, other.stem):
         for b in (qwen25_tiny.stem, other.stem):
             assert vercmp_string(pvs[a, 2], pvs[b, 1]) > 0 and vercmp_string(pvs[a, 10], pvs[b, 2]) > 0
@@ -222,7 +287,9 @@ def test_broken_s_workdir_fails(tmp_path, builds, ws):
         pytest.skip("S = ${WORKDIR} is allowed on scarthgap: needs styhead or walnascar in Q25_BITBAKE_SERIES")
     layer = _broken(tmp_path, builds, "qemu", lambda t: re.sub(r"^S = .*$", 'S = "${WORKDIR}"', t, flags=re.M))
     _, r, problems = _parse_clean(ws, later[0], "declared", "broken-s", layer)
-    assert r.returncode != 0 and any("Using S = ${WORKDIR} is no longer supported" in p for p in problems), r.output[-3000:]
+    assert r.returncode != 0 and any("Using S = ${WORKDIR} is no longer supported" in p for p in problems), r.output[
+        -3000:
+    ]
 
 
 @pytest.mark.slow
@@ -235,21 +302,45 @@ def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps):
         pytest.skip("yocto-check-layer takes minutes: set Q25_YOCTO_CHECK_LAYER=1 or run tools/check_layer.sh")
     out = ws.root / f"check-layer-{board}"
     shutil.rmtree(out, ignore_errors=True)
-    assert main(["build", "--target", board, "--model", str(qwen25_tiny), "--out", str(out),
-                 "--layer-maintainer", "q25deploy test <q25deploy-test@example.org>"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                board,
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(out),
+                "--layer-maintainer",
+                "q25deploy test <q25deploy-test@example.org>",
+            ]
+        )
+        == 0
+    )
     script = ws.root / "check_layer.sh"
     shutil.copyfile(Path(__file__).resolve().parents[2] / "tools" / "check_layer.sh", script)
     ws.tree("scarthgap")
     ws.chown(out)
     ws.chown(script)
-    env = {"HOME": ws.home(), "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-           "Q25_YOCTO_SNAPSHOTS": str(snapshots()),
-           "Q25_CHECK_LAYER_WORKDIR": str(ws.root)}
+    env = {
+        "HOME": ws.home(),
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        "Q25_YOCTO_SNAPSHOTS": str(snapshots()),
+        "Q25_CHECK_LAYER_WORKDIR": str(ws.root),
+    }
     t0 = time.monotonic()
-    r = subprocess.run(ws.as_user(["bash", str(script), str(out / LAYER), "scarthgap", *([deps] if deps else [])],
-                                  env), cwd=ws.root, capture_output=True, text=True, timeout=3600, check=False)
-    ws.timings.append((f"scarthgap: yocto-check-layer ({board}{', ' + deps if deps else ''})",
-                       time.monotonic() - t0, ""))
+    r = subprocess.run(
+        ws.as_user(["bash", str(script), str(out / LAYER), "scarthgap", *([deps] if deps else [])], env),
+        cwd=ws.root,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    ws.timings.append(
+        (f"scarthgap: yocto-check-layer ({board}{', ' + deps if deps else ''})", time.monotonic() - t0, "")
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     assert "INFO: meta-q25" in r.stdout + r.stderr and "PASS" in r.stdout + r.stderr
 
@@ -272,5 +363,5 @@ def test_a_hostile_model_name_parses_as_plain_data(tmp_path, ws):
     assert r.returncode == 0 and not r.errors(), r.output[-3000:]
     ans = bd.probe([ASSETS], VARS + ["SUMMARY"], label="tinfoil probe (hostile model name)")
     summary = ans["recipes"][ASSETS]["vars"]["SUMMARY"]
-    assert summary.endswith(f'q__{{@bb.utils.mkdirhier(_{marker}_)}}__'), summary
+    assert summary.endswith(f"q__{{@bb.utils.mkdirhier(_{marker}_)}}__"), summary
     assert not marker.exists()

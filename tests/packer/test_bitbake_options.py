@@ -35,8 +35,22 @@ def swupdate_layer(tmp_path_factory, qwen25_tiny) -> Path:
     d = tmp_path_factory.mktemp("swupdate-layer")
     board = d / "kv260-swupdate.toml"
     board.write_text((TARGETS / "kv260.toml").read_text().replace("swupdate = false", "swupdate = true"))
-    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
-                 "--out", str(d / "b")]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "kv260",
+                "--target-file",
+                str(board),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(d / "b"),
+            ]
+        )
+        == 0
+    )
     layer = d / "b" / LAYER
     assert layer.joinpath(*SWU_DIR, "swupdate_%.bbappend").is_file()
     return layer
@@ -47,16 +61,19 @@ def _stand_in(ws, series: str) -> Path:
     d = ws.tree(series) / "layers" / "meta-swupdate-stand-in"
     (d / "conf").mkdir(parents=True, exist_ok=True)
     (d / "conf" / "layer.conf").write_text(
-        '# stand-in for meta-swupdate in the q25deploy tests: its collection name and recipe name only\n'
+        "# stand-in for meta-swupdate in the q25deploy tests: its collection name and recipe name only\n"
         'BBPATH .= ":${LAYERDIR}"\nBBFILES += "${LAYERDIR}/recipes-*/*/*.bb"\n'
         'BBFILE_COLLECTIONS += "swupdate"\nBBFILE_PATTERN_swupdate = "^${LAYERDIR}/"\n'
         'BBFILE_PRIORITY_swupdate = "6"\nLAYERDEPENDS_swupdate = "core"\n'
-        f'LAYERSERIES_COMPAT_swupdate = "{series}"\n')
+        f'LAYERSERIES_COMPAT_swupdate = "{series}"\n'
+    )
     recipe = d / "recipes-support" / "swupdate" / "swupdate_1.0.bb"
     recipe.parent.mkdir(parents=True, exist_ok=True)
-    recipe.write_text('SUMMARY = "stand-in for meta-swupdate\'s swupdate"\nLICENSE = "MIT"\n'
-                      'LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"\n'
-                      'INHIBIT_DEFAULT_DEPS = "1"\n')
+    recipe.write_text(
+        'SUMMARY = "stand-in for meta-swupdate\'s swupdate"\nLICENSE = "MIT"\n'
+        'LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"\n'
+        'INHIBIT_DEFAULT_DEPS = "1"\n'
+    )
     ws.chown(d)
     return d
 
@@ -100,8 +117,10 @@ def test_swupdate_append_reaches_meta_swupdate_recipe(ws, swupdate_layer):
     src = dict(ans["recipes"]["swupdate"]["src"])
     cfg = bd.layer.joinpath(*SWU_DIR, "files", "q25-handlers.cfg")
     assert src.get("file://q25-handlers.cfg") == str(cfg), src
-    assert Path(src["file://q25-handlers.cfg"]).read_bytes() == swupdate_layer.joinpath(
-        *SWU_DIR, "files", "q25-handlers.cfg").read_bytes()
+    assert (
+        Path(src["file://q25-handlers.cfg"]).read_bytes()
+        == swupdate_layer.joinpath(*SWU_DIR, "files", "q25-handlers.cfg").read_bytes()
+    )
 
 
 # -- dropbear's receive window ([ssh] dropbear_receive_window) ------------------------------
@@ -114,10 +133,27 @@ def dropbear_layer(tmp_path_factory, qwen25_tiny) -> Path:
     """kv260's layer with ``[ssh] dropbear_receive_window = 1048576``."""
     d = tmp_path_factory.mktemp("dropbear-layer")
     board = d / "kv260-window.toml"
-    board.write_text((TARGETS / "kv260.toml").read_text().replace("dropbear_receive_window = 0",
-                                                                  f"dropbear_receive_window = {WINDOW}"))
-    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
-                 "--out", str(d / "b")]) == 0
+    board.write_text(
+        (TARGETS / "kv260.toml")
+        .read_text()
+        .replace("dropbear_receive_window = 0", f"dropbear_receive_window = {WINDOW}")
+    )
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "kv260",
+                "--target-file",
+                str(board),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(d / "b"),
+            ]
+        )
+        == 0
+    )
     return d / "b" / LAYER
 
 
@@ -133,10 +169,22 @@ def test_dropbear_window_for_the_boards_machines_only(ws, dropbear_layer):
     problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
     assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
     [recipe] = (bd.tree / "openembedded-core" / "meta" / "recipes-core" / "dropbear").glob("dropbear_*.bb")
-    ans = bd.probe([], [], {"recipe": str(recipe), "file": "-", "strip": board_machines(), "vars": DROPBEAR_VARS,
-                            "cases": {"k26-smk-kv-sdt": ["zynqmp", "k26-smk-kv-sdt"],
-                                      "xilinx-k26-kv": ["zynqmp", "xilinx-k26-kv"],
-                                      "other": ["zynqmp", "zynqmp-generic"]}}, label="tinfoil probe (dropbear)")
+    ans = bd.probe(
+        [],
+        [],
+        {
+            "recipe": str(recipe),
+            "file": "-",
+            "strip": board_machines(),
+            "vars": DROPBEAR_VARS,
+            "cases": {
+                "k26-smk-kv-sdt": ["zynqmp", "k26-smk-kv-sdt"],
+                "xilinx-k26-kv": ["zynqmp", "xilinx-k26-kv"],
+                "other": ["zynqmp", "zynqmp-generic"],
+            },
+        },
+        label="tinfoil probe (dropbear)",
+    )
     assert str(bd.layer / "recipes-core" / "dropbear" / "dropbear_%.bbappend") in ans["device_tree"]["appends"]
     text = (dropbear_layer / "recipes-core" / "dropbear" / "dropbear_%.bbappend").read_text()
     for name, case in ans["device_tree"]["cases"].items():

@@ -25,10 +25,27 @@ WINDOW = 1048576
 def window_layer(tmp_path_factory, qwen25_tiny) -> Path:
     d = tmp_path_factory.mktemp("dropbear-layer")
     board = d / "kv260-window.toml"
-    board.write_text((TARGETS / "kv260.toml").read_text().replace(
-        "dropbear_receive_window = 0", f"dropbear_receive_window = {WINDOW}"))
-    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
-                 "--out", str(d / "b")]) == 0
+    board.write_text(
+        (TARGETS / "kv260.toml")
+        .read_text()
+        .replace("dropbear_receive_window = 0", f"dropbear_receive_window = {WINDOW}")
+    )
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "kv260",
+                "--target-file",
+                str(board),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(d / "b"),
+            ]
+        )
+        == 0
+    )
     return d / "b" / "meta-q25"
 
 
@@ -42,8 +59,10 @@ def test_the_bbappend_when_asked(window_layer):
     assert "@@" not in text
     # for the board's MACHINEs only, where dropbear becomes a MACHINE package
     for m in ("k26-smk-kv-sdt", "xilinx-k26-kv"):
-        assert (f"do_install:append:{m}() {{\n    q25_dropbear_receive_window ${{D}}${{sysconfdir}}/default/dropbear "
-                f"{WINDOW}\n}}") in text
+        assert (
+            f"do_install:append:{m}() {{\n    q25_dropbear_receive_window ${{D}}${{sysconfdir}}/default/dropbear "
+            f"{WINDOW}\n}}"
+        ) in text
         assert f'PACKAGE_ARCH:{m} = "${{MACHINE_ARCH}}"' in text
     assert not re.search(r"^(do_install:append|PACKAGE_ARCH)\b[^:]", text, re.M)
 
@@ -51,8 +70,9 @@ def test_the_bbappend_when_asked(window_layer):
 @pytest.mark.parametrize("release", ["scarthgap", "walnascar"])
 def test_the_bbappend_is_lint_clean(window_layer, release):
     exe = need_program("oelint-adv", "pip install '.[test]' installs oelint-adv")
-    r = subprocess.run([exe, "--quiet", "--release", release, str(window_layer.joinpath(*BBAPPEND))],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [exe, "--quiet", "--release", release, str(window_layer.joinpath(*BBAPPEND))], capture_output=True, text=True
+    )
     assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
 
 

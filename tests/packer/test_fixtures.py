@@ -34,8 +34,8 @@ def test_files_hold_the_gguf_blocks_and_gguf_py_values(tmp_path, qwen25_tiny):
     assert {e["type"] for e in index["fixtures"]} == {"F32", "Q5_0", "Q8_0", "Q4_K", "Q6_K"}
     for e in index["fixtures"]:
         n, o = e["shape"][0], e["offsets"]
-        blocks = files["blocks"][o["blocks"]: o["blocks"] + len(e["rows"]) * e["row_bytes"]]
-        assert blocks == b"".join(src[s: s + e["row_bytes"]] for s in e["row_source_offsets"])
+        blocks = files["blocks"][o["blocks"] : o["blocks"] + len(e["rows"]) * e["row_bytes"]]
+        assert blocks == b"".join(src[s : s + e["row_bytes"]] for s in e["row_source_offsets"])
         with np.errstate(all="ignore"):
             ref = dequantize(np.frombuffer(blocks, np.uint8), Q[e["type"]]).astype(np.float32).reshape(-1)
         values = np.frombuffer(files["values"], "<f4", len(e["rows"]) * n, o["values"])
@@ -50,12 +50,16 @@ def test_files_hold_the_gguf_blocks_and_gguf_py_values(tmp_path, qwen25_tiny):
 
 
 def test_two_runs_give_the_same_bytes(tmp_path, qwen25_tiny):
-    a = export(qwen25_tiny, tmp_path / "a", "--tensor", "blk.1.ffn_down.weight", "--tensor", "token_embd.weight",
-               "--rows", "3")
-    export(qwen25_tiny, tmp_path / "b", "--tensor", "blk.1.ffn_down.weight", "--tensor", "token_embd.weight",
-           "--rows", "3")
-    assert [(e["name"], len(e["rows"])) for e in a["fixtures"]] == [("blk.1.ffn_down.weight", 3),
-                                                                    ("token_embd.weight", 3)]
+    a = export(
+        qwen25_tiny, tmp_path / "a", "--tensor", "blk.1.ffn_down.weight", "--tensor", "token_embd.weight", "--rows", "3"
+    )
+    export(
+        qwen25_tiny, tmp_path / "b", "--tensor", "blk.1.ffn_down.weight", "--tensor", "token_embd.weight", "--rows", "3"
+    )
+    assert [(e["name"], len(e["rows"])) for e in a["fixtures"]] == [
+        ("blk.1.ffn_down.weight", 3),
+        ("token_embd.weight", 3),
+    ]
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
     for name in names:
@@ -82,19 +86,56 @@ def test_the_documented_testbench_recomputes_every_fixture(tmp_path, qwen25_tiny
     example = re.search(r"```c\n(.*?)```", DOC.read_text(), re.DOTALL).group(1)
     (tmp_path / "testbench.c").write_text(example)
     exe = tmp_path / "testbench"
-    subprocess.run([cc, "-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
-                    *SANITIZE_FLAGS.replace("-O1", "").split(), "-I", str(tmp_path / "fx"),
-                    "-I", str(runtime_sources()), str(tmp_path / "testbench.c"),
-                    *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-O2",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            *SANITIZE_FLAGS.replace("-O1", "").split(),
+            "-I",
+            str(tmp_path / "fx"),
+            "-I",
+            str(runtime_sources()),
+            str(tmp_path / "testbench.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     r = subprocess.run([exe], capture_output=True, text=True, check=False)
     assert (r.returncode, r.stdout) == (0, "8 tensors, 0 mismatches\n"), r.stderr
     # a flipped bit in one block is seen
     h = tmp_path / "fx" / "q25_fixtures.h"
-    h.write_text(re.sub(r"(q25fx_blocks\[\d+\] = \{\n0x)([0-9a-f]{2})",
-                        lambda m: m.group(1) + f"{int(m.group(2), 16) ^ 1:02x}", h.read_text(), count=1))
-    subprocess.run([cc, "-std=c11", "-O2", "-ffp-contract=off", "-I", str(tmp_path / "fx"), "-I",
-                    str(runtime_sources()), str(tmp_path / "testbench.c"), *map(str, runtime_library_sources()),
-                    "-o", str(exe)], check=True)
+    h.write_text(
+        re.sub(
+            r"(q25fx_blocks\[\d+\] = \{\n0x)([0-9a-f]{2})",
+            lambda m: m.group(1) + f"{int(m.group(2), 16) ^ 1:02x}",
+            h.read_text(),
+            count=1,
+        )
+    )
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-O2",
+            "-ffp-contract=off",
+            "-I",
+            str(tmp_path / "fx"),
+            "-I",
+            str(runtime_sources()),
+            str(tmp_path / "testbench.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     r = subprocess.run([exe], capture_output=True, text=True, check=False)
     assert r.returncode == 1 and r.stdout.endswith(" mismatches\n") and "0 mismatches" not in r.stdout
 

@@ -41,8 +41,9 @@ def test_oelint_adv_finds_nothing(layers, target, release):
     exe = need_program("oelint-adv", "pip install '.[test]' installs oelint-adv")
     files = recipe_files(layers[target] / LAYER)
     assert len(files) >= 4
-    r = subprocess.run([exe, "--quiet", "--release", release, *map(str, files)], capture_output=True, text=True,
-                       check=False)
+    r = subprocess.run(
+        [exe, "--quiet", "--release", release, *map(str, files)], capture_output=True, text=True, check=False
+    )
     assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
     for f in files:  # every inline suppression says why
         for line in f.read_text().splitlines():
@@ -61,9 +62,14 @@ def test_src_uri_files_exist_and_license_checksums_match(layers, target):
     layer = layers[target] / LAYER
     for bb in layer.rglob("*.bb*"):
         text = bb.read_text()
-        srcs = re.findall(r"file://([^\s;\"]+)", "\n".join(
-            line for line in text.splitlines() if line.lstrip().startswith(("SRC_URI", "file://"))
-            or "file://" in line and "SRC_URI" in text))
+        srcs = re.findall(
+            r"file://([^\s;\"]+)",
+            "\n".join(
+                line
+                for line in text.splitlines()
+                if line.lstrip().startswith(("SRC_URI", "file://")) or "file://" in line and "SRC_URI" in text
+            ),
+        )
         for rel in srcs:
             if rel in ("${THISDIR}/files:",):
                 continue
@@ -107,7 +113,7 @@ def test_model_assets_recipe(layers):
     d = layers["kv260"]
     recipes = list((d / LAYER / "recipes-q25" / "q25-model-assets").glob("q25-model-assets_*.bb"))
     assert len(recipes) == 1
-    pv = recipes[0].name[len("q25-model-assets_"):-3]
+    pv = recipes[0].name[len("q25-model-assets_") : -3]
     assert re.fullmatch(r"1\.0\+q25\.[0-9a-f]{12}", pv)
     text = recipes[0].read_text()
     assert "inherit allarch" not in text and 'LICENSE = "Apache-2.0"' in text
@@ -121,9 +127,11 @@ def test_model_assets_recipe(layers):
     part = files / "region_00.bin"
     assert part.stat().st_ino == (d / "partitions" / "region_00.bin").stat().st_ino  # weights stored once
     manifest = json.loads((files / "assets_manifest.json").read_text())
-    assert {e["path"] for e in manifest["files"]} >= {"/lib/firmware/q25/tokenizer.q25tokrt",
-                                                      "/lib/firmware/q25/partitions/region_00.bin",
-                                                      "/lib/firmware/q25/partition_map.json"}
+    assert {e["path"] for e in manifest["files"]} >= {
+        "/lib/firmware/q25/tokenizer.q25tokrt",
+        "/lib/firmware/q25/partitions/region_00.bin",
+        "/lib/firmware/q25/partition_map.json",
+    }
     for e in manifest["files"]:
         name = Path(e["path"]).name
         assert hashlib.sha256((files / name).read_bytes()).hexdigest() == e["sha256"]
@@ -131,7 +139,8 @@ def test_model_assets_recipe(layers):
     # the memory-map header: ${includedir} only (the -dev package), not the install dir
     assert not any(e["path"].endswith("q25_memory_map.h") for e in manifest["files"])
     assert re.findall(r"install .*q25_memory_map\.h.*", text) == [
-        "install -m 0644 ${S}/q25_memory_map.h ${D}${includedir}/q25_memory_map.h"]
+        "install -m 0644 ${S}/q25_memory_map.h ${D}${includedir}/q25_memory_map.h"
+    ]
 
 
 def test_the_recipe_installs_the_release_in_its_one_mode(layers):
@@ -162,8 +171,24 @@ def test_layer_release_and_maintainer(tmp_path, layers, qwen25_tiny):
     BitBake's own vercmp); --layer-maintainer into the README, which always says where
     patches go (yocto-check-layer's test_readme)."""
     out = tmp_path / "r12"
-    assert main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(out), "--layer-release", "12",
-                 "--layer-maintainer", "Ada Board <ada@example.org>"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "qemu",
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(out),
+                "--layer-release",
+                "12",
+                "--layer-maintainer",
+                "Ada Board <ada@example.org>",
+            ]
+        )
+        == 0
+    )
     [bb] = (out / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb")
     [old] = (layers["qemu"] / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb")
     assert bb.name.startswith("q25-model-assets_1.12+q25.") and old.name.startswith("q25-model-assets_1.0+q25.")
@@ -195,8 +220,24 @@ def test_license_comes_from_ollama_or_is_refused(tmp_path, capsys, qwen25_tiny, 
     assert err.count("\n") == 1 and "names no licence" in err and not (tmp_path / "b").exists()
     text = tmp_path / "LICENSE.txt"
     text.write_text("Custom research licence\n")
-    assert main(["build", "--target", "zcu104", "--model", str(nolic), "--out", str(tmp_path / "b"),
-                 "--model-license", "qwen-research", "--model-license-file", str(text)]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "zcu104",
+                "--model",
+                str(nolic),
+                "--out",
+                str(tmp_path / "b"),
+                "--model-license",
+                "qwen-research",
+                "--model-license-file",
+                str(text),
+            ]
+        )
+        == 0
+    )
     bb = next((tmp_path / "b" / LAYER).rglob("q25-model-assets_*.bb")).read_text()
     assert 'LICENSE = "qwen-research"' in bb and 'NO_GENERIC_LICENSE[qwen-research] = "MODEL-LICENSE"' in bb
 
@@ -217,9 +258,17 @@ def test_runtime_built_as_the_recipe_does_runs_under_qemu(layers, tmp_path):
         S.mkdir(exist_ok=True)
         (S / rel).write_bytes((recipe_dir / "files" / rel).read_bytes())
     D = tmp_path / "image"
-    env = {"CC": "aarch64-linux-gnu-gcc -mcpu=cortex-a53", "AR": "aarch64-linux-gnu-ar",
-           "CFLAGS": "-O2 -pipe -g -feliminate-unused-debug-types", "LDFLAGS": "-Wl,-O1 -Wl,--hash-style=gnu -Wl,--as-needed",
-           "prefix": "/usr", "bindir": "/usr/bin", "libdir": "/usr/lib", "includedir": "/usr/include", "D": str(D)}
+    env = {
+        "CC": "aarch64-linux-gnu-gcc -mcpu=cortex-a53",
+        "AR": "aarch64-linux-gnu-ar",
+        "CFLAGS": "-O2 -pipe -g -feliminate-unused-debug-types",
+        "LDFLAGS": "-Wl,-O1 -Wl,--hash-style=gnu -Wl,--as-needed",
+        "prefix": "/usr",
+        "bindir": "/usr/bin",
+        "libdir": "/usr/lib",
+        "includedir": "/usr/include",
+        "D": str(D),
+    }
     oemake = shlex.split(_oe_expand(_var(text, "EXTRA_OEMAKE"), env))
     for task in ("do_compile", "do_install"):
         body = re.search(rf"^{task}\(\) \{{\n(.*?)^\}}", text, re.S | re.M).group(1)
@@ -231,8 +280,12 @@ def test_runtime_built_as_the_recipe_does_runs_under_qemu(layers, tmp_path):
     assert (D / "usr" / "lib" / "libq25tok.a").is_file() and (D / "usr" / "include" / "q25tok.h").is_file()
     assert int.from_bytes(q25tok.read_bytes()[18:20], "little") == 183  # aarch64
     image = layers["kv260"] / LAYER / "recipes-q25" / "q25-model-assets" / "files" / "tokenizer.q25tokrt"
-    r = subprocess.run([qemu, "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu", str(q25tok), "encode", str(image)],
-                       input=b"Hello world", capture_output=True, check=True)
+    r = subprocess.run(
+        [qemu, "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu", str(q25tok), "encode", str(image)],
+        input=b"Hello world",
+        capture_output=True,
+        check=True,
+    )
     assert r.stdout == b"9707 1879\n"
 
 
@@ -242,12 +295,26 @@ def test_oeqa_smoke_case_holds_the_host_ids(layers, qwen25_codec):
     case_mod = types.ModuleType("oeqa.runtime.case")
     case_mod.OERuntimeTestCase = type("OERuntimeTestCase", (), {})
     pkg_mod = types.ModuleType("oeqa.runtime.decorator.package")
-    pkg_mod.OEHasPackage = lambda names: (lambda f: f)
-    saved = {k: sys.modules.get(k) for k in ("oeqa", "oeqa.runtime", "oeqa.runtime.case", "oeqa.runtime.decorator",
-                                             "oeqa.runtime.decorator.package")}
-    sys.modules.update({"oeqa": types.ModuleType("oeqa"), "oeqa.runtime": types.ModuleType("oeqa.runtime"),
-                        "oeqa.runtime.case": case_mod, "oeqa.runtime.decorator": types.ModuleType("x"),
-                        "oeqa.runtime.decorator.package": pkg_mod})
+    pkg_mod.OEHasPackage = lambda names: lambda f: f
+    saved = {
+        k: sys.modules.get(k)
+        for k in (
+            "oeqa",
+            "oeqa.runtime",
+            "oeqa.runtime.case",
+            "oeqa.runtime.decorator",
+            "oeqa.runtime.decorator.package",
+        )
+    }
+    sys.modules.update(
+        {
+            "oeqa": types.ModuleType("oeqa"),
+            "oeqa.runtime": types.ModuleType("oeqa.runtime"),
+            "oeqa.runtime.case": case_mod,
+            "oeqa.runtime.decorator": types.ModuleType("x"),
+            "oeqa.runtime.decorator.package": pkg_mod,
+        }
+    )
     try:
         ns: dict = {}
         exec(compile(path.read_text(), str(path), "exec"), ns)

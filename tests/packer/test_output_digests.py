@@ -26,8 +26,13 @@ def test_outputs_match_the_recorded_listing(qwen25_tiny, tmp_path):
     model_line = f"{hashlib.sha256(qwen25_tiny.read_bytes()).hexdigest()}  model: qwen25-tiny.gguf\n"
     # the builds record the model's path as given: a relative one keeps build.json the same
     shutil.copyfile(qwen25_tiny, tmp_path / "qwen25-tiny.gguf")
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "output_digests.py"), "qwen25-tiny.gguf", "."],
-                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "output_digests.py"), "qwen25-tiny.gguf", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     listing = model_line + run.stdout
     if os.environ.get("Q25_RECORD_OUTPUT_DIGESTS"):
         LISTING.write_text(listing)

@@ -30,9 +30,11 @@ def _snapshot(d):
 def test_out_onto_a_foreign_directory_is_refused_with_its_files_intact(tmp_path, capsys, qwen25_tiny, command):
     d = _foreign(tmp_path)
     before = _snapshot(d)
-    argv = {"build": ["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(d)],
-            "export-tokenizer": ["export", "tokenizer", str(qwen25_tiny), "--out", str(d)],
-            "export-tensors": ["export", "tensors", str(qwen25_tiny), "--out", str(d)]}[command]
+    argv = {
+        "build": ["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(d)],
+        "export-tokenizer": ["export", "tokenizer", str(qwen25_tiny), "--out", str(d)],
+        "export-tensors": ["export", "tensors", str(qwen25_tiny), "--out", str(d)],
+    }[command]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "did not write" in err and "refusing" in err and len(err.strip().splitlines()) == 1
@@ -80,8 +82,14 @@ def test_an_empty_directory_and_a_legacy_output_are_replaced(tmp_path):
     legacy = tmp_path / "legacy"  # a 0.1.0 build: no "output" in its manifest
     legacy.mkdir()
     (legacy / "build.json").write_text("{}")
-    (legacy / "manifest.json").write_text(json.dumps({"format": "q25deploy-manifest/1", "artifacts": [
-        {"path": "build.json", "kind": "build-info", "size": 2, "sha256": "0" * 64}]}))
+    (legacy / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": "q25deploy-manifest/1",
+                "artifacts": [{"path": "build.json", "kind": "build-info", "size": 2, "sha256": "0" * 64}],
+            }
+        )
+    )
     with OutputDir(legacy, "build") as o:
         o.write("build.json", b"{}\n", "build-info")
     assert json.loads((legacy / "manifest.json").read_text())["output"] == "build"

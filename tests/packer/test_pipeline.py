@@ -17,8 +17,11 @@ from q25deploy.resources import data_dir
 
 
 def tree(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".q25deploy-stamp.json"}
+    return {
+        str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and p.name != ".q25deploy-stamp.json"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +46,8 @@ def test_build_writes_the_whole_set(built, target, qwen25_tiny):
     src = qwen25_tiny.read_bytes()
     parts = {r["index"]: (d / r["file"]).read_bytes() for r in pmap["regions"]}
     for t in pmap["tensors"]:
-        got = parts[t["region"]][t["offset"]: t["offset"] + t["bytes"]]
-        assert got == src[t["source_offset"]: t["source_offset"] + t["bytes"]]
+        got = parts[t["region"]][t["offset"] : t["offset"] + t["bytes"]]
+        assert got == src[t["source_offset"] : t["source_offset"] + t["bytes"]]
         assert hashlib.sha256(got).hexdigest() == t["sha256"]
         region = pmap["regions"][t["region"]]
         assert t["address"] == region["base"] + t["offset"]
@@ -87,8 +90,23 @@ def test_every_file_is_reproducible_across_processes_and_caches(tmp_path, qwen25
     trees = []
     for i, seed in enumerate(("1", "4242")):
         env = {**os.environ, "PYTHONHASHSEED": seed, "XDG_CACHE_HOME": str(tmp_path / f"cache{i}")}
-        subprocess.run([sys.executable, "-m", "q25deploy", "build", "--target", target, "--model", str(qwen25_tiny),
-                        "--out", str(tmp_path / f"out{i}")], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "q25deploy",
+                "build",
+                "--target",
+                target,
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(tmp_path / f"out{i}"),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         trees.append(tree(tmp_path / f"out{i}"))
         assert (tmp_path / f"cache{i}" / "q25deploy" / "tokenizer").is_dir()  # built, not taken from a cache
     assert "build.json" in trees[0] and "manifest.json" in trees[0]
@@ -106,8 +124,12 @@ def test_unchanged_rebuild_does_nothing_and_changed_board_relinks(tmp_path, qwen
     # hard links to the previous files, not rewrites
     board = tmp_path / "kv260.toml"
     board.write_text((data_dir("targets") / "kv260.toml").read_text().replace("port = 22", "port = 2200"))
-    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny), "--out", str(out)]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("built")
     assert (out / "partitions" / "region_00.bin").stat().st_ino == inode
     # the build directory and its layer hold the only links: the old directory is gone
@@ -142,8 +164,9 @@ def _one_line(err: str) -> None:
 
 def test_fit_error(tmp_path, capsys, qwen25_tiny):
     board = tmp_path / "small.toml"
-    board.write_text((data_dir("targets") / "zcu104.toml").read_text().replace("max_model_share = 0.5",
-                                                                               "max_model_share = 0.001"))
+    board.write_text(
+        (data_dir("targets") / "zcu104.toml").read_text().replace("max_model_share = 0.5", "max_model_share = 0.001")
+    )
     out = tmp_path / "out"
     assert main(["build", "--target-file", str(board), "--model", str(qwen25_tiny), "--out", str(out)]) == 10
     err = capsys.readouterr().err
@@ -165,27 +188,41 @@ def test_unknown_target_and_bad_board_file(tmp_path, capsys):
 
 def _hostile(tmp_path, qwen25_tiny):
     data = qwen25_tiny.read_bytes()
-    with_bad_name = gguf([kv_str("general.architecture", "qwen2")], [tensor_info("../../etc/passwd", (8,), 0, 0)],
-                         bytes(32))
+    with_bad_name = gguf(
+        [kv_str("general.architecture", "qwen2")], [tensor_info("../../etc/passwd", (8,), 0, 0)], bytes(32)
+    )
     return {
         "truncated-header": data[:3000],
         "truncated-metadata": data[: len(data) // 2],
         "truncated-data": data[:-1000],
         "absurd-count": data[:8] + (1 << 60).to_bytes(8, "little") + data[16:],
         "unknown-type": gguf([kv_str("general.architecture", "qwen2")], [tensor_info("w", (8,), 99, 0)], bytes(64)),
-        "out-of-range": gguf([kv_str("general.architecture", "qwen2")], [tensor_info("w", (8,), 0, 1 << 40)],
-                             bytes(64)),
+        "out-of-range": gguf(
+            [kv_str("general.architecture", "qwen2")], [tensor_info("w", (8,), 0, 1 << 40)], bytes(64)
+        ),
         "path-traversal": with_bad_name,
     }
 
 
-@pytest.mark.parametrize("case", ["truncated-header", "truncated-metadata", "truncated-data", "absurd-count",
-                                  "unknown-type", "out-of-range", "path-traversal"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated-header",
+        "truncated-metadata",
+        "truncated-data",
+        "absurd-count",
+        "unknown-type",
+        "out-of-range",
+        "path-traversal",
+    ],
+)
 def test_hostile_models_leave_no_output(tmp_path, capsys, qwen25_tiny, case):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(_hostile(tmp_path, qwen25_tiny)[case])
-    for argv in (["build", "--target", "kv260", "--model", str(bad), "--out", str(tmp_path / "out")],
-                 ["export", "tensors", str(bad), "--out", str(tmp_path / "out")]):
+    for argv in (
+        ["build", "--target", "kv260", "--model", str(bad), "--out", str(tmp_path / "out")],
+        ["export", "tensors", str(bad), "--out", str(tmp_path / "out")],
+    ):
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 4, err
@@ -222,7 +259,9 @@ def test_tokenizer_assets_come_from_the_content_cache(tmp_path, qwen25_tiny, cap
     (entries[0] / "tokenizer.q25tokrt").unlink()  # a damaged entry is rebuilt, never used
     shutil.rmtree(b)
     assert main(["build", "--target", "zcu104", "--model", str(qwen25_tiny), "--out", str(b)]) == 0
-    assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (a / "tokenizer" / "tokenizer.q25tokrt").read_bytes()
+    assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (
+        a / "tokenizer" / "tokenizer.q25tokrt"
+    ).read_bytes()
 
 
 def test_a_flipped_byte_in_the_tokenizer_cache_is_never_handed_out(tmp_path, qwen25_tiny, monkeypatch):
@@ -235,7 +274,9 @@ def test_a_flipped_byte_in_the_tokenizer_cache_is_never_handed_out(tmp_path, qwe
     data[len(data) // 2] ^= 0x01  # same size, one bit off: only the digest can tell
     image.write_bytes(bytes(data))
     assert main(["build", "--target", "zcu104", "--model", str(qwen25_tiny), "--out", str(b)]) == 0
-    assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (a / "tokenizer" / "tokenizer.q25tokrt").read_bytes()
+    assert (b / "tokenizer" / "tokenizer.q25tokrt").read_bytes() == (
+        a / "tokenizer" / "tokenizer.q25tokrt"
+    ).read_bytes()
     index = json.loads((entry / "assets.json").read_text())  # rebuilt and stored again, with digests
     assert all(len(x["sha256"]) == 64 for x in index) and image.read_bytes() != bytes(data)
 
@@ -251,13 +292,16 @@ def test_a_tampered_previous_build_is_never_followed_out_of_its_directory(tmp_pa
     part = next(a for a in manifest["artifacts"] if a["path"].startswith("partitions/"))
     (out / part["path"]).unlink()
     (out / part["path"]).symlink_to(secret)  # looks like the partition, is something else
-    manifest["artifacts"].append({"path": "tokenizer/../../secret.txt", "kind": "x", "size": 9,
-                                  "sha256": "0" * 64})
+    manifest["artifacts"].append({"path": "tokenizer/../../secret.txt", "kind": "x", "size": 9, "sha256": "0" * 64})
     (out / "manifest.json").write_text(json.dumps(manifest))
     board = tmp_path / "kv260-port.toml"  # a changed input: a rebuild that reuses what it may
     board.write_text((data_dir("targets") / "kv260.toml").read_text().replace("port = 22", "port = 2222"))
-    assert main(["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["build", "--target", "kv260", "--target-file", str(board), "--model", str(qwen25_tiny), "--out", str(out)]
+        )
+        == 0
+    )
     assert secret.read_text() == "not yours" and secret.stat().st_nlink == 1
     assert not (out / part["path"]).is_symlink()
     new = json.loads((out / "manifest.json").read_text())

@@ -79,7 +79,13 @@ def test_installed_package_carries_the_sources(tmp_path):
     exe = shutil.which("q25deploy")
     if exe is None:
         need_program("q25deploy", "pip install . puts the console script on PATH")
-    r = subprocess.run([exe, "runtime", "build", "--out", "rt"], cwd=tmp_path, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": ""}, check=False)
+    r = subprocess.run(
+        [exe, "runtime", "build", "--out", "rt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "rt" / "q25tok").is_file()

@@ -35,18 +35,31 @@ size = 0x4000000
 
 
 def pmap(**region) -> dict:
-    r = {"index": 0, "node": "q25-region0@13f800000", "base": 0x13F800000, "size": 0x800000, "used": 0x1000,
-         "file": "partitions/region_00.bin", "sha256": "0" * 64, **region}
+    r = {
+        "index": 0,
+        "node": "q25-region0@13f800000",
+        "base": 0x13F800000,
+        "size": 0x800000,
+        "used": 0x1000,
+        "file": "partitions/region_00.bin",
+        "sha256": "0" * 64,
+        **region,
+    }
     return {"target": "qemu", "model": {"sha256": "1" * 64}, "regions": [r]}
 
 
 def test_names_that_would_break_the_script_are_refused():
     text = uboot_script(pmap(), "/lib/firmware/q25")
-    assert "load ${q25_dev} ${q25_at} ${q25_dir}/region_00.bin && test \"${filesize}\" = \"1000\"" in text
+    assert 'load ${q25_dev} ${q25_at} ${q25_dir}/region_00.bin && test "${filesize}" = "1000"' in text
     assert "mw.b 0x13f801000 0 0x7ff000" in text and "setenv q25_dir /lib/firmware/q25/current/partitions" in text
     assert "mw.b" not in uboot_script(pmap(used=0x800000), "/lib/firmware/q25")  # a full region: no tail
-    for bad in ({"file": "partitions/a b.bin"}, {"file": "partitions/x;reset"}, {"node": "q25 region@0"},
-                {"node": "q25-region0@${x}"}, {"used": 0x900000}):
+    for bad in (
+        {"file": "partitions/a b.bin"},
+        {"file": "partitions/x;reset"},
+        {"node": "q25 region@0"},
+        {"node": "q25-region0@${x}"},
+        {"used": 0x900000},
+    ):
         with pytest.raises(Q25Error):
             uboot_script(pmap(**bad), "/lib/firmware/q25")
     for bad in ("/opt/my q25", "/opt/$(reset)", "relative/dir", "/opt/../etc"):
@@ -58,8 +71,11 @@ def test_mkimage_compiles_the_builds_script(builds, tmp_path):
     mkimage = need_program("mkimage", "Debian: u-boot-tools")
     for target in ("kv260", "zcu104", "qemu"):
         src = builds[target] / "uboot" / "q25-regions.cmd"
-        r = subprocess.run([mkimage, "-A", "arm64", "-T", "script", "-C", "none", "-d", str(src),
-                            str(tmp_path / f"{target}.scr")], capture_output=True, text=True)
+        r = subprocess.run(
+            [mkimage, "-A", "arm64", "-T", "script", "-C", "none", "-d", str(src), str(tmp_path / f"{target}.scr")],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0 and "Script" in r.stdout, r.stderr
         assert (tmp_path / f"{target}.scr").read_bytes().endswith(src.read_bytes())
 
@@ -69,14 +85,40 @@ class UBootConsole:
 
     def __init__(self, disk: Path) -> None:
         self.p = subprocess.Popen(
-            ["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a53", "-m", "4G", "-smp", "1",
-             "-display", "none", "-monitor", "none", "-serial", "stdio", "-nic", "none", "-bios", str(UBOOT),
-             "-drive", f"file={disk},format=raw,if=none,id=hd0", "-device", "virtio-blk-device,drive=hd0"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            [
+                "qemu-system-aarch64",
+                "-machine",
+                "virt",
+                "-cpu",
+                "cortex-a53",
+                "-m",
+                "4G",
+                "-smp",
+                "1",
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-serial",
+                "stdio",
+                "-nic",
+                "none",
+                "-bios",
+                str(UBOOT),
+                "-drive",
+                f"file={disk},format=raw,if=none,id=hd0",
+                "-device",
+                "virtio-blk-device,drive=hd0",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         self.out: queue.Queue[bytes] = queue.Queue()
         self.seen = ""
-        threading.Thread(target=lambda: [self.out.put(b) for b in iter(lambda: self.p.stdout.read1(4096), b"")],
-                         daemon=True).start()
+        threading.Thread(
+            target=lambda: [self.out.put(b) for b in iter(lambda: self.p.stdout.read1(4096), b"")], daemon=True
+        ).start()
 
     def expect(self, pattern: str, timeout: float = 60.0, start: int = 0) -> re.Match:
         """Wait until the console output after ``start`` matches ``pattern``."""
@@ -110,9 +152,22 @@ def boot_disk(build: Path, tmp_path: Path) -> Path:
     shutil.copytree(build / "partitions", release / "partitions")
     (root / "lib/firmware/q25/current").symlink_to("releases/r1")
     (root / "boot").mkdir()
-    subprocess.run(["mkimage", "-A", "arm64", "-T", "script", "-C", "none", "-d",
-                    str(build / "uboot" / "q25-regions.cmd"), str(root / "boot" / "q25-regions.scr")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "mkimage",
+            "-A",
+            "arm64",
+            "-T",
+            "script",
+            "-C",
+            "none",
+            "-d",
+            str(build / "uboot" / "q25-regions.cmd"),
+            str(root / "boot" / "q25-regions.scr"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     disk = tmp_path / "disk.img"
     with open(disk, "wb") as f:
         f.truncate(64 << 20)
@@ -127,10 +182,26 @@ def test_u_boot_loads_every_region(qwen25_tiny, tmp_path, reserve_uboot):
     need_program("mkfs.ext4", "Debian: e2fsprogs")
     need(UBOOT.is_file(), "U-Boot for QEMU arm64", "Debian: u-boot-qemu")
     board_file = tmp_path / "qemu.toml"
-    board_file.write_text((data_dir("targets") / "qemu.toml").read_text() + (UBOOT_RESERVATION if reserve_uboot else ""))
+    board_file.write_text(
+        (data_dir("targets") / "qemu.toml").read_text() + (UBOOT_RESERVATION if reserve_uboot else "")
+    )
     build = tmp_path / "build"
-    assert main(["build", "--target", "qemu", "--target-file", str(board_file), "--model", str(qwen25_tiny),
-                 "--out", str(build)]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "qemu",
+                "--target-file",
+                str(board_file),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(build),
+            ]
+        )
+        == 0
+    )
     regions = json.loads((build / "partition_map.json").read_text())["regions"]
     uboot = UBootConsole(boot_disk(build, tmp_path))
     try:
@@ -147,7 +218,9 @@ def test_u_boot_loads_every_region(qwen25_tiny, tmp_path, reserve_uboot):
         assert not re.search(r"\b(dcache|icache)\b", (build / "uboot" / "q25-regions.cmd").read_text())
         uboot.run("virtio scan")
         uboot.run("setenv q25_dev virtio 0")
-        out = uboot.run("load virtio 0 ${scriptaddr} /boot/q25-regions.scr && source ${scriptaddr} && echo ok=${q25_ok}")
+        out = uboot.run(
+            "load virtio 0 ${scriptaddr} /boot/q25-regions.scr && source ${scriptaddr} && echo ok=${q25_ok}"
+        )
         if not reserve_uboot:  # the planned region is where U-Boot lives: refused, reported
             assert "would overwrite reserved memory" in out and "FAILED" in out and "ok=0" in out, out
             return

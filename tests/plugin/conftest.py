@@ -20,8 +20,23 @@ def plugin_site(tmp_path_factory) -> Path:
     """ultra96 (a board with a command), broken (fails to import), badcmd (broken commands)."""
     site = tmp_path_factory.mktemp("site")
     for name in ("ultra96", "broken", "badcmd"):
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                        "--target", str(site), str(PLUGINS / name)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--target",
+                str(site),
+                str(PLUGINS / name),
+            ],
+            check=True,
+            capture_output=True,
+        )
     return site
 
 

@@ -36,10 +36,16 @@ def test_help_lists_plugin_commands_and_reports_the_broken_ones(q25_site):
 def test_an_out_of_tree_plugin_command_runs(q25_site):
     r = q25_site("ultra96-info", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"plugin": "ultra96", "target": "ultra96",
-                                    "banks": [{"bank": "lpddr4", "base": 0, "size": 0x80000000}]}
+    assert json.loads(r.stdout) == {
+        "plugin": "ultra96",
+        "target": "ultra96",
+        "banks": [{"bank": "lpddr4", "base": 0, "size": 0x80000000}],
+    }
     r = q25_site("ultra96-info", "--bank", "hbm")  # the plugin's own user error: one line, exit 2
-    assert r.returncode == 2 and r.stderr.splitlines()[-1] == "q25deploy: error: no DDR bank 'hbm' on ultra96 (banks: lpddr4)"
+    assert (
+        r.returncode == 2
+        and r.stderr.splitlines()[-1] == "q25deploy: error: no DDR bank 'hbm' on ultra96 (banks: lpddr4)"
+    )
     r = q25_site("ultra96-info", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: q25deploy ultra96-info") and "--bank NAME" in r.stdout
 
@@ -47,8 +53,10 @@ def test_an_out_of_tree_plugin_command_runs(q25_site):
 def test_a_plugin_command_that_crashes_is_named_without_a_traceback(q25_site):
     r = q25_site("badcmd-run")
     assert r.returncode == 70
-    assert r.stderr.splitlines()[-1] == ("q25deploy: plugin 'badcmd' failed in 'badcmd-run': RuntimeError: the vendor's "
-                                         "tool is not installed (set Q25DEPLOY_DEBUG=1 for a traceback)")
+    assert r.stderr.splitlines()[-1] == (
+        "q25deploy: plugin 'badcmd' failed in 'badcmd-run': RuntimeError: the vendor's "
+        "tool is not installed (set Q25DEPLOY_DEBUG=1 for a traceback)"
+    )
     assert "Traceback" not in r.stderr
     r = q25_site("badcmd-args")  # left out: argparse's usage error lists what there is
     assert r.returncode == 2 and "invalid choice: 'badcmd-args'" in r.stderr and "ultra96-info" in r.stderr
@@ -85,5 +93,9 @@ def test_collect_commands_isolates_each_plugin():
     # plugins are asked in pluggy's call order (the last registered first), as for targets
     assert [(plugin, spec.name) for plugin, spec in got] == [("b", "shared"), ("b", "b-one"), ("a", "a-one")]
     assert sorted((f.plugin, f.error.split(":")[0]) for f in failures) == [
-        ("a", "command 'shared' is already provided by 'b'"), ("c", "TypeError"), ("d", "ValueError"),
-        ("e", "ZeroDivisionError"), ("f", "command 'deploy' is already provided by the core")]
+        ("a", "command 'shared' is already provided by 'b'"),
+        ("c", "TypeError"),
+        ("d", "ValueError"),
+        ("e", "ZeroDivisionError"),
+        ("f", "command 'deploy' is already provided by the core"),
+    ]

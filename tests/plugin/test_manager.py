@@ -44,10 +44,12 @@ def test_plugin_override_applies_to_its_own_target_only():
     zc = resolve_target(pm, failures, "zcu104")
     from q25deploy.board.plan import plan_memory
 
-    assert "xmutil" in pm.hook.q25deploy_reserved_memory_dtsi(target="kv260", board=kv.board,
-                                                              plan=plan_memory([], kv.board))
-    assert "xmutil" not in pm.hook.q25deploy_reserved_memory_dtsi(target="zcu104", board=zc.board,
-                                                                  plan=plan_memory([], zc.board))
+    assert "xmutil" in pm.hook.q25deploy_reserved_memory_dtsi(
+        target="kv260", board=kv.board, plan=plan_memory([], kv.board)
+    )
+    assert "xmutil" not in pm.hook.q25deploy_reserved_memory_dtsi(
+        target="zcu104", board=zc.board, plan=plan_memory([], zc.board)
+    )
 
 
 def test_targets_lists_the_out_of_tree_plugin_and_survives_a_broken_one(q25_site):

@@ -69,8 +69,19 @@ def encode_files(exe: list, image: Path, texts: list[bytes], tmp: Path, special:
 def random_inputs(seed: int, n: int) -> list[bytes]:
     """Mixed scripts, whitespace, special-token text and invalid UTF-8, reproducibly."""
     rng = random.Random(seed)
-    alphabet = ("abc XYZ 0123 '\"!?.,;:-_/\\()[]{}<>|\t\n\r\u00a0\u3000\v\f" "éñüßçåøĳ" "абвгдЁж" "αβγ" "مرحبا"
-                "नमस्ते" "สวัสดี" "你好世界日本語한국" "①½Ⅻ٣" "\u0301\u0308\u200d" "😀👩‍💻🇯🇵")
+    alphabet = (
+        "abc XYZ 0123 '\"!?.,;:-_/\\()[]{}<>|\t\n\r\u00a0\u3000\v\f"
+        "éñüßçåøĳ"
+        "абвгдЁж"
+        "αβγ"
+        "مرحبا"
+        "नमस्ते"
+        "สวัสดี"
+        "你好世界日本語한국"
+        "①½Ⅻ٣"
+        "\u0301\u0308\u200d"
+        "😀👩‍💻🇯🇵"
+    )
     pieces = ["<|im_start|>", "<|im_end|>", "<tool_call>", "[PAD151650]", "<|fim_prefix|>", "</s>", "'re", "'LL"]
     out = []
     for _ in range(n):
@@ -117,8 +128,9 @@ def test_aarch64_build_under_qemu_gives_the_host_ids(arm_q25tok, san_q25tok, ima
     qemu = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
     texts = CORPUS + random_inputs(9, 40)
     for special in (False, True):
-        assert encode_files(qemu, images["qwen25"], texts, tmp_path, special) == \
-            encode_files([san_q25tok], images["qwen25"], texts, tmp_path, special)
+        assert encode_files(qemu, images["qwen25"], texts, tmp_path, special) == encode_files(
+            [san_q25tok], images["qwen25"], texts, tmp_path, special
+        )
     r = run([*qemu, "info", images["qwen25"]], env=os.environ)
     assert r.returncode == 0 and b"crc         ok" in r.stdout
     header = arm_q25tok.read_bytes()[:20]
@@ -155,9 +167,23 @@ def test_c_api_checks_under_sanitizers(tmp_path, images):
     cc = need_program("cc", "Debian: gcc")
     src = runtime_sources()
     exe = tmp_path / "api_test"
-    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", *SANITIZE_FLAGS.split(), "-I", str(src),
-                    str(HERE / "api_test.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
-                   check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            *SANITIZE_FLAGS.split(),
+            "-I",
+            str(src),
+            str(HERE / "api_test.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     for image in (HERE / "fuzz" / "mini.q25tokrt", images["qwen25"]):
         r = run([exe, image])
         assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
@@ -172,8 +198,23 @@ def test_c_api_checks_on_a_32_bit_build(tmp_path):
     need_program("qemu-arm", "Debian: qemu-user")
     src = runtime_sources()
     exe = tmp_path / "api_test32"
-    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I", str(src),
-                    str(HERE / "api_test.c"), *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O2",
+            "-I",
+            str(src),
+            str(HERE / "api_test.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     # the mini image only: the 40 MB case is slow under emulation, and the full image's
     # API checks run natively in test_c_api_checks_under_sanitizers
     r = run(["qemu-arm", "-L", "/usr/arm-linux-gnueabihf", exe, HERE / "fuzz" / "mini.q25tokrt"], env=os.environ)
@@ -185,17 +226,44 @@ def test_fuzz_harness_finds_nothing(tmp_path):
     clang = need_program("clang", "Debian: clang (libFuzzer)")
     src = runtime_sources()
     exe = tmp_path / "q25tok_fuzz"
-    subprocess.run([clang, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
-                    "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-I", str(src),
-                    str(HERE / "fuzz" / "q25tok_fuzz.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
-                   check=True)
+    subprocess.run(
+        [
+            clang,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-O1",
+            "-fsanitize=fuzzer,address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+            str(src),
+            str(HERE / "fuzz" / "q25tok_fuzz.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     work = tmp_path / "corpus"
     shutil.copytree(HERE / "fuzz" / "corpus", work)
     seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
-    r = subprocess.run([str(exe), f"-max_total_time={seconds}", "-rss_limit_mb=2048", "-timeout=10",
-                        f"-artifact_prefix={tmp_path}/", str(work)],
-                       env={**os.environ, "Q25_FUZZ_IMAGE": str(HERE / "fuzz" / "mini.q25tokrt")},
-                       capture_output=True, text=True, timeout=seconds + 120, check=False)
+    r = subprocess.run(
+        [
+            str(exe),
+            f"-max_total_time={seconds}",
+            "-rss_limit_mb=2048",
+            "-timeout=10",
+            f"-artifact_prefix={tmp_path}/",
+            str(work),
+        ],
+        env={**os.environ, "Q25_FUZZ_IMAGE": str(HERE / "fuzz" / "mini.q25tokrt")},
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
 
@@ -210,8 +278,10 @@ def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_i
     from q25deploy.tokenizer.image.reader import open_image
 
     disagree, rejected = [], 0
-    for i, data in enumerate(mutations((HERE / "fuzz" / "mini.q25tokrt").read_bytes(), seed=11, n=150)
-                             + mutations(qwen2_image.data, seed=12, n=40)):
+    for i, data in enumerate(
+        mutations((HERE / "fuzz" / "mini.q25tokrt").read_bytes(), seed=11, n=150)
+        + mutations(qwen2_image.data, seed=12, n=40)
+    ):
         path = tmp_path / f"m{i:03d}.q25tokrt"
         path.write_bytes(data)
         try:
@@ -244,5 +314,7 @@ def test_every_content_check_rejects_in_both_readers(san_q25tok, qwen25_image, t
             path = tmp_path / "hostile.q25tokrt"
             path.write_bytes(data)
             r = run([san_q25tok, "info", path])
-            want = {"7": b"bad section", "13": b"unsupported image format version"}.get(label.split()[0], b"corrupt image")
+            want = {"7": b"bad section", "13": b"unsupported image format version"}.get(
+                label.split()[0], b"corrupt image"
+            )
             assert r.returncode == 3 and want in r.stderr, (label, r.returncode, r.stderr[-300:])

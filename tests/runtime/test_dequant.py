@@ -49,8 +49,10 @@ def assert_same_floats(got: np.ndarray, ref: np.ndarray, type_name: str, what: s
     if differ.any():
         i = int(np.argmax(differ))
         block = GGML_QUANT_SIZES[Q[type_name]][0]
-        pytest.fail(f"{what}: {int(differ.sum())} values differ; first at element {i} (block {i // block}): "
-                    f"C {got[i]:#010x}, numpy {ref[i]:#010x}")
+        pytest.fail(
+            f"{what}: {int(differ.sum())} values differ; first at element {i} (block {i // block}): "
+            f"C {got[i]:#010x}, numpy {ref[i]:#010x}"
+        )
 
 
 def c_dequant(exe: list, type_name: str, data: bytes, tmp: Path) -> np.ndarray:
@@ -128,8 +130,12 @@ def blocks(type_name: str, bulk: int) -> st.SearchStrategy[bytes]:
     that are NaN, inf or subnormal...), then up to ``bulk`` blocks of seeded random bytes."""
     size = GGML_QUANT_SIZES[Q[type_name]][1]
     drawn = st.integers(1, max(1, 4096 // size)).flatmap(lambda n: st.binary(min_size=n * size, max_size=n * size))
-    return st.builds(lambda d, seed, n: d + np.random.default_rng(seed).bytes(n * size),
-                     drawn, st.integers(0, 2**32 - 1), st.integers(0, bulk))
+    return st.builds(
+        lambda d, seed, n: d + np.random.default_rng(seed).bytes(n * size),
+        drawn,
+        st.integers(0, 2**32 - 1),
+        st.integers(0, bulk),
+    )
 
 
 # (examples, bulk blocks) per machine: qemu-user starts slower
@@ -146,8 +152,12 @@ def test_random_blocks(request, tmp_path_factory, type_name, machine):
     @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(data=blocks(type_name, bulk))
     def case(data):
-        assert_same_floats(c_dequant(exe, type_name, data, tmp), reference_bits(data, type_name), type_name,
-                           f"random {type_name} blocks {data.hex()[:64]}...")
+        assert_same_floats(
+            c_dequant(exe, type_name, data, tmp),
+            reference_bits(data, type_name),
+            type_name,
+            f"random {type_name} blocks {data.hex()[:64]}...",
+        )
 
     case()
 
@@ -175,32 +185,45 @@ def test_the_build_tensor_table_finds_every_tensor(builds, san_q25tok):  # noqa:
     pmap, table = b.partition_map, b.tensor_table
     assert b.manifest["partitions/tensors.tab"].kind == "tensor-table"
     assert "partitions/tensors.tab" in {f.rel for f in release_from_build(b.path).files}  # the board gets it
-    assert [(t["name"], t["region"], t["offset"], t["bytes"]) for t in table] == \
-        [(t["name"], t["region"], t["offset"], t["bytes"]) for t in pmap["tensors"]]
+    assert [(t["name"], t["region"], t["offset"], t["bytes"]) for t in table] == [
+        (t["name"], t["region"], t["offset"], t["bytes"]) for t in pmap["tensors"]
+    ]
     for t in pmap["tensors"][:6] + pmap["tensors"][-3:]:
-        r = subprocess.run([san_q25tok, "tensor", b.path / "partitions/tensors.tab", t["name"]],
-                           capture_output=True, text=True, check=True)
+        r = subprocess.run(
+            [san_q25tok, "tensor", b.path / "partitions/tensors.tab", t["name"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         shape = ",".join(map(str, t["shape"]))
-        assert r.stdout == (f"{t['name']} type {Q[t['type']].value} {t['type']} region {t['region']} "
-                            f"offset {t['offset']:#x} bytes {t['bytes']} elements {int(np.prod(t['shape']))} "
-                            f"shape {shape} dequantize yes\n")
-    r = subprocess.run([san_q25tok, "tensor", b.path / "partitions/tensors.tab", "blk.99.attn_q.weight"],
-                       capture_output=True, check=False)
+        assert r.stdout == (
+            f"{t['name']} type {Q[t['type']].value} {t['type']} region {t['region']} "
+            f"offset {t['offset']:#x} bytes {t['bytes']} elements {int(np.prod(t['shape']))} "
+            f"shape {shape} dequantize yes\n"
+        )
+    r = subprocess.run(
+        [san_q25tok, "tensor", b.path / "partitions/tensors.tab", "blk.99.attn_q.weight"],
+        capture_output=True,
+        check=False,
+    )
     assert r.returncode == 8 and b"no such tensor" in r.stderr
 
 
-@pytest.mark.parametrize("line", [
-    "blk.0.x 12 Q4_K 0 0x0 144 256,1 extra",  # a field too many
-    "blk.0.x 12 Q6_K 0 0x0 144 256",  # number and name disagree
-    "blk.0.x 12 Q4_K 0 0x0 145 256",  # bytes are not the shape's
-    "blk.0.x 12 Q4_K 0 0x0 144 255",  # the row is not whole blocks
-    "blk.0.x 12 Q4_K 0 0 144 256",  # offset without 0x
-    "blk.0.x 12 Q4_K -1 0x0 144 256",
-    "blk 0.x 12 Q4_K 0 0x0 144 256",
-    "blk.0.x 12 Q4_K 0 0xffffffffffffffff 144 256",  # offset + bytes wraps
-    "blk.0.x 12 Q4_K 0 0x0 144 256,0",
-    "blk.0.x 12 Q4_K 0 0x0 144 1,1,1,1,256",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "blk.0.x 12 Q4_K 0 0x0 144 256,1 extra",  # a field too many
+        "blk.0.x 12 Q6_K 0 0x0 144 256",  # number and name disagree
+        "blk.0.x 12 Q4_K 0 0x0 145 256",  # bytes are not the shape's
+        "blk.0.x 12 Q4_K 0 0x0 144 255",  # the row is not whole blocks
+        "blk.0.x 12 Q4_K 0 0 144 256",  # offset without 0x
+        "blk.0.x 12 Q4_K -1 0x0 144 256",
+        "blk 0.x 12 Q4_K 0 0x0 144 256",
+        "blk.0.x 12 Q4_K 0 0xffffffffffffffff 144 256",  # offset + bytes wraps
+        "blk.0.x 12 Q4_K 0 0x0 144 256,0",
+        "blk.0.x 12 Q4_K 0 0x0 144 1,1,1,1,256",
+    ],
+)
 def test_a_malformed_tensor_line_is_refused(san_q25tok, tmp_path, line):  # noqa: F811
     from q25deploy.errors import SchemaError
     from q25deploy.schema import parse_tensor_table
@@ -213,8 +236,15 @@ def test_a_malformed_tensor_line_is_refused(san_q25tok, tmp_path, line):  # noqa
     assert subprocess.run([san_q25tok, "tensor", table, "ok.weight"], capture_output=True, check=False).returncode == 0
     with pytest.raises(SchemaError, match="line 2"):
         parse_tensor_table(good + line + "\n", "tensors.tab")
-    assert parse_tensor_table(good, "t")[0] == {"name": "ok.weight", "type": 0, "type_name": "F32", "region": 0,
-                                                "offset": 0, "bytes": 4, "shape": [1]}
+    assert parse_tensor_table(good, "t")[0] == {
+        "name": "ok.weight",
+        "type": 0,
+        "type_name": "F32",
+        "region": 0,
+        "offset": 0,
+        "bytes": 4,
+        "shape": [1],
+    }
 
 
 @pytest.mark.parametrize("arch", ["host", "armhf"])
@@ -227,9 +257,25 @@ def test_weights_api_contract(tmp_path, arch):
         cc = need_program("arm-linux-gnueabihf-gcc", "Debian: gcc-arm-linux-gnueabihf libc6-dev-armhf-cross")
         flags, run_with = ["-O2"], [need_program("qemu-arm", "Debian: qemu-user"), "-L", "/usr/arm-linux-gnueabihf"]
     exe = tmp_path / "weights_api_test"
-    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", *flags,
-                    "-I", str(runtime_sources()), str(HERE / "weights_api_test.c"),
-                    *map(str, runtime_library_sources()), "-o", str(exe), "-lm"], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-ffp-contract=off",
+            *flags,
+            "-I",
+            str(runtime_sources()),
+            str(HERE / "weights_api_test.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+            "-lm",
+        ],
+        check=True,
+    )
     r = subprocess.run([*run_with, exe], capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stdout.endswith(" passed, 0 failed\n"), r.stdout + r.stderr
 
@@ -238,14 +284,35 @@ def test_weights_fuzz_harness_finds_nothing(tmp_path):
     """fuzz/weights_fuzz.c: mutated tensor tables and blocks of every type under ASan+UBSan."""
     clang = need_program("clang", "Debian: clang (libFuzzer)")
     exe = tmp_path / "weights_fuzz"
-    subprocess.run([clang, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
-                    "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-I", str(runtime_sources()),
-                    str(HERE / "fuzz" / "weights_fuzz.c"), *map(str, runtime_library_sources()), "-o", str(exe)],
-                   check=True)
+    subprocess.run(
+        [
+            clang,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-O1",
+            "-fsanitize=fuzzer,address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+            str(runtime_sources()),
+            str(HERE / "fuzz" / "weights_fuzz.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     work = tmp_path / "corpus"
     shutil.copytree(HERE / "fuzz" / "weights_corpus", work)
     seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
-    r = subprocess.run([str(exe), f"-max_total_time={seconds}", "-timeout=10", f"-artifact_prefix={tmp_path}/",
-                        str(work)], capture_output=True, text=True, timeout=seconds + 120, check=False)
+    r = subprocess.run(
+        [str(exe), f"-max_total_time={seconds}", "-timeout=10", f"-artifact_prefix={tmp_path}/", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))

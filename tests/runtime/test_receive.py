@@ -20,8 +20,23 @@ from q25deploy.packer.runtime import build_runtime
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]
-SIZES = [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (1 << 20) + 1,
-         9_000_001]  # around SHA-256's blocks and padding, and receive's 256 KiB reads
+SIZES = [
+    0,
+    1,
+    55,
+    56,
+    63,
+    64,
+    65,
+    119,
+    120,
+    128,
+    (256 << 10) - 1,
+    256 << 10,
+    (256 << 10) + 1,
+    (1 << 20) + 1,
+    9_000_001,
+]  # around SHA-256's blocks and padding, and receive's 256 KiB reads
 F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 IMPL_C = '#include <stdio.h>\n#include "q25tok.h"\nint main(void) { puts(q25_sha256_impl()); return 0; }\n'
 
@@ -46,8 +61,20 @@ def impl_in_use(tmp_path: Path, where: str, env: dict) -> str:
     src, exe = tmp_path / "impl.c", tmp_path / f"impl-{where}"
     src.write_text(IMPL_C)
     cc = "aarch64-linux-gnu-gcc" if where == "arm" else "cc"
-    subprocess.run([cc, "-std=c11", "-O2", "-I", str(runtime_sources()), str(src),
-                    *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-O2",
+            "-I",
+            str(runtime_sources()),
+            str(src),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     cmd = [*QEMU, str(exe)] if where == "arm" else [str(exe)]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout.strip()
 
@@ -77,16 +104,19 @@ def test_receive_rewrites_a_linked_file_in_place(builds, tmp_path):
     kept, staged = tmp_path / "kept", tmp_path / "staged"
     kept.write_bytes(b"rotted" * 1000)
     os.link(kept, staged)
-    r = subprocess.run([str(builds["host"]), "receive", str(staged)], input=b"good bytes", capture_output=True,
-                       check=True)
+    r = subprocess.run(
+        [str(builds["host"]), "receive", str(staged)], input=b"good bytes", capture_output=True, check=True
+    )
     assert r.stdout.decode().split()[0] == hashlib.sha256(b"good bytes").hexdigest()
     assert kept.read_bytes() == b"good bytes" and kept.stat().st_ino == staged.stat().st_ino
 
 
 def test_a_failed_write_is_reported_after_the_input_is_drained(builds, tmp_path):
     data = os.urandom(3 << 20)
-    for dest, why in ((Path("/dev/full"), "No space left on device"),
-                      (tmp_path / "missing" / "f", "No such file or directory")):
+    for dest, why in (
+        (Path("/dev/full"), "No space left on device"),
+        (tmp_path / "missing" / "f", "No such file or directory"),
+    ):
         # the whole input is taken (no broken pipe for the sender), then the error and exit 1
         r = subprocess.run([str(builds["host"]), "receive", str(dest)], input=data, capture_output=True, check=False)
         assert r.returncode == 1 and r.stdout == b"" and why in r.stderr.decode(), r.stderr
@@ -157,8 +187,13 @@ def test_a_large_file_is_flushed_while_it_arrives(builds, tmp_path, fsync_shim):
     for size, children in ((100 << 20, 1), (3 << 20, 0)):
         log = tmp_path / f"sync-{size}.log"
         env = {**os.environ, "LD_PRELOAD": str(fsync_shim), "Q25_SYNC_LOG": str(log)}
-        r = subprocess.run([str(builds["host"]), "receive", str(tmp_path / "f")], input=data[:size],
-                           capture_output=True, env=env, check=True)
+        r = subprocess.run(
+            [str(builds["host"]), "receive", str(tmp_path / "f")],
+            input=data[:size],
+            capture_output=True,
+            env=env,
+            check=True,
+        )
         assert r.stdout.decode() == hashlib.sha256(data[:size]).hexdigest() + "\n"
         calls = log.read_text().splitlines()
         assert calls[-1] == "main 0" and calls.count("main 0") == 1, calls
@@ -168,10 +203,19 @@ def test_a_large_file_is_flushed_while_it_arrives(builds, tmp_path, fsync_shim):
 def test_a_failed_flush_along_the_way_fails_the_receive(builds, tmp_path, fsync_shim):
     """A flush error seen by the child is not seen again by the file's next fdatasync (Linux
     reports it once): the child's exit status carries it."""
-    env = {**os.environ, "LD_PRELOAD": str(fsync_shim), "Q25_SYNC_LOG": str(tmp_path / "log"),
-           "Q25_FAIL_CHILD_SYNC": "1"}
-    r = subprocess.run([str(builds["host"]), "receive", str(tmp_path / "f")], input=os.urandom(1 << 20) * 40,
-                       capture_output=True, env=env, check=False)
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(fsync_shim),
+        "Q25_SYNC_LOG": str(tmp_path / "log"),
+        "Q25_FAIL_CHILD_SYNC": "1",
+    }
+    r = subprocess.run(
+        [str(builds["host"]), "receive", str(tmp_path / "f")],
+        input=os.urandom(1 << 20) * 40,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
     assert r.returncode == 1 and r.stdout == b"" and b"Input/output error" in r.stderr, r.stderr
     assert "child -1" in (tmp_path / "log").read_text()
 

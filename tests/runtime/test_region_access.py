@@ -51,8 +51,11 @@ def callees(instructions: list[str]) -> set[str]:
 def holders(funcs: dict[str, list[str]]) -> dict[str, set[str]]:
     """The functions that touch a mapping (the accessors, and every caller of one or of
     q25_region_map), with what each calls."""
-    return {name: callees(ins) for name, ins in funcs.items()
-            if name.split(".")[0] in ACCESSORS or callees(ins) & MAPPING_CALLS}
+    return {
+        name: callees(ins)
+        for name, ins in funcs.items()
+        if name.split(".")[0] in ACCESSORS or callees(ins) & MAPPING_CALLS
+    }
 
 
 @pytest.fixture(scope="session")
@@ -65,8 +68,12 @@ def aarch64_runtime(tmp_path_factory) -> Path:
 
 def test_no_dc_zva_and_no_string_calls_where_a_mapping_is_touched(aarch64_runtime):
     objdump = need_program("aarch64-linux-gnu-objdump", "Debian: binutils-aarch64-linux-gnu")
-    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(aarch64_runtime / "q25tok")],
-                          capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        [objdump, "-d", "--no-show-raw-insn", str(aarch64_runtime / "q25tok")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert not re.search(r"\bdc\s+zva\b", text), "DC ZVA in q25tok: an alignment fault on Device memory"
     funcs = functions(text)
     found = holders(funcs)
@@ -80,16 +87,32 @@ def test_no_dc_zva_and_no_string_calls_where_a_mapping_is_touched(aarch64_runtim
 def region_test(tmp_path: Path, cc: str, *flags: str) -> Path:
     src = runtime_sources()
     exe = tmp_path / f"region_test-{Path(cc).name}"
-    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", *flags, "-I", str(src), str(HERE / "region_test.c"),
-                    *map(str, runtime_library_sources()), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            *flags,
+            "-I",
+            str(src),
+            str(HERE / "region_test.c"),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     return exe
 
 
 @pytest.mark.parametrize("width", ["16", "8"])
 def test_region_read_and_write_at_odd_offsets_and_lengths_on_the_host(tmp_path, width):
     exe = region_test(tmp_path, need_program("cc", "Debian: gcc"), *SANITIZE_FLAGS.split())
-    r = subprocess.run([exe], capture_output=True, text=True, env={**os.environ, "Q25TOK_MMIO_WIDTH": width},
-                       timeout=300)
+    r = subprocess.run(
+        [exe], capture_output=True, text=True, env={**os.environ, "Q25TOK_MMIO_WIDTH": width}, timeout=300
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.fullmatch(rf"{width}-byte access: \d+ passed, 0 failed\n", r.stdout)
 
@@ -99,8 +122,13 @@ def test_region_read_and_write_at_odd_offsets_and_lengths_on_aarch64(tmp_path, w
     cc = need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
     need_program("qemu-aarch64", "Debian: qemu-user")
     exe = region_test(tmp_path, cc, "-O2", "-mcpu=cortex-a53")
-    r = subprocess.run(["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, str(exe)], capture_output=True,
-                       text=True, env={**os.environ, "Q25TOK_MMIO_WIDTH": width}, timeout=300)
+    r = subprocess.run(
+        ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, str(exe)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "Q25TOK_MMIO_WIDTH": width},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.fullmatch(rf"{width}-byte access: \d+ passed, 0 failed\n", r.stdout)
 

@@ -39,8 +39,9 @@ def test_the_build_writes_the_region_table(builds):
     text = (b / TABLE).read_text()
     assert text == region_table(pmap)
     rows = [ln.split() for ln in text.splitlines() if not ln.startswith("#")]
-    assert [(r[0], int(r[1], 16), int(r[2], 16), "partitions/" + r[3], int(r[4]), r[5]) for r in rows] == \
-        [(r["node"], r["base"], r["size"], r["file"], r["used"], r["sha256"]) for r in pmap["regions"]]
+    assert [(r[0], int(r[1], 16), int(r[2], 16), "partitions/" + r[3], int(r[4]), r[5]) for r in rows] == [
+        (r["node"], r["base"], r["size"], r["file"], r["used"], r["sha256"]) for r in pmap["regions"]
+    ]
     kinds = {a["path"]: a["kind"] for a in json.loads((b / "manifest.json").read_text())["artifacts"]}
     assert kinds[TABLE] == "region-table"
 
@@ -55,8 +56,8 @@ def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok):
     data = mem.read_bytes()
     for reg in pmap["regions"]:
         part = (b / reg["file"]).read_bytes()
-        assert data[reg["base"]:reg["base"] + len(part)] == part
-        assert data[reg["base"] + len(part):reg["base"] + reg["size"]] == bytes(reg["size"] - len(part))
+        assert data[reg["base"] : reg["base"] + len(part)] == part
+        assert data[reg["base"] + len(part) : reg["base"] + reg["size"]] == bytes(reg["size"] - len(part))
         assert f"sha256 {reg['sha256']} loaded" in r.stdout
     r = run(q25tok, "verify", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 0 and r.stdout.count(" resident\n") == len(pmap["regions"])
@@ -86,12 +87,15 @@ def test_load_refuses_a_range_the_running_tree_does_not_reserve(tmp_path, builds
     assert not mem.read_bytes().strip(b"\0")
 
 
-@pytest.mark.parametrize("line", [
-    "q25-region0@1 0x1000 0x1000 region_00.bin 8192 " + "0" * 64,  # partition larger than the region
-    "q25-region0@1 0x1000 0x1000 region_00.bin 10 abc",               # not a sha256
-    "q25-region0@1 0x1000",                                          # short
-    "q25-region0@1 0x1000 0x1000 region_00.bin 10 " + "0" * 64 + " extra",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "q25-region0@1 0x1000 0x1000 region_00.bin 8192 " + "0" * 64,  # partition larger than the region
+        "q25-region0@1 0x1000 0x1000 region_00.bin 10 abc",  # not a sha256
+        "q25-region0@1 0x1000",  # short
+        "q25-region0@1 0x1000 0x1000 region_00.bin 10 " + "0" * 64 + " extra",
+    ],
+)
 def test_a_malformed_table_is_refused(tmp_path, q25tok, line):
     table = tmp_path / "regions.tab"
     table.write_text("# comment\n" + line + "\n")
@@ -99,8 +103,9 @@ def test_a_malformed_table_is_refused(tmp_path, q25tok, line):
     assert r.returncode == 6 and "not a region table" in r.stderr
 
 
-def one_region_table(tmp_path: Path, data: bytes, *, node="q25-region0@100000", base=0x100000, size=0x10000,
-                     file="region_00.bin") -> Path:
+def one_region_table(
+    tmp_path: Path, data: bytes, *, node="q25-region0@100000", base=0x100000, size=0x10000, file="region_00.bin"
+) -> Path:
     """A table of one region holding ``data`` (written as ``file`` beside it)."""
     import hashlib
 
@@ -125,14 +130,21 @@ def test_an_odd_partition_and_an_odd_tail(tmp_path, q25tok):
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 0 and r.stdout.endswith(" loaded\n"), r.stdout + r.stderr
     ddr = mem.read_bytes()[0x100000:]
-    assert ddr[:len(data)] == data and ddr[len(data):0x10000] == bytes(0x10000 - len(data))
+    assert ddr[: len(data)] == data and ddr[len(data) : 0x10000] == bytes(0x10000 - len(data))
     assert ddr[0x10000:] == b"\xa5" * 64
     r = run(q25tok, "verify", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 0 and r.stdout.endswith(" resident\n")
 
 
-@pytest.mark.parametrize("field,value", [("node", "../../../../tmp/x"), ("node", "q25/../q25-region0@100000"),
-                                         ("file", "../region_00.bin"), ("file", ".hidden")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("node", "../../../../tmp/x"),
+        ("node", "q25/../q25-region0@100000"),
+        ("file", "../region_00.bin"),
+        ("file", ".hidden"),
+    ],
+)
 def test_names_in_the_table_are_plain_names(tmp_path, q25tok, field, value):
     """Issue 22 (6): NODE is joined into the device-tree path and FILE into the table's
     directory, so a '/' in either would read a `reg` and `no-map` of the table author's
@@ -154,8 +166,12 @@ def test_a_missing_partition_is_reported_as_missing(tmp_path, q25tok):
     assert r.returncode == 1 and "region_00.bin: No such file or directory" in r.stdout, r.stdout
     assert not mem.read_bytes().strip(b"\0")
     valgrind = need_program("valgrind", "Debian: valgrind")
-    v = subprocess.run([valgrind, "-q", "--error-exitcode=99", str(q25tok), "load", "--mem", str(mem), "--dt", str(dt),
-                        str(table)], capture_output=True, text=True, timeout=300)
+    v = subprocess.run(
+        [valgrind, "-q", "--error-exitcode=99", str(q25tok), "load", "--mem", str(mem), "--dt", str(dt), str(table)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert v.returncode == 1 and "uninitialised" not in v.stderr, v.stderr
     (tmp_path / "region_00.bin").write_bytes(b"weights!")  # and one of another size than the table's
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)

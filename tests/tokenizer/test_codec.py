@@ -110,7 +110,8 @@ def test_long_pieces_merge_through_the_heap_exactly_as_the_rescan_does(qwen25_co
     rnd = random.Random(7)
     alphabets = [b"ab", b"abc ", bytes(range(97, 123)), bytes(range(256)), "héllo wörld 你好 ".encode()]
     pieces = [b"a" * 3000, b"ab" * 1500] + [
-        bytes(rnd.choice(alpha) for _ in range(rnd.randint(2, 600))) for alpha in alphabets for _ in range(40)]
+        bytes(rnd.choice(alpha) for _ in range(rnd.randint(2, 600))) for alpha in alphabets for _ in range(40)
+    ]
     b2t = qwen25_codec.byte_to_token
     monkeypatch.setattr(codec_module, "_LONG_PIECE", 1 << 30)  # the rescan, for the reference ids
     for piece in pieces:

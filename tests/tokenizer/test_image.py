@@ -45,8 +45,16 @@ def test_same_input_gives_identical_bytes(qwen2_vocab, qwen2_image):
 def test_sections_are_aligned_and_described(qwen2_image):
     img = open_image(qwen2_image.data)
     assert img.version == (1, 0)
-    assert {s["name"] for s in img.sections} >= {"token_index", "token_bytes", "merge_table", "byte_to_token",
-                                                "merge_pair_index", "special_index", "unicode_classes", "metadata"}
+    assert {s["name"] for s in img.sections} >= {
+        "token_index",
+        "token_bytes",
+        "merge_table",
+        "byte_to_token",
+        "merge_pair_index",
+        "special_index",
+        "unicode_classes",
+        "metadata",
+    }
     assert all(s["offset"] % 4096 == 0 for s in img.sections)
     assert img.meta["vocab_size"] == 151936 and img.meta["merge_count"] == 151387
     assert img.meta["pre_tokenizer"] == "qwen2" and img.meta["unicode_version"] == "15.0.0"
@@ -108,7 +116,7 @@ def with_extra_section(image: bytes, stype: int, payload: bytes) -> bytes:
     _m, _a, _b, header_size, count, alignment, _size, _f, _c = HEADER.unpack_from(data)
     off = -(-len(data) // alignment) * alignment
     entry = SECTION.pack(stype, 0, off, len(payload), 1, 0, len(payload), zlib.crc32(payload), 0)
-    data[header_size:header_size + SECTION.size] = entry  # the first section starts at 4096: room
+    data[header_size : header_size + SECTION.size] = entry  # the first section starts at 4096: room
     data.extend(b"\0" * (off - len(data)) + payload)
     struct.pack_into("<IIIQ", data, 12, header_size + SECTION.size, count + 1, alignment, len(data))
     refresh_header_crc(data)
@@ -130,11 +138,14 @@ def test_missing_required_section_is_an_error(qwen2_image):
         open_image(bytes(data))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.__setitem__(slice(0, 8), b"NOTQ25TK"), "magic"),
-    (lambda d: d.extend(b"\0" * 16), "header says"),
-    (lambda d: struct.pack_into("<I", d, 16, 1000), "bad header size"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.__setitem__(slice(0, 8), b"NOTQ25TK"), "magic"),
+        (lambda d: d.extend(b"\0" * 16), "header says"),
+        (lambda d: struct.pack_into("<I", d, 16, 1000), "bad header size"),
+    ],
+)
 def test_structural_errors(qwen2_image, mutate, message):
     data = bytearray(qwen2_image.data)
     mutate(data)
@@ -149,7 +160,7 @@ def test_out_of_range_ids_are_rejected_even_with_valid_crcs(qwen2_image):
     struct.pack_into("<I", data, merge["offset"] + 16 * 5 + 8, 10**7)  # out id of merge 5
     # fix the section CRC and the header CRC so only the semantic check can catch it
     k = [s["name"] for s in img.sections].index("merge_table")
-    crc = zlib.crc32(bytes(data[merge["offset"]: merge["offset"] + merge["size"]]))
+    crc = zlib.crc32(bytes(data[merge["offset"] : merge["offset"] + merge["size"]]))
     struct.pack_into("<I", data, HEADER.size + k * SECTION.size + 40, crc)
     refresh_header_crc(data)
     with pytest.raises(ImageError, match="out of range"):
@@ -165,4 +176,4 @@ def test_fingerprint_is_over_the_ps_bundle(qwen2_vocab, qwen2_image):
     h = hashlib.sha256(b["token_index.bin"] + b["token_bytes.bin"] + b["merge_table_u32.bin"]).digest()
     assert h == qwen2_image.fingerprint
     idx = np.frombuffer(b["token_index.bin"], dtype=[("o", "<u4"), ("l", "<u2"), ("t", "<u2")])
-    assert b["token_bytes.bin"][idx["o"][9707]: idx["o"][9707] + idx["l"][9707]] == b"Hello"
+    assert b["token_bytes.bin"][idx["o"][9707] : idx["o"][9707] + idx["l"][9707]] == b"Hello"

@@ -43,8 +43,10 @@ def test_corpus_and_edge_cases_match_llama_cpp(pair, parse_special):
 
 
 @settings(max_examples=150, deadline=None)
-@given(text=st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x2FFFF), max_size=120),
-       parse_special=st.booleans())
+@given(
+    text=st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x2FFFF), max_size=120),
+    parse_special=st.booleans(),
+)
 def test_random_text_matches_llama_cpp(pair, text, parse_special):
     codec, llm = pair
     data = text.encode("utf-8", "surrogatepass")
@@ -56,9 +58,12 @@ def above_unicode(data: bytes) -> bool:
     not: a superset of what llama.cpp decodes) gives a code point above U+10FFFF. llama.cpp
     throws std::invalid_argument on those and the uncaught exception aborts the process, so
     they cannot be compared; we give U+FFFD per byte (README, docs/runtime.md)."""
-    return any(b & 0xF8 == 0xF0 and i + 3 < len(data) + 1 and
-               ((b & 7) << 18 | (data[i + 1] & 0x3F) << 12 | (data[i + 2] & 0x3F) << 6 | (data[i + 3] & 0x3F))
-               > 0x10FFFF for i, b in enumerate(data[:-3]))
+    return any(
+        b & 0xF8 == 0xF0
+        and i + 3 < len(data) + 1
+        and ((b & 7) << 18 | (data[i + 1] & 0x3F) << 12 | (data[i + 2] & 0x3F) << 6 | (data[i + 3] & 0x3F)) > 0x10FFFF
+        for i, b in enumerate(data[:-3])
+    )
 
 
 @settings(max_examples=100, deadline=None)

@@ -101,7 +101,9 @@ def open_image(data: bytes, *, name: str = "image", verify_crc: bool = True) -> 
         raise _fail(name, "metadata section must hold one record")
     fields = METADATA_STRUCT.unpack_from(data, mo)
     if fields[10] != PRE_QWEN2:  # 13
-        raise _fail(name, f"pre-tokenizer field {fields[10].rstrip(bytes(1))!r} (NUL-padded), this reader supports qwen2")
+        raise _fail(
+            name, f"pre-tokenizer field {fields[10].rstrip(bytes(1))!r} (NUL-padded), this reader supports qwen2"
+        )
     tb_off, tb_size, _ = found[TOKEN_BYTES]
     image = RuntimeImage(
         version=(major, minor),
@@ -143,8 +145,9 @@ def _check_header(data: bytes, name: str) -> tuple[int, int, int, int, int]:
     return major, minor, header_size, count, alignment
 
 
-def _read_section_table(data: bytes, name: str, header_size: int, count: int, alignment: int,
-                        verify_crc: bool) -> tuple[list[dict], dict[int, tuple[int, int, int]]]:
+def _read_section_table(
+    data: bytes, name: str, header_size: int, count: int, alignment: int, verify_crc: bool
+) -> tuple[list[dict], dict[int, tuple[int, int, int]]]:
     """Checks 7-11: every entry in order, aligned, inside the file, consistent; known types once."""
     found: dict[int, tuple[int, int, int]] = {}
     sections = []
@@ -153,15 +156,27 @@ def _read_section_table(data: bytes, name: str, header_size: int, count: int, al
         stype, _sf, off, ssize, rsize, _r, rcount, scrc, _r2 = SECTION.unpack_from(data, HEADER.size + k * SECTION.size)
         label = SECTION_NAMES.get(stype, f"type {stype}")
         if off % alignment or off < prev_end or off + ssize > len(data):  # 7
-            raise _fail(name, f"section {label} at [{off}, {off + ssize}) is misaligned, outside the file, "
-                              "or not after the previous section")
+            raise _fail(
+                name,
+                f"section {label} at [{off}, {off + ssize}) is misaligned, outside the file, "
+                "or not after the previous section",
+            )
         prev_end = off + ssize
         if rsize == 0 or rsize * rcount != ssize:  # 8
             raise _fail(name, f"section {label}: {rcount} records of {rsize} bytes != size {ssize}")
         if verify_crc and zlib.crc32(memoryview(data)[off : off + ssize]) != scrc:  # 9
             raise _fail(name, f"section {label}: CRC32 mismatch")
-        sections.append({"type": stype, "name": label, "offset": off, "size": ssize,
-                         "record_size": rsize, "record_count": rcount, "crc32": f"{scrc:08x}"})
+        sections.append(
+            {
+                "type": stype,
+                "name": label,
+                "offset": off,
+                "size": ssize,
+                "record_size": rsize,
+                "record_count": rcount,
+                "crc32": f"{scrc:08x}",
+            }
+        )
         if stype not in RECORD_SIZES:  # 10: unknown section types are skipped
             continue
         if stype in found:
@@ -207,15 +222,22 @@ def _check_specials_and_classes(img: RuntimeImage, fields: tuple, name: str) -> 
     index, specials, classes, n = img.token_index, img.specials, img.classes, len(img.token_index)
     if np.count_nonzero(np.isin(index["type"], SPECIAL_TYPES)) != len(specials):
         raise _fail(name, "special-token index does not list every special token")
-    if len(specials) and (specials["id"].max() >= n or np.any(specials["length"] != index["length"][specials["id"]])
-                          or np.any(specials["type"] != index["type"][specials["id"]])
-                          or not np.all(np.isin(specials["type"], SPECIAL_TYPES))):
+    if len(specials) and (
+        specials["id"].max() >= n
+        or np.any(specials["length"] != index["length"][specials["id"]])
+        or np.any(specials["type"] != index["type"][specials["id"]])
+        or not np.all(np.isin(specials["type"], SPECIAL_TYPES))
+    ):
         raise _fail(name, "special-token index disagrees with the token index")
     order = specials["length"].astype(np.int64) * -(1 << 32) + specials["id"]
     if len(specials) > 1 and np.any(np.diff(order) <= 0):
         raise _fail(name, "special tokens are not longest first, then by id")
-    if len(classes) == 0 or classes["first"][0] != 0 or np.any(np.diff(classes["first"].astype(np.int64)) <= 0) \
-            or classes["first"][-1] > 0x10FFFF:  # 17
+    if (
+        len(classes) == 0
+        or classes["first"][0] != 0
+        or np.any(np.diff(classes["first"].astype(np.int64)) <= 0)
+        or classes["first"][-1] > 0x10FFFF
+    ):  # 17
         raise _fail(name, "unicode class table must ascend from code point 0")
 
 

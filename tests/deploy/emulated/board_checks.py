@@ -48,7 +48,7 @@ def resident(board, build: Path, tmp_path: Path) -> bool:
     for r in json.loads((build / "partition_map.json").read_text())["regions"]:
         ddr = eb.read_physical(board.qemu, r["base"], r["size"], tmp_path / f"ddr-{r['index']}.bin")
         part = (build / r["file"]).read_bytes()
-        if ddr[:len(part)] != part or ddr[len(part):].strip(b"\0"):
+        if ddr[: len(part)] != part or ddr[len(part) :].strip(b"\0"):
             return False
     return True
 

@@ -29,10 +29,25 @@ def build_a2(tmp_path_factory, qwen25_tiny) -> Path:
     alignment (a board-file override): a new image of the same vocabulary."""
     d = tmp_path_factory.mktemp("build-a2")
     target = d / "qemu.toml"
-    target.write_text((data_dir("targets") / "qemu.toml").read_text()
-                      .replace("image_alignment = 4096", "image_alignment = 65536"))
-    assert main(["build", "--target", "qemu", "--target-file", str(target), "--model", str(qwen25_tiny),
-                 "--out", str(d / "qemu")]) == 0
+    target.write_text(
+        (data_dir("targets") / "qemu.toml").read_text().replace("image_alignment = 4096", "image_alignment = 65536")
+    )
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "qemu",
+                "--target-file",
+                str(target),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(d / "qemu"),
+            ]
+        )
+        == 0
+    )
     return d / "qemu"
 
 

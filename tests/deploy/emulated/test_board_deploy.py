@@ -32,21 +32,28 @@ def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64
     assert "partition sha256" not in checks  # hashed by the board as it received them: not twice
     assert r["residency"]["state"] == "resident" and resident(board, a, tmp_path)
     with capsys.disabled():
-        print(f"\n{board.flavour}: deploy of {r['bytes_sent']:,} bytes in {elapsed:.1f} s "
-              f"({r['bytes_sent'] / elapsed / 1e6:.1f} MB/s including verify and smoke test)")
+        print(
+            f"\n{board.flavour}: deploy of {r['bytes_sent']:,} bytes in {elapsed:.1f} s "
+            f"({r['bytes_sent'] / elapsed / 1e6:.1f} MB/s including verify and smoke test)"
+        )
     release_a = r["release"]
     # read back independently: the board's files are the build's
     out = board.sh(f"cd {INSTALL}/current && sha256sum " + " ".join(x["file"] for x in pmap["regions"]))[1]
-    assert {ln.split()[1]: ln.split()[0] for ln in out.splitlines()} == {x["file"]: x["sha256"] for x in pmap["regions"]}
+    assert {ln.split()[1]: ln.split()[0] for ln in out.splitlines()} == {
+        x["file"]: x["sha256"] for x in pmap["regions"]
+    }
     assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
     # one mode, as the layer's recipe and the OTA clients install a release (BusyBox's stat)
-    modes = dict(reversed(ln.split()) for ln in board.sh(f"cd {INSTALL}/current/ && stat -c '%a %n' . * partitions/*")[1]
-                 .splitlines())
+    modes = dict(
+        reversed(ln.split())
+        for ln in board.sh(f"cd {INSTALL}/current/ && stat -c '%a %n' . * partitions/*")[1].splitlines()
+    )
     assert modes.pop("q25tok") == modes.pop(".") == modes.pop("partitions") == "755" and set(modes.values()) == {"644"}
 
     # B's files through OpenSSH's ssh client (logged in ahead, BusyBox's sh reading the command)
-    code, res = q25(capsys, board.q25("deploy", build_b, "--strict", "--runtime-bin", str(q25tok_aarch64),
-                                      "--transfer", "openssh"))
+    code, res = q25(
+        capsys, board.q25("deploy", build_b, "--strict", "--runtime-bin", str(q25tok_aarch64), "--transfer", "openssh")
+    )
     assert code == 0 and res[0]["ok"] and res[0]["previous"] == release_a, res
     assert res[0]["files_sent"] >= 2 and not any("ssh" in w for w in res[0]["warnings"]), res
     release_b = res[0]["release"]
@@ -91,14 +98,13 @@ def has_interpreter(elf: Path) -> bool:
     import struct
 
     data = elf.read_bytes()
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
 
 
 @dropbear_only
-def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aarch64, q25tok_aarch64_static,
-                                                         capsys):
+def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aarch64, q25tok_aarch64_static, capsys):
     """Defect 9: `runtime build --cross aarch64` gives a glibc-dynamic q25tok (GLIBC_2.34);
     `--static` runs on boards with an older glibc or musl. The board without glibc is a
     chroot holding BusyBox only."""
@@ -107,11 +113,15 @@ def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aa
 
     assert not has_interpreter(q25tok_aarch64_static) and has_interpreter(q25tok_aarch64)
     fresh(board)
-    code, res = q25(capsys, board.q25("deploy", builds["qemu"], "--strict", "--runtime-bin", str(q25tok_aarch64_static)))
+    code, res = q25(
+        capsys, board.q25("deploy", builds["qemu"], "--strict", "--runtime-bin", str(q25tok_aarch64_static))
+    )
     assert code == 0 and res[0]["ok"] and res[0]["smoke"]["ok"], res
     bare = "/tmp/bare"
-    board.sh(f"rm -rf {bare} && mkdir -p {bare}/bin && cp /bin/busybox {bare}/bin/ && "
-             f"cp {INSTALL}/current/q25tok {INSTALL}/current/tokenizer.q25tokrt {bare}/")
+    board.sh(
+        f"rm -rf {bare} && mkdir -p {bare}/bin && cp /bin/busybox {bare}/bin/ && "
+        f"cp {INSTALL}/current/q25tok {INSTALL}/current/tokenizer.q25tokrt {bare}/"
+    )
     board.put(f"{bare}/q25tok-dynamic", q25tok_aarch64.read_bytes(), "0755")
     text = "Hello, board! 你好 🙂"
     want = Codec(read_image_file(builds["qemu"] / "tokenizer" / "tokenizer.q25tokrt")).encode(text.encode(), False)
@@ -140,8 +150,7 @@ def test_the_table_says_why_a_smoke_test_failed(board, builds, build_b, q25tok_a
 
 
 @dropbear_only
-def test_a_failed_smoke_test_keeps_the_older_rollback_point(board, builds, build_b, q25tok_aarch64, capsys,
-                                                            tmp_path):
+def test_a_failed_smoke_test_keeps_the_older_rollback_point(board, builds, build_b, q25tok_aarch64, capsys, tmp_path):
     """Defect 2: pruning ran before the smoke test, so a deploy that failed its smoke test and
     rolled back left `previous` none and `releases/<older>` deleted. The board must be back
     exactly where it was."""

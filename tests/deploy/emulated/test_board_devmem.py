@@ -55,13 +55,17 @@ int main(int argc, char **argv)
 }
 """
 
+
 def test_the_board_qemu_faults_on_unaligned_device_memory():
     """QEMU 7.2 forgives an unaligned access to Device memory; the board tests need the
     first version measured to fault (CI installs it from bookworm-backports)."""
     need_program("qemu-system-aarch64", "Debian: qemu-system-arm")
     version = eb.qemu_version()
-    need(version[:2] >= eb.FAULTING_QEMU, f"qemu-system-aarch64 >= 10.0 (this one is {'.'.join(map(str, version))})",
-         "Debian: qemu-system-arm from bookworm-backports")
+    need(
+        version[:2] >= eb.FAULTING_QEMU,
+        f"qemu-system-aarch64 >= 10.0 (this one is {'.'.join(map(str, version))})",
+        "Debian: qemu-system-arm from bookworm-backports",
+    )
     assert version[:2] >= eb.FAULTING_QEMU
 
 
@@ -109,8 +113,9 @@ def test_q25tok_load_of_a_partition_of_odd_length(board, builds, q25tok_aarch64,
     r = json.loads((builds["qemu"] / "partition_map.json").read_text())["regions"][0]
     data = hashlib.shake_256(b"odd partition").digest(1 << 20) + b"thirteen more"  # 16n + 13 bytes
     assert len(data) % 16 == 13 and (r["size"] - len(data)) % 2 == 1
-    table = (f"{r['node']} {r['base']:#x} {r['size']:#x} odd.bin {len(data)} "
-             f"{hashlib.sha256(data).hexdigest()}\n").encode()
+    table = (
+        f"{r['node']} {r['base']:#x} {r['size']:#x} odd.bin {len(data)} {hashlib.sha256(data).hexdigest()}\n"
+    ).encode()
     board.sh("rm -rf /tmp/odd && mkdir /tmp/odd")
     board.put("/tmp/odd/q25tok", q25tok_aarch64.read_bytes(), "0755")
     board.put("/tmp/odd/odd.bin", data)
@@ -119,7 +124,7 @@ def test_q25tok_load_of_a_partition_of_odd_length(board, builds, q25tok_aarch64,
         status, out, err = board.sh("/tmp/odd/q25tok load /tmp/odd/regions.tab", check=False)
         assert status == 0 and out.endswith(" loaded\n"), out + err
         ddr = eb.read_physical(board.qemu, r["base"], r["size"], tmp_path / "ddr.bin")
-        assert ddr[:len(data)] == data and not ddr[len(data):].strip(b"\0")
+        assert ddr[: len(data)] == data and not ddr[len(data) :].strip(b"\0")
         status, out, err = board.sh("/tmp/odd/q25tok verify /tmp/odd/regions.tab", check=False)
         assert status == 0 and out.endswith(" resident\n"), out + err
     finally:

@@ -48,18 +48,38 @@ def test_oe_init_script_starts_dropbear_with_the_layers_window(board, qwen25_tin
     d = tmp_path / "layer"
     d.mkdir()
     target = d / "kv260-window.toml"
-    target.write_text((TARGETS / "kv260.toml").read_text().replace(
-        "dropbear_receive_window = 0", f"dropbear_receive_window = {WINDOW}"))
-    assert main(["build", "--target", "kv260", "--target-file", str(target), "--model", str(qwen25_tiny),
-                 "--out", str(d / "b")]) == 0
+    target.write_text(
+        (TARGETS / "kv260.toml")
+        .read_text()
+        .replace("dropbear_receive_window = 0", f"dropbear_receive_window = {WINDOW}")
+    )
+    assert (
+        main(
+            [
+                "build",
+                "--target",
+                "kv260",
+                "--target-file",
+                str(target),
+                "--model",
+                str(qwen25_tiny),
+                "--out",
+                str(d / "b"),
+            ]
+        )
+        == 0
+    )
     oe = oe_dropbear_files("scarthgap")  # the init script is the same in styhead and walnascar
     default = tmp_path / "dropbear.default"
     default.write_text(oe["dropbear.default"])
     apply_window(window_function((d / "b" / "meta-q25" / BBAPPEND).read_text()), default, WINDOW)
     # test-only lines: another port, and the board's fixed host key (no key generation)
     board.sh("mkdir -p /etc/default /var/run")
-    board.put("/etc/default/dropbear", default.read_bytes() + f"DROPBEAR_PORT={PORT}\n"
-              "DROPBEAR_RSAKEY=/etc/dropbear/dropbear_ed25519_host_key\n".encode())
+    board.put(
+        "/etc/default/dropbear",
+        default.read_bytes()
+        + f"DROPBEAR_PORT={PORT}\nDROPBEAR_RSAKEY=/etc/dropbear/dropbear_ed25519_host_key\n".encode(),
+    )
     board.put("/etc/init.d/dropbear", oe["init"].encode(), "0755")
     board.sh("/etc/init.d/dropbear start")
     try:
@@ -67,7 +87,7 @@ def test_oe_init_script_starts_dropbear_with_the_layers_window(board, qwen25_tin
         pid = board.sh("cat /var/run/dropbear.pid")[1].strip()
         argv = board.sh(f"tr '\\0' '\\n' < /proc/{pid}/cmdline")[1].split("\n")[:-1]
         assert argv[0] == "/usr/sbin/dropbear" and argv[-3:] == ["-w", "-W", str(WINDOW)], argv
-        assert ["-p", str(PORT)] == argv[argv.index("-p"):argv.index("-p") + 2]
+        assert ["-p", str(PORT)] == argv[argv.index("-p") : argv.index("-p") + 2]
         assert wait_until(lambda: f":{PORT} " in board.sh("netstat -ltn")[1])
     finally:
         board.sh("/etc/init.d/dropbear stop; rm -f /etc/init.d/dropbear /etc/default/dropbear", check=False)

@@ -37,8 +37,10 @@ def test_a_user_with_sudo_deploys_smokes_and_rolls_back(board, builds, build_b, 
     assert res[0]["residency"]["state"] == "resident" and resident(board, a, tmp_path)  # /dev/mem as root
     release_a = res[0]["release"]
     assert owners(board, INSTALL) == {"root"}  # written as root, as the image's own files are
-    code, res = q25(capsys, user.q25("deploy", build_b, "--strict", "--runtime-bin", rt, "--become", "sudo",
-                                     "--transfer", "openssh"))  # sudo in front of q25tok receive, from ssh
+    code, res = q25(
+        capsys,
+        user.q25("deploy", build_b, "--strict", "--runtime-bin", rt, "--become", "sudo", "--transfer", "openssh"),
+    )  # sudo in front of q25tok receive, from ssh
     assert code == 0 and res[0]["previous"] == release_a and resident(board, build_b, tmp_path), res[0]["error"]
     code, res = q25(capsys, user.q25("rollback", build_b, "--become", "sudo"))
     assert code == 0 and res[0]["release"] == release_a
@@ -50,14 +52,16 @@ def test_a_user_with_sudo_deploys_smokes_and_rolls_back(board, builds, build_b, 
 
 
 @dropbear_only
-def test_the_board_file_says_doas_and_the_command_line_overrides_it(board, builds, q25tok_aarch64, capsys,
-                                                                    tmp_path):
+def test_the_board_file_says_doas_and_the_command_line_overrides_it(board, builds, q25tok_aarch64, capsys, tmp_path):
     """``[ssh] become = "doas"`` with ``user = "q25"`` in the board file: no --become, no user
     in --host; ``--become none`` on the command line wins over the file."""
     fresh(board)
     target = tmp_path / "qemu-doas.toml"
-    target.write_text((data_dir("targets") / "qemu.toml").read_text()
-                      .replace('user = "root"', f'user = "{DEPLOY_USER}"\nbecome = "doas"'))
+    target.write_text(
+        (data_dir("targets") / "qemu.toml")
+        .read_text()
+        .replace('user = "root"', f'user = "{DEPLOY_USER}"\nbecome = "doas"')
+    )
     argv = [x if x != board.host else f"127.0.0.1:{board.port}" for x in board.q25("deploy", builds["qemu"])]
     argv += ["--target-file", str(target), "--runtime-bin", str(q25tok_aarch64)]
     code, res = q25(capsys, argv)
@@ -72,12 +76,15 @@ def test_the_board_file_says_doas_and_the_command_line_overrides_it(board, build
 
 
 @dropbear_only
-@pytest.mark.parametrize("user, method, says, fix", [
-    ("q25pw", "sudo", "a password is required", "'q25pw ALL=(root) NOPASSWD: ALL' to /etc/sudoers.d/"),
-    ("nobody2", "sudo", "a password is required", "'nobody2 ALL=(root) NOPASSWD: ALL' to /etc/sudoers.d/"),
-    ("q25pw", "doas", "Authentication required", "'permit nopass q25pw as root' to /etc/doas.conf"),
-    ("nobody2", "doas", "Operation not permitted", "'permit nopass nobody2 as root' to /etc/doas.conf"),
-])
+@pytest.mark.parametrize(
+    "user, method, says, fix",
+    [
+        ("q25pw", "sudo", "a password is required", "'q25pw ALL=(root) NOPASSWD: ALL' to /etc/sudoers.d/"),
+        ("nobody2", "sudo", "a password is required", "'nobody2 ALL=(root) NOPASSWD: ALL' to /etc/sudoers.d/"),
+        ("q25pw", "doas", "Authentication required", "'permit nopass q25pw as root' to /etc/doas.conf"),
+        ("nobody2", "doas", "Operation not permitted", "'permit nopass nobody2 as root' to /etc/doas.conf"),
+    ],
+)
 def test_a_board_that_wants_a_password_is_refused_in_one_line(board, builds, capsys, user, method, says, fix):
     """sudo -n / doas -n: never a password prompt that nothing answers; the table's row says
     what the board said and what to configure there, and nothing is touched."""

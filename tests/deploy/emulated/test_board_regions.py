@@ -41,8 +41,9 @@ def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, b
     assert "q25-region" not in plain.sh("dmesg")[1]
     code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
     assert code == 13 and res[0]["bytes_sent"] == 0 and "does not reserve" in res[0]["error"], res
-    code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--allow-unreserved", "--runtime-bin",
-                                      str(q25tok_aarch64)))
+    code, res = q25(
+        capsys, plain.q25("deploy", builds["qemu"], "--allow-unreserved", "--runtime-bin", str(q25tok_aarch64))
+    )
     assert code == 0 and res[0]["ok"] and any("--allow-unreserved" in w for w in res[0]["warnings"])
     assert any("predates" in w for w in res[0]["smoke"]["warnings"])
     code, res = q25(capsys, plain.q25("smoke", builds["qemu"], "--strict"))
@@ -55,8 +56,10 @@ def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, b
     assert status == 6 and "REFUSED the running device tree has no q25-region" in out
     # and a strict deploy onto it fails its smoke test
     plain.sh(f"rm -rf {INSTALL}")
-    code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--strict", "--allow-unreserved", "--runtime-bin",
-                                      str(q25tok_aarch64)))
+    code, res = q25(
+        capsys,
+        plain.q25("deploy", builds["qemu"], "--strict", "--allow-unreserved", "--runtime-bin", str(q25tok_aarch64)),
+    )
     assert code == 13 and not res[0]["ok"] and "smoke test failed" in res[0]["error"]
 
 
@@ -77,8 +80,9 @@ def test_the_qemu_board_file_reserves_what_qemu_loads(board):
     dtb_start = (initrd[1] + 1 + (2 << 20) - 1) & ~((2 << 20) - 1)  # the next 2 MiB boundary
     (dtb,) = [(s, e) for s, e, name, depth in layout if name == "reserved" and s == dtb_start]  # the kernel keeps it
     for start, end in [initrd, dtb, *kernel]:
-        assert any(r.base <= start and end < r.base + r.size for r in reserved), \
+        assert any(r.base <= start and end < r.base + r.size for r in reserved), (
             f"{start:#x}-{end:#x} is outside the board file's reservations"
+        )
 
 
 def test_q25tok_load_puts_the_partitions_into_reserved_ddr(board, builds, q25tok_aarch64, capsys, tmp_path):
@@ -97,27 +101,32 @@ def test_q25tok_load_puts_the_partitions_into_reserved_ddr(board, builds, q25tok
     assert status == 0, out + err
     pmap = json.loads((builds["qemu"] / "partition_map.json").read_text())
     for r in pmap["regions"]:
-        assert f"region {r['node']} base {r['base']:#x} size {r['size']:#x} bytes {r['used']} sha256 {r['sha256']} " \
-               "loaded" in out
+        assert (
+            f"region {r['node']} base {r['base']:#x} size {r['size']:#x} bytes {r['used']} sha256 {r['sha256']} "
+            "loaded" in out
+        )
         ddr = eb.read_physical(board.qemu, r["base"], r["size"], tmp_path / f"{r['index']}.bin")
         part = (builds["qemu"] / r["file"]).read_bytes()
-        assert ddr[:len(part)] == part and not ddr[len(part):].strip(b"\0")
+        assert ddr[: len(part)] == part and not ddr[len(part) :].strip(b"\0")
     with capsys.disabled():
-        print(f"\n{board.flavour}: q25tok load of {sum(r['used'] for r in pmap['regions']):,} bytes in {load_s:.1f} s "
-              "(SSH round trip included)")
+        print(
+            f"\n{board.flavour}: q25tok load of {sum(r['used'] for r in pmap['regions']):,} bytes in {load_s:.1f} s "
+            "(SSH round trip included)"
+        )
     status, out, _ = board.sh(f"{INSTALL}/current/q25tok verify {table}", check=False)
     assert status == 0 and out.count(" resident") == len(pmap["regions"])
     # DDR changes behind our back (a stray write through /dev/mem, BusyBox devmem): verify says so
     r = pmap["regions"][0]
-    eb.monitor(board.qemu, f"pmemsave {r['base']:#x} 1 \"{tmp_path / 'b'}\"")
+    eb.monitor(board.qemu, f'pmemsave {r["base"]:#x} 1 "{tmp_path / "b"}"')
     byte = (tmp_path / "b").read_bytes()[0]
     board.sh(f"devmem {r['base']:#x} 8 {byte ^ 1:#x}")
     status, out, _ = board.sh(f"{INSTALL}/current/q25tok verify {table}", check=False)
     assert status == 6 and "MISMATCH" in out
 
 
-def test_after_a_power_cycle_the_boot_service_loads_the_regions_again(boot_board, builds, q25tok_aarch64, capsys,
-                                                                       tmp_path):
+def test_after_a_power_cycle_the_boot_service_loads_the_regions_again(
+    boot_board, builds, q25tok_aarch64, capsys, tmp_path
+):
     """The install path on an ext4 virtio disk (persistent), the layer's boot service
     (q25-regions, as its sysvinit script) in the image: after deploy the regions hold the
     partitions; power off (a new QEMU: DDR starts empty), power on: the service has loaded

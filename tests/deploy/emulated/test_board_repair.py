@@ -14,8 +14,9 @@ pytestmark = pytest.mark.board
 
 
 @dropbear_only
-def test_a_rotten_kept_partition_is_found_by_the_load_and_sent_again(board, builds, build_b, q25tok_aarch64, capsys,
-                                                                    tmp_path):
+def test_a_rotten_kept_partition_is_found_by_the_load_and_sent_again(
+    board, builds, build_b, q25tok_aarch64, capsys, tmp_path
+):
     fresh(board)
     a = builds["qemu"]
     rt = ("--runtime-bin", str(q25tok_aarch64))

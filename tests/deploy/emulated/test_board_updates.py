@@ -31,14 +31,17 @@ def board_files(board) -> dict[str, str]:
 
 def settled(board) -> dict[str, str]:
     """What says where the board is: the state file, the current link, the kept releases."""
-    return {"state": board.sh(f"cat {INSTALL}/.q25deploy-state.json")[1],
-            "current": board.sh(f"readlink {INSTALL}/current")[1],
-            "releases": board.sh(f"ls {INSTALL}/releases")[1]}
+    return {
+        "state": board.sh(f"cat {INSTALL}/.q25deploy-state.json")[1],
+        "current": board.sh(f"readlink {INSTALL}/current")[1],
+        "releases": board.sh(f"ls {INSTALL}/releases")[1],
+    }
 
 
 @dropbear_only
-def test_tokenizer_only_updates_leave_the_partitions_alone(board, builds, build_a2, build_b, build_c, q25tok_aarch64,
-                                                           capsys, tmp_path):
+def test_tokenizer_only_updates_leave_the_partitions_alone(
+    board, builds, build_a2, build_b, build_c, q25tok_aarch64, capsys, tmp_path
+):
     fresh(board)
     a = builds["qemu"]
     code, res = q25(capsys, board.q25("deploy", a, "--strict", "--runtime-bin", str(q25tok_aarch64)))
@@ -52,8 +55,9 @@ def test_tokenizer_only_updates_leave_the_partitions_alone(board, builds, build_
     assert res[0]["bytes_sent"] == (build_a2 / IMAGE).stat().st_size + (build_a2 / IMAGE_MANIFEST).stat().st_size
     after = board_files(board)
     assert after["tokenizer.q25tokrt"] == sha256(build_a2 / IMAGE)
-    assert {k: v for k, v in after.items() if k.startswith("partitions/")} == partitions and after["q25tok"] == \
-        before["q25tok"]
+    assert {k: v for k, v in after.items() if k.startswith("partitions/")} == partitions and after["q25tok"] == before[
+        "q25tok"
+    ]
     assert resident(board, a, tmp_path)  # the regions hold A's partitions as before
     # defect 1: the image of another model with the same vocabulary; the smoke test checks
     # the board's partitions against the board's own release, not B's partition map

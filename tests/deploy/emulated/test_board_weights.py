@@ -41,13 +41,18 @@ def test_the_board_dequantizes_its_tensors_as_the_host(board, builds, q25tok_aar
         _, out, _ = board.sh(f"{cur}/q25tok tensor {cur}/partitions/tensors.tab {t['name']}")
         assert f" region {t['region']} offset {t['offset']:#x} bytes {t['bytes']} " in out, out
         part = f"{cur}/partitions/region_{t['region']:02d}.bin"
-        _, out, _ = board.sh(f"tail -c +{t['offset'] + 1} {part} | head -c {t['bytes']} > /tmp/t.bin && "
-                             f"{cur}/q25tok dequant {t['type']} /tmp/t.bin > /tmp/t.f32 && od -An -v -tx4 /tmp/t.f32 "
-                             "&& rm /tmp/t.bin /tmp/t.f32", timeout=300)
+        _, out, _ = board.sh(
+            f"tail -c +{t['offset'] + 1} {part} | head -c {t['bytes']} > /tmp/t.bin && "
+            f"{cur}/q25tok dequant {t['type']} /tmp/t.bin > /tmp/t.f32 && od -An -v -tx4 /tmp/t.f32 "
+            "&& rm /tmp/t.bin /tmp/t.f32",
+            timeout=300,
+        )
         got = np.array([int(w, 16) for w in out.split()], np.uint32)
         ref = host_bits(parts[t["region"]], t)
         nan = ((got & 0x7FFFFFFF) > 0x7F800000) & ((ref & 0x7FFFFFFF) > 0x7F800000)
         assert got.size == ref.size and ((got == ref) | nan).all(), f"{t['name']} ({t['type']}) differs"
     with capsys.disabled():
-        print(f"\n{board.flavour}: {len(smallest)} tensors ({', '.join(sorted(smallest))}) bit-exact on the board "
-              f"in {time.monotonic() - t0:.1f} s")
+        print(
+            f"\n{board.flavour}: {len(smallest)} tensors ({', '.join(sorted(smallest))}) bit-exact on the board "
+            f"in {time.monotonic() - t0:.1f} s"
+        )

@@ -24,26 +24,57 @@ def q25(capsys, *argv) -> tuple[int, object]:
     return code, (json.loads(out) if out.strip().startswith(("[", "{")) else out)
 
 
-def test_qemu_up_deploy_smoke_down(board_root, board_client_key, board_machine, builds, q25tok_aarch64, capsys,
-                                   tmp_path):
+def test_qemu_up_deploy_smoke_down(
+    board_root, board_client_key, board_machine, builds, q25tok_aarch64, capsys, tmp_path
+):
     import emulated_board as eb
 
     pub = Path(str(board_client_key) + ".pub").read_text()
     initrd = eb.assemble_initramfs(board_root, tmp_path / "initramfs.cpio", eb.InitramfsSpec("dropbear", pub))
     state, port, build = tmp_path / "q25-qemu", eb.free_port(), builds["qemu"]
     t = time.monotonic()
-    code, up = q25(capsys, "qemu", "up", "--build", build, "--kernel", eb.kernel_image(board_root), "--initrd", initrd,
-                   "--state-dir", state, "--ssh-port", port, "--smp", board_machine.smp, "--wait", "--json")
+    code, up = q25(
+        capsys,
+        "qemu",
+        "up",
+        "--build",
+        build,
+        "--kernel",
+        eb.kernel_image(board_root),
+        "--initrd",
+        initrd,
+        "--state-dir",
+        state,
+        "--ssh-port",
+        port,
+        "--smp",
+        board_machine.smp,
+        "--wait",
+        "--json",
+    )
     assert code == 0, up
     try:
         with capsys.disabled():
-            print(f"\nqemu up --wait: SSH up after {up['ssh_seconds']} s ({time.monotonic() - t:.1f} s with the "
-                  "device tree)")
+            print(
+                f"\nqemu up --wait: SSH up after {up['ssh_seconds']} s ({time.monotonic() - t:.1f} s with the "
+                "device tree)"
+            )
         assert up["host"] == f"root@127.0.0.1:{port}" and Path(up["serial_log"]).is_file()
         code, st = q25(capsys, "qemu", "status", "--state-dir", state, "--json")
         assert code == 0 and st["running"] and st["ssh"] and st["pid"] == up["pid"]
-        conn = ["--target", "qemu", "--host", up["host"], "--build", build, "--identity", board_client_key,
-                "--known-hosts", up["known_hosts"], "--json"]
+        conn = [
+            "--target",
+            "qemu",
+            "--host",
+            up["host"],
+            "--build",
+            build,
+            "--identity",
+            board_client_key,
+            "--known-hosts",
+            up["known_hosts"],
+            "--json",
+        ]
         code, res = q25(capsys, "deploy", *conn, "--trust-new-host", "--strict", "--runtime-bin", q25tok_aarch64)
         assert code == 0 and res[0]["ok"] and res[0]["smoke"]["ok"], res
         assert res[0]["residency"]["state"] == "resident"
@@ -82,8 +113,11 @@ def assert_guest_reaches_nothing_outside(key: Path, up: dict) -> None:
 def region_fills(svg: Path) -> list[str]:
     import xml.etree.ElementTree as ET
 
-    return [r.get("fill") for r in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}rect")
-            if r.get("class") == "region"]
+    return [
+        r.get("fill")
+        for r in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}rect")
+        if r.get("class") == "region"
+    ]
 
 
 def assert_status_svg_shows_residency(capsys, conn: list, build: Path, tmp_path: Path) -> None:
@@ -106,8 +140,9 @@ def assert_status_svg_shows_residency(capsys, conn: list, build: Path, tmp_path:
     key, known_hosts = conn[conn.index("--identity") + 1], conn[conn.index("--known-hosts") + 1]
     c = paramiko.SSHClient()
     c.load_host_keys(known_hosts)
-    c.connect("127.0.0.1", int(host.rsplit(":", 1)[1]), "root", key_filename=str(key), look_for_keys=False,
-              allow_agent=False)
+    c.connect(
+        "127.0.0.1", int(host.rsplit(":", 1)[1]), "root", key_filename=str(key), look_for_keys=False, allow_agent=False
+    )
     with c:
         _, out, _ = c.exec_command(f"v=$(devmem {base:#x} 8) && devmem {base:#x} 8 $(( v ^ 1 )) && echo ok")
         assert out.read().decode().strip() == "ok"

@@ -65,7 +65,9 @@ def test_usage_errors_exit_2_and_a_board_without_qemu_11(capsys, tmp_path, build
 
 
 def test_missing_tools_exit_9(capsys, tmp_path, monkeypatch, build, junk):
-    code, _, err = q25(capsys, "qemu", "up", "--build", build, "--kernel", junk, "--qemu", tmp_path / "qemu-system-aarch64")
+    code, _, err = q25(
+        capsys, "qemu", "up", "--build", build, "--kernel", junk, "--qemu", tmp_path / "qemu-system-aarch64"
+    )
     assert code == 9 and one_error(err).endswith("qemu-system-aarch64 not found (Debian: qemu-system-arm)")
     qemu = need_program("qemu-system-aarch64", "Debian: qemu-system-arm")
     bin_dir = tmp_path / "bin"
@@ -84,8 +86,9 @@ def test_a_port_in_use_exits_2_and_leaves_nothing(capsys, tmp_path, build, junk)
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        code, _, err = q25(capsys, "qemu", "up", "--build", build, "--kernel", junk, "--ssh-port", port,
-                           "--state-dir", tmp_path / "s")
+        code, _, err = q25(
+            capsys, "qemu", "up", "--build", build, "--kernel", junk, "--ssh-port", port, "--state-dir", tmp_path / "s"
+        )
     assert code == 2 and f"127.0.0.1:{port} is in use" in one_error(err)
     assert not (tmp_path / "s").exists()  # what up wrote before it found out is gone again
 
@@ -145,8 +148,24 @@ def test_up_from_a_yocto_deploy_directory(capsys, tmp_path, build):
     need_program("dtc", "Debian: device-tree-compiler")
     d = deploy_dir(tmp_path / "poky")
     state_dir = tmp_path / "q25-qemu"
-    code, out, err = q25(capsys, "qemu", "up", "--build", build, "--yocto-deploy", d, "--state-dir", state_dir,
-                         "--ssh-port", _free_port(), "--smp", "1", "--append", "quiet", "--json")
+    code, out, err = q25(
+        capsys,
+        "qemu",
+        "up",
+        "--build",
+        build,
+        "--yocto-deploy",
+        d,
+        "--state-dir",
+        state_dir,
+        "--ssh-port",
+        _free_port(),
+        "--smp",
+        "1",
+        "--append",
+        "quiet",
+        "--json",
+    )
     assert code == 0, err
     r = json.loads(out)
     assert r["kernel"] == str(d / KERNEL) and r["initrd"] is None and r["drives"] == [str(d / f"{IMAGE}.ext4")]

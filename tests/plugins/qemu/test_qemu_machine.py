@@ -59,7 +59,7 @@ def test_qemu_argv(tmp_path):
     assert f"-pidfile {files.pidfile}" in joined and "-daemonize" in argv and "-no-reboot" in argv
     assert f"-serial file:{files.serial_log}" in joined and f"unix:{files.monitor},server=on,wait=off" in joined
     assert argv[argv.index("-append") + 1] == "console=ttyAMA0 panic=-1"
-    assert ["-initrd", "/k/initrd.cpio"] == argv[argv.index("-initrd"):argv.index("-initrd") + 2]
+    assert ["-initrd", "/k/initrd.cpio"] == argv[argv.index("-initrd") : argv.index("-initrd") + 2]
     pci = qemu_argv(Machine(), dataclasses.replace(boot, virtio="pci", drives=(), initrd=None), files)
     assert "virtio-net-pci,netdev=n0,romfile=" in pci and "-initrd" not in pci and "-drive" not in pci
     with pytest.raises(UsageError, match="port"):
@@ -69,16 +69,19 @@ def test_qemu_argv(tmp_path):
 
 
 def test_strip_seeds():
-    dts = ("/ {\n\tchosen {\n\t\trng-seed = <0x1 0x2>;\n\t\tkaslr-seed = <0x3 0x4>;\n"
-           "\t\tstdout-path = \"/pl011@9000000\";\n\t\trng-seeds-are-not-this = <0x1>;\n\t};\n};\n")
+    dts = (
+        "/ {\n\tchosen {\n\t\trng-seed = <0x1 0x2>;\n\t\tkaslr-seed = <0x3 0x4>;\n"
+        '\t\tstdout-path = "/pl011@9000000";\n\t\trng-seeds-are-not-this = <0x1>;\n\t};\n};\n'
+    )
     out = strip_seeds(dts)
     assert "rng-seed =" not in out and "kaslr-seed" not in out
     assert "stdout-path" in out and "rng-seeds-are-not-this" in out
 
 
 def _dts(dtb: Path) -> str:
-    return subprocess.run(["dtc", "-q", "-I", "dtb", "-O", "dts", str(dtb)], capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["dtc", "-q", "-I", "dtb", "-O", "dts", str(dtb)], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_make_dtb_is_reproducible_and_reserves_the_fragment(tmp_path):

@@ -30,12 +30,19 @@ def test_round_trip_and_only_our_files_are_removed(tmp_path):
     assert not d.exists()  # made by up, empty now: gone
 
 
-@pytest.mark.parametrize("bad", [
-    "not json", json.dumps([1]), json.dumps({"version": 2}),
-    json.dumps({"version": 1, "pid": 1, "port": 2222, "user": "root", "argv": [], "files": [], "made_dir": True}),
-    json.dumps({"version": 1, "pid": 99, "port": 2222, "user": "root", "argv": [], "files": ["../x"], "made_dir": True}),
-    json.dumps({"version": 1, "pid": 99, "port": 2222, "user": "root", "argv": [], "files": [], "extra": 1}),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not json",
+        json.dumps([1]),
+        json.dumps({"version": 2}),
+        json.dumps({"version": 1, "pid": 1, "port": 2222, "user": "root", "argv": [], "files": [], "made_dir": True}),
+        json.dumps(
+            {"version": 1, "pid": 99, "port": 2222, "user": "root", "argv": [], "files": ["../x"], "made_dir": True}
+        ),
+        json.dumps({"version": 1, "pid": 99, "port": 2222, "user": "root", "argv": [], "files": [], "extra": 1}),
+    ],
+)
 def test_a_malformed_state_file_is_refused(tmp_path, bad):
     (tmp_path / "state.json").write_text(bad)
     with pytest.raises(SchemaError, match="not a q25deploy qemu state file"):

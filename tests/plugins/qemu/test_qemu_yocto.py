@@ -61,8 +61,13 @@ def test_an_ext4_image_boots_from_a_virtio_disk(tmp_path):
 
 
 def test_an_initramfs_image_and_the_kernel_found_by_its_type(tmp_path):
-    conf = qemuboot(qb_default_fstype="cpio.gz", qb_default_kernel="Image", qb_kernel_root="/dev/vda ro",
-                    qb_network_device="-device virtio-net-device,netdev=net0", qb_rootfs_opt=None)
+    conf = qemuboot(
+        qb_default_fstype="cpio.gz",
+        qb_default_kernel="Image",
+        qb_kernel_root="/dev/vda ro",
+        qb_network_device="-device virtio-net-device,netdev=net0",
+        qb_rootfs_opt=None,
+    )
     d = deploy_dir(tmp_path, conf, files=("Image", f"{IMAGE}-{STAMP}.cpio.gz"))
     img = yocto_image(d)
     assert img.initrd and img.rootfs == d / f"{IMAGE}-{STAMP}.cpio.gz" and img.kernel == d / "Image"

@@ -29,7 +29,11 @@ def main() -> None:
     # image modes: plain, CRC pass, parse_special; and with the CRC fix-ups (8: header, 16:
     # sections) so that mutations reach the section-table and content checks
     seeds = [bytes([m]) + image for m in (0, 2, 4, 8, 8 | 16, 2 | 8 | 16, 4 | 8 | 16)]
-    texts = CORPUS[:12] + [b"<|im_start|>user\nHi<|im_end|>", b"a\xffb\xc1\x81\xed\xa0\x80\xe4\xb8", b"[PAD] <tool_call>"]
+    texts = CORPUS[:12] + [
+        b"<|im_start|>user\nHi<|im_end|>",
+        b"a\xffb\xc1\x81\xed\xa0\x80\xe4\xb8",
+        b"[PAD] <tool_call>",
+    ]
     for i, t in enumerate(texts):
         seeds.append(bytes([1 | (4 if i % 2 else 0) | ((i % 8) << 4)]) + t)
     for s in seeds:

@@ -19,6 +19,8 @@ def _crash(args, context):
 
 @hookimpl
 def q25deploy_cli_commands():
-    return [CommandSpec("badcmd-args", "cannot add its arguments", "Fails in add_arguments.", _bad_arguments, _crash),
-            CommandSpec("badcmd-run", "crashes when it runs", "Fails in run.", _no_arguments, _crash),
-            CommandSpec("build", "takes a core command's name", "Clashes with build.", _no_arguments, _crash)]
+    return [
+        CommandSpec("badcmd-args", "cannot add its arguments", "Fails in add_arguments.", _bad_arguments, _crash),
+        CommandSpec("badcmd-run", "crashes when it runs", "Fails in run.", _no_arguments, _crash),
+        CommandSpec("build", "takes a core command's name", "Clashes with build.", _no_arguments, _crash),
+    ]

@@ -35,12 +35,22 @@ def _info(args, context):
     if not banks:
         raise UsageError(f"no DDR bank {args.bank!r} on {NAME} (banks: {', '.join(b.name for b in board.banks)})")
     rows = [{"bank": b.name, "base": b.base, "size": b.size} for b in banks]
-    print(json.dumps({"plugin": context.plugin, "target": NAME, "banks": rows}) if args.json
-          else "\n".join(f"{r['bank']}  {r['base']:#x}  {r['size']:#x}" for r in rows))
+    print(
+        json.dumps({"plugin": context.plugin, "target": NAME, "banks": rows})
+        if args.json
+        else "\n".join(f"{r['bank']}  {r['base']:#x}  {r['size']:#x}" for r in rows)
+    )
     return 0
 
 
 @hookimpl
 def q25deploy_cli_commands():
-    return [CommandSpec("ultra96-info", "show the Ultra96's DDR banks (example plugin command)",
-                        "Show the DDR banks of the Ultra96 board file.", _info_arguments, _info)]
+    return [
+        CommandSpec(
+            "ultra96-info",
+            "show the Ultra96's DDR banks (example plugin command)",
+            "Show the DDR banks of the Ultra96 board file.",
+            _info_arguments,
+            _info,
+        )
+    ]
