@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,15 @@ def printable(text: object) -> str:
     (escape sequences, newlines, C1 controls) shown as ``\\xNN``, so it cannot move the cursor,
     clear the screen or fake a line of its own."""
     return str(text).translate(_CONTROL)
+
+
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int | None:
+    """``1GiB``, ``512 MiB``, ``768M``, ``0x40000000`` or plain bytes -> bytes; None when not a size."""
+    m = re.fullmatch(r"\s*(0x[0-9a-f]+|[0-9]+)\s*(?:([kmg])(?:i?b)?|b)?\s*", text, re.IGNORECASE)
+    return int(m.group(1), 0) * _UNITS.get((m.group(2) or "").lower(), 1) if m else None
 
 
 def format_size(n: int) -> str:

@@ -46,6 +46,7 @@ class Layout:
     region_headroom: int = 0
     max_model_share: float = 0.5
     image_alignment: int = 4096
+    reserve: int = 0  # > 0: reserved regions of this total, whatever the model (board/plan.py)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ SCHEMA: dict[str, Any] = {
         "region_headroom": _INT,
         "max_model_share": _FLOAT,
         "image_alignment": _INT,
+        "reserve": _INT,
     },
     "install": {"path": _STR, "runtime": _STR},
     "ssh": {"user": _STR, "port": _INT, "become": _STR, "dropbear_receive_window": _INT},
@@ -186,6 +188,8 @@ def _layout(raw: dict, fail) -> Layout:
         fail("layout.region_headroom", "must not be negative")
     if not 0 < lay.max_model_share <= 1:
         fail("layout.max_model_share", f"must be in (0, 1], got {lay.max_model_share}")
+    if lay.reserve < 0:
+        fail("layout.reserve", "must not be negative (0: regions sized to each model)")
     return lay
 
 

@@ -19,7 +19,8 @@ def cells(value: int) -> str:
 
 def reserved_memory_dtsi(board: Board, plan: MemoryPlan, notes: str = "") -> str:
     lines = [
-        f"// q25deploy reserved memory for {board.name}: {len(plan.regions)} region(s), {plan.reserved_bytes:,} bytes",
+        f"// q25deploy reserved memory for {board.name}: {len(plan.regions) + len(plan.spare)} region(s), "
+        f"{plan.reserved_bytes:,} bytes",
         "// Include from system-user.dtsi (PetaLinux) or list in EXTRA_DT_INCLUDE_FILES (meta-xilinx).",
     ]
     lines += [f"// {n}" for n in notes.splitlines()]
@@ -30,11 +31,12 @@ def reserved_memory_dtsi(board: Board, plan: MemoryPlan, notes: str = "") -> str
         "\t\t#size-cells = <2>;",
         "\t\tranges;",
     ]
-    for r in plan.regions:
+    for r in plan.regions + plan.spare:
         n_tensors = sum(1 for t in plan.tensors if t.region == r.index)
+        what = f"partition {r.index}: {n_tensors} tensors" if r.used else "spare: part of the fixed reservation"
         lines += [
             "",
-            f"\t\t/* partition {r.index}: {n_tensors} tensors, {r.used:,} bytes used of {r.size:,} */",
+            f"\t\t/* {what}, {r.used:,} bytes used of {r.size:,} */",
             f"\t\t{r.label}: {r.node_name} {{",
             '\t\t\tcompatible = "shared-dma-pool";',
             f"\t\t\treg = <{cells(r.base)} {cells(r.size)}>;",

@@ -9,6 +9,12 @@
 3. Regions are placed top-down in the DDR windows left free by the board's existing
    reservations, aligned to ``region_alignment``; the total must stay within the board's
    ``max_model_share`` of DDR.
+
+A fixed reservation (``[layout] reserve``, ``build --reserve``) makes the regions the same for
+every model: the reservation is cut into equal regions of at most ``region_max_size``
+(:func:`reservation_sizes`), placed as above; partitions are packed up to that region size and
+partition ``i`` goes into region ``i``. Regions no partition needs stay reserved (``spare``), so
+one image's device tree holds every later model that fits; one that does not is a FitError.
 """
 
 from __future__ import annotations
@@ -76,10 +82,11 @@ class MemoryPlan:
     regions: tuple[Region, ...]
     tensors: tuple[Placement, ...]
     budget: int
+    spare: tuple[Region, ...] = ()  # a fixed reservation's regions this model leaves empty
 
     @property
     def reserved_bytes(self) -> int:
-        return sum(r.size for r in self.regions)
+        return sum(r.size for r in self.regions + self.spare)
 
     def address(self, p: Placement) -> int:
         return self.regions[p.region].base + p.offset
@@ -137,18 +144,53 @@ class Partition:
     size: int
 
 
-def plan_partitions(tensors: Sequence[TensorLike], board: Board) -> list[Partition]:
-    """Steps 1 and 2: pack tensors, size each region (headroom, alignment)."""
+def reservation_sizes(board: Board) -> list[int]:
+    """A fixed reservation's regions: ``reserve`` rounded up to ``region_alignment`` and cut into
+    the fewest equal regions of at most ``region_max_size``; [] without one."""
     lay = board.layout
+    if lay.reserve <= 0:
+        return []
+    total = align_up(lay.reserve, lay.region_alignment)
+    n = -(-total // lay.region_max_size)
+    return [align_up(-(-total // n), lay.region_alignment)] * n
+
+
+def plan_partitions(tensors: Sequence[TensorLike], board: Board) -> list[Partition]:
+    """Steps 1 and 2: pack tensors, size each region (headroom, alignment; a fixed
+    reservation's region size)."""
+    lay = board.layout
+    fixed = reservation_sizes(board)
     out = []
-    for i, items in enumerate(pack(tensors, lay.tensor_alignment, lay.region_max_size)):
+    for i, items in enumerate(pack(tensors, lay.tensor_alignment, fixed[0] if fixed else lay.region_max_size)):
         used = max((off + t.nbytes for t, off in items), default=0)
-        out.append(Partition(i, tuple(items), used, align_up(used + lay.region_headroom, lay.region_alignment)))
+        size = fixed[0] if fixed else align_up(used + lay.region_headroom, lay.region_alignment)
+        out.append(Partition(i, tuple(items), used, size))
     return out
 
 
+def reservation_regions(board: Board) -> tuple[Region, ...]:
+    """The fixed reservation's regions, placed like a model's (all empty); () without one."""
+    sizes = reservation_sizes(board)
+    return _place(board, [Partition(i, (), 0, size) for i, size in enumerate(sizes)]) if sizes else ()
+
+
 def place_regions(board: Board, partitions: Sequence[Partition]) -> tuple[Region, ...]:
-    """Step 3: a region per partition, top-down in the free DDR windows, within budget."""
+    """Step 3: a region per partition, top-down in the free DDR windows, within budget; with a
+    fixed reservation, the reservation's first regions."""
+    fixed = reservation_regions(board)
+    if not fixed:
+        return _place(board, partitions)
+    used = sum(p.used for p in partitions)
+    if len(partitions) > len(fixed) or any(p.used > r.size for p, r in zip(partitions, fixed)):
+        raise FitError(
+            f"the model does not fit {board.name}'s fixed reservation of {len(fixed)} region(s) of "
+            f"{format_size(fixed[0].size)} ({format_size(sum(r.size for r in fixed))}, layout.reserve or --reserve): "
+            f"its {used:,} bytes need {len(partitions)} region(s) of that size; reserve more"
+        )
+    return tuple(Region(p.index, r.base, r.size, p.used, r.bank) for p, r in zip(partitions, fixed))
+
+
+def _place(board: Board, partitions: Sequence[Partition]) -> tuple[Region, ...]:
     lay = board.layout
     need = sum(p.size for p in partitions)
     if need > board.model_budget:
@@ -227,7 +269,9 @@ def assemble(
         for p in partitions
         for t, off in p.items
     )
-    return MemoryPlan(tuple(regions), placements, board.model_budget)
+    fixed = reservation_regions(board)
+    own = [(r.base, r.size) for r in regions] == [(r.base, r.size) for r in fixed[: len(regions)]]
+    return MemoryPlan(tuple(regions), placements, board.model_budget, fixed[len(regions) :] if own else ())
 
 
 def plan_memory(tensors: Sequence[TensorLike], board: Board) -> MemoryPlan:

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..common import parse_size
 from ..errors import Q25Error
 from .common import add_model_argument, one_line_text, release_number, report_failures
 
@@ -34,6 +35,14 @@ def add_commands(sub) -> None:
         "--model-license-file",
         metavar="FILE",
         help="the model's licence text (default: the Ollama licence layer, or the text q25deploy ships for Apache-2.0)",
+    )
+    bd.add_argument(
+        "--reserve",
+        metavar="SIZE",
+        type=reserve_size,
+        help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this model needs: one image's "
+        "device tree then holds every later model that fits (overrides the board file's [layout] "
+        "reserve; 0: regions sized to this model; see docs/boards.md)",
     )
     _add_layer_options(bd.add_argument_group("the BitBake layer"))
     bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
@@ -66,6 +75,13 @@ def _add_layer_options(group) -> None:
     )
 
 
+def reserve_size(text: str) -> int:
+    n = parse_size(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (1GiB, 768MiB, 0x40000000, bytes)")
+    return n
+
+
 def cmd_build(a: argparse.Namespace) -> int:
     from ..packer.pipeline import build
     from .progress import Progress
@@ -80,6 +96,7 @@ def cmd_build(a: argparse.Namespace) -> int:
         model_license_file=a.model_license_file,
         layer_release=a.layer_release,
         layer_maintainer=a.layer_maintainer,
+        reserve=a.reserve,
         progress=prog.step,
     )
     prog.done()

@@ -73,6 +73,12 @@ def add_commands(sub) -> None:
         "--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test"
     )
     dp.add_argument(
+        "--allow-unreserved",
+        action="store_true",
+        help="send a plan the board's live device tree does not reserve (its new image comes later), "
+        "with a warning; without it such a board is refused before anything is sent",
+    )
+    dp.add_argument(
         "--verify-board",
         action="store_true",
         help="also hash the files the board already holds (linked from kept releases) and send again "
@@ -152,6 +158,7 @@ def _fleet(a: argparse.Namespace):
         verify_board=getattr(a, "verify_board", False),
         become=a.become,
         transfer=getattr(a, "transfer", "auto"),
+        allow_unreserved=getattr(a, "allow_unreserved", False),
     )
     return Fleet(opts, target, pm)
 
@@ -210,6 +217,16 @@ def _status_line(r: dict) -> str:
         return printable(f"{r['host']:<28} error: {r['error']}")
     return printable(
         f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
+        f"{_reserved_words(r)}"
         f"{' regions ' + r['residency'] if r.get('residency') else ''}{' map ' + r['svg'] if r.get('svg') else ''}"
         f"{'' if r['consistent'] else ' (state and current link disagree)'}"
+    )
+
+
+def _reserved_words(r: dict) -> str:
+    """`` reserved yes``, or ``reserved NO (node why, ...)`` when the device tree cannot hold the plan."""
+    if "reserved" not in r:
+        return ""
+    return " reserved " + (
+        "yes" if r["reserved"] else "NO (" + ", ".join(f"{u['node']} {u['why']}" for u in r["unreserved"]) + ")"
     )

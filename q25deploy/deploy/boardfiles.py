@@ -17,6 +17,7 @@ from ..common import json_bytes
 from ..errors import DeployError, SchemaError
 from .boardlock import LOCK_NAME, board_lock
 from .connection import Board
+from .reserved import LISTING, parse_listing, split_listing
 
 STATE_NAME = ".q25deploy-state.json"
 INTENT_NAME = ".q25deploy-intent.json"
@@ -24,11 +25,12 @@ ABSENT = 44  # status of the read script when the file does not exist
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # $1 file: its bytes; exit ABSENT when there is none; a symlink or unreadable file is an error
 READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] || exit 44; exec cat "$1"'
-# $1 state, $2 intent: "file <size>" and its bytes, or "none", each; then $3's link target
+# $1 state, $2 intent: "file <size>" and its bytes, or "none", each; then $4's reserved memory
+# (reserved.LISTING: its lines and "end"); then $3's link target
 SNAPSHOT = (
     'for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
     'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
-    'done; readlink "$3" || true'
+    "done; " + LISTING + 'readlink "$3" || true'
 )
 # $1 file: standard input into a fresh temporary beside it, on the disk; prints the temporary's
 # name. mktemp (O_EXCL) never opens a planted name, and $1 may not be a symlink or a directory
@@ -83,6 +85,7 @@ class BoardFiles:
         self.base = f"{self.root}/{_plain(install_dir, 'install directory')}"
         if self.base == "/":
             raise DeployError("refusing to install into /")
+        self.live_reserved: dict | None = None  # the last snapshot's /reserved-memory, when asked for
 
     def path(self, rel: str) -> str:
         """``base/rel``; refuses an absolute ``rel`` or one with an empty, ``.`` or ``..`` part."""
@@ -118,10 +121,21 @@ class BoardFiles:
             ["sh", "-c", STAGE + ' && mv -f "$t" "$1" && sync', "sh", self.path(name)], stdin=json_bytes(doc)
         )
 
-    def snapshot(self) -> tuple[dict, dict | None, str | None]:
-        """(state, intent or None, the release ``current`` points at or None) in one command."""
+    def snapshot(self, device_tree: str | None = None) -> tuple[dict, dict | None, str | None]:
+        """(state, intent or None, the release ``current`` points at or None) in one command;
+        with ``device_tree``, the same command reads its reserved memory into :attr:`live_reserved`
+        (:func:`.reserved.parse_listing`; a malformed answer is an error)."""
         status, out, err = self.board.run(
-            ["sh", "-c", SNAPSHOT, "sh", self.path(STATE_NAME), self.path(INTENT_NAME), self.path("current")],
+            [
+                "sh",
+                "-c",
+                SNAPSHOT,
+                "sh",
+                self.path(STATE_NAME),
+                self.path(INTENT_NAME),
+                self.path("current"),
+                device_tree or "-",
+            ],
             check=False,
         )
         if status != 0:
@@ -141,6 +155,14 @@ class BoardFiles:
                 )
             doc, rest = framed
             docs.append(doc)
+        listed = split_listing(rest)
+        live = parse_listing(listed[0]) if listed and device_tree else None
+        if listed is None or (device_tree and live is None):
+            raise DeployError(
+                f"{self.board.spec.name}: a malformed answer when reading {device_tree}/reserved-memory; "
+                "nothing was changed"
+            )
+        self.live_reserved, rest = live, listed[1]
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
 
@@ -212,11 +234,12 @@ class BoardFiles:
         )
         return NON_ATOMIC if b"non-atomic" in out else None
 
-    def reconcile(self) -> tuple[dict, list[str]]:
+    def reconcile(self, device_tree: str | None = None) -> tuple[dict, list[str]]:
         """The board's state after whatever a cut left (call under the lock): an intent whose
         switch happened becomes the state, one whose switch did not is dropped; a missing
-        ``current`` link is restored to the state's release. Returns (state, warnings)."""
-        state, intent, link = self.snapshot()
+        ``current`` link is restored to the state's release. Returns (state, warnings).
+        ``device_tree``: see :meth:`snapshot`."""
+        state, intent, link = self.snapshot(device_tree)
         warnings: list[str] = []
         if intent is not None:
             if link == intent["current"]:

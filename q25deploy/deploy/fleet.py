@@ -25,6 +25,7 @@ from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, 
 from .expected import BuildIds
 from .hosts import HostSpec, parse_host
 from .release import Release, release_from_build, tokenizer_only
+from .reserved import refusal, unheld
 from .residency import load as load_regions
 from .residency import verify as verify_regions
 from .smoke import smoke_test
@@ -49,6 +50,7 @@ class Options:
     verify_board: bool = False  # deploy: hash the board's kept files too, send again what differs
     become: str | None = None  # --become: overrides the board file's [ssh] become
     transfer: str = "auto"  # deploy --transfer: large files through OpenSSH's ssh (auto, openssh) or paramiko
+    allow_unreserved: bool = False  # deploy: send a plan the board's device tree does not reserve (a warning)
 
 
 def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
@@ -173,8 +175,14 @@ class Fleet:
         with self._connect(spec) as board:
             files = self._files(board)
             with files.lock():  # one deploy per board; what a cut left is settled first
-                state, notes = files.reconcile()
+                state, notes = files.reconcile(self.board_paths["device_tree"])
                 rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
+                refused = None if self.opts.tokenizer_only else self._unreserved(files.live_reserved)
+                if refused and not self.opts.allow_unreserved:  # before anything is sent
+                    return HostResult(
+                        spec.name, release=rel.id, previous=state.get("current"), error=refused, warnings=notes
+                    )
+                notes += [f"sent anyway (--allow-unreserved): {refused}"] if refused else []
                 arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
                 names = {f.rel for f in rel.files}
 
@@ -237,6 +245,27 @@ class Fleet:
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
 
+    def _unreserved(self, live: dict | None, regions: list | None = None) -> str | None:
+        """Why the board's live reserved memory cannot hold the build's regions (``regions``:
+        another plan's), or None."""
+        if live is None:
+            return None
+        return refusal(
+            self.partition_map["regions"] if regions is None else regions, live, self.board_paths["device_tree"]
+        )
+
+    def _reserved_status(self, files: BoardFiles) -> dict:
+        """``reserved`` and ``unreserved`` of the current release's plan; nothing when the board
+        has no partition map to compare (its status is still shown)."""
+        if files.live_reserved is None:
+            return {}
+        try:
+            pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
+        except DeployError:
+            return {}
+        why = unheld(pmap["regions"], files.live_reserved)
+        return {"reserved": not why, "unreserved": [{"node": r["node"], "why": w} for r, w in why]}
+
     def _load(self, board: Board, files: BoardFiles):
         # the release's own q25tok when it has one, else the image's
         return lambda: load_regions(board, files, self.runtime, **self.board_paths)
@@ -253,8 +282,9 @@ class Fleet:
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board, board_session(board):
             files = self._files(board)
-            result = status(board, files)
-            if result["current"]:  # are the current release's partitions in their regions?
+            result = status(board, files, self.board_paths["device_tree"])
+            if result["current"]:  # does the device tree reserve the current plan? does it hold the partitions?
+                result.update(self._reserved_status(files))
                 verified = verify_regions(board, files, self.runtime, **self.board_paths)
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
             return result

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import __version__
@@ -94,7 +94,14 @@ def _inputs(pm, req: Request) -> dict:
         "model": {"path": str(req.src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "license": [req.license_id, _file_stamp(req.license_file)],
         "layer": [req.layer_release, req.layer_maintainer],
+        **({"reserve": req.target.board.layout.reserve} if req.target.board.layout.reserve else {}),
     }
+
+
+def with_reserve(target: Target, reserve: int) -> Target:
+    """``target`` with ``build --reserve``'s fixed reservation instead of its board file's."""
+    board = target.board
+    return replace(target, board=replace(board, layout=replace(board.layout, reserve=reserve)))
 
 
 def build(
@@ -107,10 +114,14 @@ def build(
     model_license_file: str | None = None,
     layer_release: int = 0,
     layer_maintainer: str | None = None,
+    reserve: int | None = None,
     progress: Progress = lambda s: None,
 ) -> BuildResult:
+    """``reserve``: a fixed reservation in bytes, over the board file's ``[layout] reserve``."""
     pm, failures = make_plugin_manager()
     target = resolve_target(pm, failures, target_name, target_file)
+    if reserve is not None:
+        target = with_reserve(target, reserve)
     if model:
         src, note = resolve(model), ""
     else:

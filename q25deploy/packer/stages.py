@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..board.boardfile import Board
 from ..board.header import memory_header
 from ..board.plan import MemoryPlan, assemble
 from ..board.svg import memory_svg
@@ -194,8 +195,26 @@ def summary(target: Target, src: ModelSource, info: ModelInfo, p: Plan, image_ma
                 {"label": r.label, "base": r.base, "size": r.size, "used": r.used, "bank": r.bank}
                 for r in memory.regions
             ],
+            **reservation(board, memory),
         },
         "tensors": len(memory.tensors),
+    }
+
+
+def reservation(board: Board, memory: MemoryPlan) -> dict:
+    """A fixed reservation's use by this model (``memory.reservation`` in build.json); nothing
+    without one, so a build without it stays byte-identical."""
+    if not board.layout.reserve:
+        return {}
+    used = sum(r.used for r in memory.regions)
+    return {
+        "reservation": {
+            "requested": board.layout.reserve,
+            "size": memory.reserved_bytes,
+            "regions": len(memory.regions) + len(memory.spare),
+            "used": used,
+            "spare": [{"label": r.label, "base": r.base, "size": r.size, "bank": r.bank} for r in memory.spare],
+        }
     }
 
 

@@ -33,6 +33,12 @@ def render_summary(r: BuildResult) -> str:
             f"             {reg['label']}  0x{reg['base']:x}-0x{reg['base'] + reg['size'] - 1:x}  "
             f"{format_size(reg['size'])} in {reg['bank']} ({format_size(reg['used'])} used)"
         )
+    res = mem.get("reservation")
+    if res:
+        lines.append(
+            f"  reserve    fixed {format_size(res['size'])} in {res['regions']} region(s): the model uses "
+            f"{format_size(res['used'])} ({res['used'] / res['size']:.1%}), {len(res['spare'])} region(s) spare"
+        )
     try:
         manifest = json.loads((r.out / MANIFEST).read_text())
         total = sum(a["size"] for a in manifest["artifacts"])

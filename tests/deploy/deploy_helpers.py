@@ -16,7 +16,9 @@ from q25deploy.cli import main
 INSTALL = Path("lib") / "firmware" / "q25"
 
 
-def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy"):
+def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy", unreserved=True):
+    """``unreserved``: a deploy passes --allow-unreserved, as these boards (the test host under
+    sshd) have no device tree that reserves the build's regions, unless a test gives one."""
     kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
     argv = [
         action,
@@ -35,6 +37,8 @@ def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=N
         "--json",
         *extra,
     ]
+    if unreserved and action == "deploy":
+        argv.append("--allow-unreserved")
     if runtime and action in ("deploy",):
         argv += ["--runtime-bin", str(runtime)]
     capsys.readouterr()

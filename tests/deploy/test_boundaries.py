@@ -180,6 +180,7 @@ def cli(ssh, srv, root, build, q25tok, *extra):
             "--runtime-bin",
             str(q25tok),
             "--json",
+            "--allow-unreserved",
             *extra,
         ],
         capture_output=True,

@@ -110,6 +110,7 @@ def test_cut_connection_leaves_the_current_release_and_a_later_run_completes(
             "--transfer",
             transfer,
             "--json",
+            "--allow-unreserved",
         ]
         capsys.readouterr()
         assert main(argv) == 13
@@ -286,6 +287,7 @@ def test_fleet_with_one_board_down(tmp_path, capsys, ssh, models, q25tok):
             "--jobs",
             "2",
             "--json",
+            "--allow-unreserved",
         ]
     )
     res = json.loads(capsys.readouterr().out)

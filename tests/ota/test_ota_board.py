@@ -92,6 +92,7 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
                 "--remote-root",
                 str(root),
                 "--json",
+                "--allow-unreserved",
                 *extra,
             ]
             capsys.readouterr()

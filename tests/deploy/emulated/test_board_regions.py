@@ -40,7 +40,11 @@ def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, b
     assert system_ram(plain) == 4 << 30  # nothing reserved
     assert "q25-region" not in plain.sh("dmesg")[1]
     code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
-    assert code == 0 and res[0]["ok"]
+    assert code == 13 and res[0]["bytes_sent"] == 0 and "does not reserve" in res[0]["error"], res
+    code, res = q25(
+        capsys, plain.q25("deploy", builds["qemu"], "--allow-unreserved", "--runtime-bin", str(q25tok_aarch64))
+    )
+    assert code == 0 and res[0]["ok"] and any("--allow-unreserved" in w for w in res[0]["warnings"])
     assert any("predates" in w for w in res[0]["smoke"]["warnings"])
     code, res = q25(capsys, plain.q25("smoke", builds["qemu"], "--strict"))
     assert code == 13 and not res[0]["smoke"]["ok"]
@@ -52,7 +56,10 @@ def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, b
     assert status == 6 and "REFUSED the running device tree has no q25-region" in out
     # and a strict deploy onto it fails its smoke test
     plain.sh(f"rm -rf {INSTALL}")
-    code, res = q25(capsys, plain.q25("deploy", builds["qemu"], "--strict", "--runtime-bin", str(q25tok_aarch64)))
+    code, res = q25(
+        capsys,
+        plain.q25("deploy", builds["qemu"], "--strict", "--allow-unreserved", "--runtime-bin", str(q25tok_aarch64)),
+    )
     assert code == 13 and not res[0]["ok"] and "smoke test failed" in res[0]["error"]
 
 

@@ -1,0 +1,145 @@
+"""deploy against the board's live reserved memory, over a real sshd: a plan the running device
+tree cannot hold is refused before anything is sent; status says whether the current plan is
+reserved; one fixed reservation (build --reserve) takes models of two sizes, each resident.
+
+The device tree and /dev/mem are system paths (not under --remote-root): a board file points
+them at this test's stand-ins, a directory shaped like /proc/device-tree and a sparse file."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from deploy_helpers import deploy
+from sshd import USER
+
+from q25deploy.cli import main
+from q25deploy.model.synthetic import write_model
+from q25deploy.resources import data_dir
+
+VOCAB = Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"
+
+
+def board_file(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(board file, its device tree, its memory): the qemu board with stand-in system paths."""
+    dt, mem = tmp_path / "live-dt", tmp_path / "physmem"
+    f = tmp_path / "qemu-here.toml"
+    f.write_text(
+        (data_dir("targets") / "qemu.toml")
+        .read_text()
+        .replace('arch = "aarch64"', f'arch = "aarch64"\ndevice_tree = "{dt}"\nmemory_device = "{mem}"')
+    )
+    (dt / "reserved-memory").mkdir(parents=True)
+    return f, dt, mem
+
+
+def boot_with(dt: Path, mem: Path, build: Path) -> None:
+    """The device tree and memory of an image built with ``build``'s reserved-memory.dtsi."""
+    m = json.loads((build / "build.json").read_text())["memory"]
+    regions = [dict(r, index=i) for i, r in enumerate(m["regions"] + m.get("reservation", {}).get("spare", []))]
+    for r in regions:
+        node = dt / "reserved-memory" / f"q25-region{r['index']}@{r['base']:x}"
+        node.mkdir(parents=True)
+        (node / "reg").write_bytes(struct.pack(">QQ", r["base"], r["size"]))
+        (node / "no-map").write_bytes(b"")
+    with open(mem, "ab") as f:
+        f.truncate(max(r["base"] + r["size"] for r in regions))
+
+
+def resident(mem: Path, build: Path) -> bool:
+    """The regions hold the build's partitions (read back from the memory file)."""
+    pmap = json.loads((build / "partition_map.json").read_text())
+    with open(mem, "rb") as f:
+        for r in pmap["regions"]:
+            f.seek(r["base"])
+            if f.read(r["used"]) != (build / r["file"]).read_bytes():
+                return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory) -> dict[str, Path]:
+    """tiny and tiny-untied, each built with a fixed 256 MiB reservation and without one."""
+    d = tmp_path_factory.mktemp("sized")
+    out = {}
+    for preset in ("tiny", "tiny-untied"):
+        write_model(d / f"{preset}.gguf", preset, str(VOCAB))
+        for name, extra in ((preset, []), (f"{preset}+reserve", ["--reserve", "256MiB"])):
+            argv = ["build", "--target", "qemu", "--model", str(d / f"{preset}.gguf"), "--out", str(d / name)]
+            assert main(argv + extra) == 0
+            out[name] = d / name
+    return out
+
+
+def test_an_unreservable_plan_is_refused_before_anything_is_sent(tmp_path, capsys, ssh, sized, q25tok):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    bf, dt, mem = board_file(tmp_path)
+    boot_with(dt, mem, sized["tiny"])  # an image for tiny's plan; tiny-untied needs a larger region
+    here = ("--target-file", str(bf))
+    code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny-untied"], *here, runtime=q25tok, unreserved=False)
+    assert code == 13 and not res[0]["ok"] and res[0]["bytes_sent"] == 0 and res[0]["files_sent"] == 0
+    err = res[0]["error"]
+    assert f"the board's {dt}/reserved-memory does not reserve 1 of the build's 1 region(s) (q25-region0@" in err
+    assert " absent)" in err and "reserved-memory.dtsi" in err and "--allow-unreserved" in err
+    assert not (root / "lib" / "firmware" / "q25" / "releases").exists()
+    code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny-untied"], *here, runtime=q25tok)  # --allow-unreserved
+    assert code == 0 and res[0]["ok"] and res[0]["bytes_sent"] > 0
+    assert any(w.startswith("sent anyway (--allow-unreserved): the board's") for w in res[0]["warnings"])
+    assert res[0]["residency"]["state"] == "not-reserved" and not resident(mem, sized["tiny-untied"])
+
+    code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny-untied"], *here, action="status")
+    assert code == 0 and res[0]["reserved"] is False
+    assert [u["node"] for u in res[0]["unreserved"]] == [
+        r["node"] for r in json.loads((sized["tiny-untied"] / "partition_map.json").read_text())["regions"]
+    ]
+
+
+def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh, sized, q25tok):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    bf, dt, mem = board_file(tmp_path)
+    boot_with(dt, mem, sized["tiny"])
+    here = ("--target-file", str(bf))
+    code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny"], *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and res[0]["ok"] and res[0]["residency"]["state"] == "resident" and not res[0]["warnings"]
+    code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny"], *here, action="status")
+    assert code == 0 and res[0]["reserved"] is True and res[0]["unreserved"] == []
+    capsys.readouterr()
+    kh = srv.known_hosts(tmp_path / "kh")
+    argv = [
+        "status",
+        "--target",
+        "qemu",
+        *here,
+        "--host",
+        f"{USER}@127.0.0.1:{srv.port}",
+        "--identity",
+        str(ssh["key"]),
+        "--known-hosts",
+        str(kh),
+        "--remote-root",
+        str(root),
+    ]
+    assert main(argv) == 0 and " reserved yes regions resident" in capsys.readouterr().out
+    for node in (dt / "reserved-memory").iterdir():  # an image without the fragment
+        (node / "no-map").unlink()
+    assert main(argv) == 0
+    assert " reserved NO (q25-region0@" in capsys.readouterr().out
+
+
+def test_one_fixed_reservation_takes_two_model_sizes_each_resident(tmp_path, capsys, ssh, sized, q25tok):
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    bf, dt, mem = board_file(tmp_path)
+    small, large = sized["tiny+reserve"], sized["tiny-untied+reserve"]
+    boot_with(dt, mem, small)  # the image: the 256 MiB reservation
+    used = [json.loads((b / "build.json").read_text())["memory"]["reservation"]["used"] for b in (small, large)]
+    assert used[0] < used[1] < 256 << 20
+    here = ("--target-file", str(bf))
+    for build in (small, large, small):
+        code, res, _ = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
+        assert code == 0 and res[0]["ok"] and res[0]["residency"]["state"] == "resident", res
+        assert resident(mem, build)
+    # the same model sized to itself needs other regions: that image cannot hold it
+    code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny-untied"], *here, runtime=q25tok, unreserved=False)
+    assert code == 13 and res[0]["bytes_sent"] == 0 and "does not reserve" in res[0]["error"]
