@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from corpus import CORPUS
+from fuzzing import fuzz
 from requirements import need_program
 
 from q25deploy.packer.runtime import SANITIZE_FLAGS, build_runtime
@@ -223,49 +223,13 @@ def test_c_api_checks_on_a_32_bit_build(tmp_path):
 
 
 def test_fuzz_harness_finds_nothing(tmp_path):
-    clang = need_program("clang", "Debian: clang (libFuzzer)")
-    src = runtime_sources()
-    exe = tmp_path / "q25tok_fuzz"
-    subprocess.run(
-        [
-            clang,
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-g",
-            "-O1",
-            "-fsanitize=fuzzer,address,undefined",
-            "-fno-sanitize-recover=all",
-            "-I",
-            str(src),
-            str(HERE / "fuzz" / "q25tok_fuzz.c"),
-            *map(str, runtime_library_sources()),
-            "-o",
-            str(exe),
-        ],
-        check=True,
+    fuzz(
+        tmp_path,
+        HERE / "fuzz" / "q25tok_fuzz.c",
+        HERE / "fuzz" / "corpus",
+        "-rss_limit_mb=2048",
+        env={"Q25_FUZZ_IMAGE": str(HERE / "fuzz" / "mini.q25tokrt")},
     )
-    work = tmp_path / "corpus"
-    shutil.copytree(HERE / "fuzz" / "corpus", work)
-    seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
-    r = subprocess.run(
-        [
-            str(exe),
-            f"-max_total_time={seconds}",
-            "-rss_limit_mb=2048",
-            "-timeout=10",
-            f"-artifact_prefix={tmp_path}/",
-            str(work),
-        ],
-        env={**os.environ, "Q25_FUZZ_IMAGE": str(HERE / "fuzz" / "mini.q25tokrt")},
-        capture_output=True,
-        text=True,
-        timeout=seconds + 120,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
 
 
 def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_image, tmp_path):

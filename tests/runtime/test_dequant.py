@@ -9,13 +9,12 @@ and BF16 only move bits: their NaNs are compared bit for bit."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fuzzing import fuzz
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
@@ -282,37 +281,4 @@ def test_weights_api_contract(tmp_path, arch):
 
 def test_weights_fuzz_harness_finds_nothing(tmp_path):
     """fuzz/weights_fuzz.c: mutated tensor tables and blocks of every type under ASan+UBSan."""
-    clang = need_program("clang", "Debian: clang (libFuzzer)")
-    exe = tmp_path / "weights_fuzz"
-    subprocess.run(
-        [
-            clang,
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-g",
-            "-O1",
-            "-fsanitize=fuzzer,address,undefined",
-            "-fno-sanitize-recover=all",
-            "-I",
-            str(runtime_sources()),
-            str(HERE / "fuzz" / "weights_fuzz.c"),
-            *map(str, runtime_library_sources()),
-            "-o",
-            str(exe),
-        ],
-        check=True,
-    )
-    work = tmp_path / "corpus"
-    shutil.copytree(HERE / "fuzz" / "weights_corpus", work)
-    seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
-    r = subprocess.run(
-        [str(exe), f"-max_total_time={seconds}", "-timeout=10", f"-artifact_prefix={tmp_path}/", str(work)],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 120,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
+    fuzz(tmp_path, HERE / "fuzz" / "weights_fuzz.c", HERE / "fuzz" / "weights_corpus")

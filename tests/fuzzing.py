@@ -1,0 +1,52 @@
+"""One libFuzzer run of a harness over the runtime library, under ASan+UBSan: built with
+clang, seeded with a corpus (copied, so the checked-in one never grows), bounded by
+``Q25_FUZZ_SECONDS`` (20 by default; CI sets 60). Fails on a crash or a finding."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from requirements import need_program
+
+from q25deploy.resources import runtime_library_sources, runtime_sources
+
+
+def fuzz(tmp_path: Path, harness: Path, corpus: Path, *options: str, env: dict | None = None) -> None:
+    clang = need_program("clang", "Debian: clang (libFuzzer)")
+    exe = tmp_path / harness.stem
+    subprocess.run(
+        [
+            clang,
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-O1",
+            "-fsanitize=fuzzer,address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+            str(runtime_sources()),
+            str(harness),
+            *map(str, runtime_library_sources()),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
+    work = tmp_path / "corpus"
+    shutil.copytree(corpus, work)
+    seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
+    r = subprocess.run(
+        [str(exe), f"-max_total_time={seconds}", *options, "-timeout=10", f"-artifact_prefix={tmp_path}/", str(work)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
