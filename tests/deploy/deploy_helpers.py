@@ -16,27 +16,30 @@ from q25deploy.cli import main
 INSTALL = Path("lib") / "firmware" / "q25"
 
 
-def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy", unreserved=True):
-    """``unreserved``: a deploy passes --allow-unreserved, as these boards (the test host under
-    sshd) have no device tree that reserves the build's regions, unless a test gives one."""
+def board_argv(action: str, ssh, server, root: Path, *extra: str, known_hosts: Path | None = None) -> list[str]:
+    """``q25deploy ACTION`` against a loopback board (its sshd, the test key, known hosts
+    checked, the board's files under ``root``), then ``extra``."""
     kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
-    argv = [
+    return [
         action,
         "--target",
         "qemu",
         "--host",
         f"{USER}@127.0.0.1:{server.port}",
-        "--build",
-        str(build),
         "--identity",
         str(ssh["key"]),
         "--known-hosts",
         str(kh),
         "--remote-root",
         str(root),
-        "--json",
         *extra,
     ]
+
+
+def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy", unreserved=True):
+    """``unreserved``: a deploy passes --allow-unreserved, as these boards (the test host under
+    sshd) have no device tree that reserves the build's regions, unless a test gives one."""
+    argv = board_argv(action, ssh, server, root, "--build", str(build), "--json", *extra, known_hosts=known_hosts)
     if unreserved and action == "deploy":
         argv.append("--allow-unreserved")
     if runtime and action in ("deploy",):

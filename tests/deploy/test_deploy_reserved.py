@@ -12,8 +12,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from deploy_helpers import deploy
-from sshd import USER
+from deploy_helpers import board_argv, deploy
 
 from q25deploy.cli import main
 from q25deploy.model.synthetic import write_model
@@ -106,21 +105,7 @@ def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh,
     code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny"], *here, action="status")
     assert code == 0 and res[0]["reserved"] is True and res[0]["unreserved"] == []
     capsys.readouterr()
-    kh = srv.known_hosts(tmp_path / "kh")
-    argv = [
-        "status",
-        "--target",
-        "qemu",
-        *here,
-        "--host",
-        f"{USER}@127.0.0.1:{srv.port}",
-        "--identity",
-        str(ssh["key"]),
-        "--known-hosts",
-        str(kh),
-        "--remote-root",
-        str(root),
-    ]
+    argv = board_argv("status", ssh, srv, root, *here, known_hosts=srv.known_hosts(tmp_path / "kh"))
     assert main(argv) == 0 and " reserved yes regions resident" in capsys.readouterr().out
     for node in (dt / "reserved-memory").iterdir():  # an image without the fragment
         (node / "no-map").unlink()

@@ -9,7 +9,7 @@ import os
 import socket
 
 import pytest
-from deploy_helpers import INSTALL, deploy
+from deploy_helpers import INSTALL, board_argv, deploy
 from sshd import USER
 
 from q25deploy.cli import main
@@ -34,22 +34,7 @@ def channels(monkeypatch):
 
 def board_only(capsys, ssh, srv, root, action, *extra):
     """smoke / status with no build at all (any workstation with the board file and a key)."""
-    kh = srv.known_hosts(root.parent / f"known_hosts_{srv.port}")
-    argv = [
-        action,
-        "--target",
-        "qemu",
-        "--host",
-        f"{USER}@127.0.0.1:{srv.port}",
-        "--identity",
-        str(ssh["key"]),
-        "--known-hosts",
-        str(kh),
-        "--remote-root",
-        str(root),
-        "--json",
-        *extra,
-    ]
+    argv = board_argv(action, ssh, srv, root, "--json", *extra)
     capsys.readouterr()
     code = main(argv)
     return code, json.loads(capsys.readouterr().out)
