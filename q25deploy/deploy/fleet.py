@@ -245,14 +245,11 @@ class Fleet:
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
 
-    def _unreserved(self, live: dict | None, regions: list | None = None) -> str | None:
-        """Why the board's live reserved memory cannot hold the build's regions (``regions``:
-        another plan's), or None."""
+    def _unreserved(self, live: dict | None) -> str | None:
+        """Why the board's live reserved memory cannot hold the build's regions, or None."""
         if live is None:
             return None
-        return refusal(
-            self.partition_map["regions"] if regions is None else regions, live, self.board_paths["device_tree"]
-        )
+        return refusal(self.partition_map["regions"], live, self.board_paths["device_tree"])
 
     def _reserved_status(self, files: BoardFiles) -> dict:
         """``reserved`` and ``unreserved`` of the current release's plan; nothing when the board
