@@ -26,7 +26,7 @@ Q25_SWU_DIR=''  # set by `q25deploy package --format swupdate` (where the files 
 
 # Errors go to stderr. Progress goes to fd 3: stderr for Mender (which logs a module's stderr at
 # level info and reads its stdout as answers to queries), stdout for SWUpdate (which logs a
-# script's stdout as [INFO ] and its stderr as [ERROR], even when the script succeeds).
+# script's stdout as [TRACE], shown with -v, and every stderr line as [ERROR], even on success).
 exec 3>&2
 die() { echo "q25-ota: $*" >&2; exit 1; }
 say() { echo "q25-ota: $*" >&3; }
