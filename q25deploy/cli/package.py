@@ -38,6 +38,9 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
         q25tok=image_layout.runtime,
         smoke_ids=ids,
         tokenizer_only=a.tokenizer_only,
+        device_tree=target.board.device_tree_path,
+        memory=target.board.memory_device,
+        allow_unreserved=a.allow_unreserved,
     )
 
 
@@ -126,6 +129,12 @@ def add_commands(sub) -> None:
         "--tokenizer-only",
         action="store_true",
         help="only the tokenizer image: installs only over a release with the same vocabulary",
+    )
+    p.add_argument(
+        "--allow-unreserved",
+        action="store_true",
+        help="let the board install a release whose regions its running device tree does not reserve "
+        "(a warning, the partitions not loaded; default: the board refuses it before staging anything)",
     )
     p.add_argument(
         "--out",

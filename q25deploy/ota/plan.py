@@ -29,6 +29,7 @@ TOKENIZER_FILES = ("tokenizer_runtime_image_manifest.json",)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 _ABS = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+")
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,126}")  # a device-tree node name, as the script checks it
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class OtaPlan:
     q25tok: str
     image: str
     files: tuple[PayloadFile, ...]  # everything in the payload, q25-plan first
+    regions: tuple[dict, ...] = ()  # full: the build's regions (node, base, size) the board must reserve
+    allow_unreserved: bool = False  # the board installs a plan its device tree does not reserve (a warning)
 
     @property
     def artifact_name(self) -> str:
@@ -110,6 +113,21 @@ def smoke_expectations(ids: list[list[int]]) -> list[tuple[str, bytes, bool, lis
     ]
 
 
+def region_lines(build_dir: Path) -> list[dict]:
+    """The build's regions (its region table, checked against its partition map): what the
+    board's running device tree must reserve before a full release is staged."""
+    from ..builddir import BuildDir
+
+    try:
+        rows = BuildDir(build_dir).check_region_table()
+    except (SchemaError, OSError) as e:
+        raise PackageError(f"{build_dir}: {e}") from None
+    for r in rows:
+        if not _NODE.fullmatch(str(r["node"])):
+            raise PackageError(f"{build_dir}: region node {r['node']!r} is not a plain device-tree node name")
+    return [{"node": r["node"], "base": r["base"], "size": r["size"]} for r in rows]
+
+
 def plan_text(plan_lines: list[str]) -> bytes:
     return ("\n".join([PLAN_FORMAT, *plan_lines]) + "\n").encode()
 
@@ -145,9 +163,15 @@ def plan_package(
     q25tok: str,
     smoke_ids: list[list[int]],
     tokenizer_only: bool = False,
+    device_tree: str = "/proc/device-tree",
+    memory: str = "/dev/mem",
+    allow_unreserved: bool = False,
 ) -> OtaPlan:
     """The payload of an artifact for ``build_dir`` (validated; digests checked on disk);
-    ``smoke_ids``: what the board's smoke test must give for each smoke prompt."""
+    ``smoke_ids``: what the board's smoke test must give for each smoke prompt;
+    ``device_tree``, ``memory``: the board's running device tree and physical memory (its
+    board file's); ``allow_unreserved``: the board installs a full release whose regions its
+    device tree does not reserve (a warning, like ``deploy --allow-unreserved``)."""
     meta, files, description = _release_payload(build_dir, tokenizer_only)
     check_name(target, "target")
     _schema(schema.release_id, meta["id"], "release id")
@@ -155,6 +179,11 @@ def plan_package(
     check_rel(meta["image"], f"{build_dir}/build.json: image")
     check_abs(install_dir, "install dir")
     check_abs(q25tok, "q25tok path")
+    check_abs(device_tree, "device tree path")
+    check_abs(memory, "memory device")
+    for path, what in ((q25tok, "q25tok path"), (device_tree, "device tree path"), (memory, "memory device")):
+        if PurePosixPath(install_dir) in PurePosixPath(path).parents or path == install_dir:
+            raise PackageError(f"{what} {path!r} is inside the install dir {install_dir!r}")
     if PurePosixPath(q25tok).name != "q25tok":
         raise PackageError(f"q25tok path {q25tok!r}: the board runs it as root, so it must be a file named q25tok")
     names = [f.name for f in files]
@@ -169,7 +198,12 @@ def plan_package(
         f"install {install_dir}",
         f"q25tok {q25tok}",
         f"image {meta['image']}",
+        f"device_tree {device_tree}",
+        f"memory {memory}",
+        f"unreserved {'allow' if allow_unreserved else 'refuse'}",
     ]
+    regions = () if tokenizer_only else tuple(region_lines(build_dir))
+    lines += [f"region {r['node']} {r['base']:016x} {r['size']:016x}" for r in regions]
     lines += [f"file {f.sha256} {f.size} {f.name} {f.rel}" for f in files]
     extra: list[PayloadFile] = []
     if not tokenizer_only:
@@ -180,5 +214,14 @@ def plan_package(
     plan = plan_text(lines)
     head = PayloadFile(PLAN_NAME, "", _sha(plan), len(plan), data=plan)
     return OtaPlan(
-        mode, target, meta["id"], meta["vocab_fingerprint"], install_dir, q25tok, meta["image"], (head, *files, *extra)
+        mode,
+        target,
+        meta["id"],
+        meta["vocab_fingerprint"],
+        install_dir,
+        q25tok,
+        meta["image"],
+        (head, *files, *extra),
+        regions,
+        allow_unreserved,
     )

@@ -24,3 +24,35 @@ def test_a_plain_q25tok_is_planned(builds):
         builds["qemu"], target="qemu", install_dir="/lib/firmware/q25", q25tok="/opt/q25/bin/q25tok", smoke_ids=IDS
     )
     assert plan.q25tok == "/opt/q25/bin/q25tok"
+
+
+def planned(builds, **kw):
+    """The qemu build's plan with the layer's install dir and q25tok, and ``kw``."""
+    return plan_package(
+        builds["qemu"], target="qemu", install_dir="/lib/firmware/q25", q25tok="/usr/bin/q25tok", smoke_ids=IDS, **kw
+    )
+
+
+def test_a_full_plan_names_the_regions_the_board_must_reserve(builds):
+    """The board checks its running device tree against these lines before staging; a
+    tokenizer-only plan keeps the current release's regions and has none."""
+    import json
+
+    pmap = json.loads((builds["qemu"] / "partition_map.json").read_text())
+    plan = planned(builds)
+    text = plan.files[0].data.decode()
+    assert "\ndevice_tree /proc/device-tree\nmemory /dev/mem\nunreserved refuse\n" in text
+    assert [ln for ln in text.splitlines() if ln.startswith("region ")] == [
+        f"region {r['node']} {r['base']:016x} {r['size']:016x}" for r in pmap["regions"]
+    ]
+    assert pmap["regions"] and plan.regions == tuple(
+        {k: r[k] for k in ("node", "base", "size")} for r in pmap["regions"]
+    )
+    tok = planned(builds, tokenizer_only=True, allow_unreserved=True).files[0].data.decode()
+    assert "region " not in tok and "\nunreserved allow\n" in tok
+
+
+@pytest.mark.parametrize("memory", ["/lib/firmware/q25/mem", "dev/mem", "/dev/../mem"])
+def test_the_memory_device_is_a_plain_path_outside_the_install_dir(builds, memory):
+    with pytest.raises(PackageError, match="memory device"):
+        planned(builds, memory=memory)
