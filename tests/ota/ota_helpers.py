@@ -59,10 +59,47 @@ def swupdate_check(swu: Path, cert: Path, tmp: Path, hw: str = "qemu:1.0") -> st
 INSTALL = "lib/firmware/q25"
 
 
-def make_board(root: Path, q25tok: Path) -> Path:
+def make_board(root: Path, q25tok: Path, *reserving: Path) -> Path:
+    """A board's root: q25tok in /usr/bin, and a running device tree (``proc/device-tree``) that
+    reserves the regions of the builds ``reserving`` over a sparse file standing in for physical
+    memory (``dev/mem``: the script prefixes both with Q25_ROOT)."""
     (root / "usr" / "bin").mkdir(parents=True)
     shutil.copy2(q25tok, root / "usr" / "bin" / "q25tok")
+    stand_in(root / "proc" / "device-tree", root / "dev" / "mem", reserving)
     return root
+
+
+def stand_in(device_tree: Path, memory: Path, reserving) -> None:
+    """A running device tree reserving the regions of the builds ``reserving``, and a sparse
+    file covering them that stands in for physical memory."""
+    regions = [r for build in reserving for r in json.loads((build / "partition_map.json").read_text())["regions"]]
+    device_tree.mkdir(parents=True)
+    reserve(device_tree, regions)
+    memory.parent.mkdir(parents=True, exist_ok=True)
+    with open(memory, "wb") as f:
+        f.truncate(max((r["base"] + r["size"] for r in regions), default=0))
+
+
+def reserve(device_tree: Path, regions: list[dict], no_map: bool = True) -> None:
+    """``device_tree/reserved-memory/<node>/reg`` (two address and two size cells) and ``no-map``
+    for each region, as Linux shows a running device tree."""
+    for r in regions:
+        node = device_tree / "reserved-memory" / r["node"]
+        node.mkdir(parents=True, exist_ok=True)
+        (node / "reg").write_bytes(r["base"].to_bytes(8, "big") + r["size"].to_bytes(8, "big"))
+        if no_map:
+            (node / "no-map").write_bytes(b"")
+
+
+def resident(mem: Path, build: Path) -> bool:
+    """Every region of ``build`` in the memory file holds its partition, zeros after it."""
+    with open(mem, "rb") as f:
+        for r in json.loads((build / "partition_map.json").read_text())["regions"]:
+            f.seek(r["base"])
+            part = (build / r["file"]).read_bytes()
+            if f.read(r["size"]) != part + bytes(r["size"] - len(part)):
+                return False
+    return True
 
 
 def sh(busybox_path: str, root: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:

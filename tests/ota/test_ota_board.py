@@ -30,7 +30,7 @@ def test_mender_module_full_then_tokenizer_only_matches_deploy(tmp_path, capsys,
     a = package(ota_builds["A"], "mender", pkg / "a.mender")
     b_tok = package(ota_builds["A2"], "mender", pkg / "a2-tok.mender", "--tokenizer-only")
     b = package(ota_builds["B"], "mender", pkg / "b.mender")
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     for art in (a, b_tok, b):
         runs = mender_install(bb, board, art, tmp_path / "tree")
         assert all(r.returncode == 0 for r in runs), [(r.args[-2:], r.stderr) for r in runs]
@@ -63,10 +63,14 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
     key = keygen(tmp_path / "client_ed25519")
     srv = SSHServer(tmp_path / "sshd", key)
     try:
-        root = make_board(tmp_path / "deployed", q25tok_bin)
+        root = make_board(tmp_path / "deployed", q25tok_bin, builds["A"])
         board_file = tmp_path / "qemu-here.toml"  # the qemu board, but of this machine's arch (no --runtime-bin)
         text = (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml").read_text()
-        text = text.replace('arch = "aarch64"', f'arch = "{platform.machine()}"')
+        # the same stand-in device tree and memory as the OTA board's: deploy loads the regions too
+        text = text.replace(
+            'arch = "aarch64"',
+            f'arch = "{platform.machine()}"\ndevice_tree = "{root}/proc/device-tree"\nmemory_device = "{root}/dev/mem"',
+        )
         # the board's q25tok is not under --remote-root (only the install directory is): say where it is
         text = text.replace(
             'path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{root}/usr/bin/q25tok"'
@@ -92,7 +96,6 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
                 "--remote-root",
                 str(root),
                 "--json",
-                "--allow-unreserved",
                 *extra,
             ]
             capsys.readouterr()
@@ -106,11 +109,11 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
 def test_swupdate_postinstall_matches_the_mender_module(tmp_path, bb, q25tok_bin, ota_builds, keys):
     swu = package(ota_builds["A"], "swupdate", tmp_path / "a.swu")
     art = package(ota_builds["A"], "mender", tmp_path / "a.mender")
-    sw_board = make_board(tmp_path / "sw", q25tok_bin)
+    sw_board = make_board(tmp_path / "sw", q25tok_bin, ota_builds["A"])
     r = swupdate_install(bb, sw_board, swu)
     assert r.returncode == 0 and "smoke test passed" in r.stdout and r.stderr == "", r.stderr  # progress: stdout
     assert not (sw_board / INSTALL / ".q25-ota-incoming").exists()
-    m_board = make_board(tmp_path / "m", q25tok_bin)
+    m_board = make_board(tmp_path / "m", q25tok_bin, ota_builds["A"])
     assert all(x.returncode == 0 for x in mender_install(bb, m_board, art, tmp_path / "tree"))
     assert layout(sw_board) == layout(m_board)
     rid = json.loads((sw_board / INSTALL / "current" / "release.json").read_text())["id"]
@@ -122,7 +125,7 @@ def test_swupdate_postinstall_matches_the_mender_module(tmp_path, bb, q25tok_bin
 
 
 def test_failing_smoke_test_rolls_back(tmp_path, bb, q25tok_bin, ota_builds):
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     a = package(ota_builds["A"], "mender", tmp_path / "a.mender")
     assert all(r.returncode == 0 for r in mender_install(bb, board, a, tmp_path / "tree"))
     state_before = (board / INSTALL / ".q25deploy-state.json").read_bytes()
@@ -143,7 +146,7 @@ def test_failing_smoke_test_rolls_back(tmp_path, bb, q25tok_bin, ota_builds):
 
 
 def test_tokenizer_only_with_another_vocabulary_is_refused(tmp_path, bb, q25tok_bin, ota_builds):
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     c_tok = package(ota_builds["C"], "mender", tmp_path / "c.mender", "--tokenizer-only")
     runs = mender_install(bb, board, c_tok, tmp_path / "tree")  # nothing deployed yet
     assert runs[2].returncode != 0 and "install a full release" in runs[2].stderr
@@ -165,7 +168,7 @@ def test_unknown_states_and_queries_do_nothing(tmp_path, bb):
 
 
 def test_rollback_keeps_a_release_it_did_not_create(tmp_path, bb, q25tok_bin, ota_builds):
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     a = package(ota_builds["A"], "mender", tmp_path / "a.mender")
     b = package(ota_builds["B"], "mender", tmp_path / "b.mender")
     for art in (a, b):
@@ -181,7 +184,7 @@ def test_rollback_keeps_a_release_it_did_not_create(tmp_path, bb, q25tok_bin, ot
 
 
 def test_a_crafted_plan_cannot_leave_the_install_dir(tmp_path, bb, q25tok_bin, ota_builds):
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     tree = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
     plan = tree / "files" / "q25-plan"
     plan.write_text(plan.read_text().replace(" partition_map.json\n", " ../../../../etc/evil\n"))
@@ -193,7 +196,7 @@ def test_a_crafted_plan_cannot_leave_the_install_dir(tmp_path, bb, q25tok_bin, o
 def test_a_release_from_0600_payload_files_gets_the_one_mode(tmp_path, bb, q25tok_bin, ota_builds):
     """The Mender client's file tree and SWUpdate's rawfile handler write 0600 files (the real
     clients: test_ota_real_*.py); the release still gets deploy's modes, under any umask."""
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     tree = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree")
     for f in (tree / "files").iterdir():
         f.chmod(0o600)

@@ -25,13 +25,14 @@ def artifacts(tmp_path_factory, ota_builds) -> dict[str, Path]:
         "A": package(ota_builds["A"], "mender", d / "a.mender"),
         "B": package(ota_builds["B"], "mender", d / "b.mender"),
         "A2-tok": package(ota_builds["A2"], "mender", d / "a2-tok.mender", "--tokenizer-only"),
+        "reserving": ota_builds["A"],  # the build whose regions the boards' device tree reserves
     }
 
 
-def installed(bb: str, root: Path, q25tok: Path, art: Path, tree: Path) -> Path:
-    """A board with ``art`` installed through every Mender state."""
-    board = make_board(root, q25tok)
-    runs = mender_install(bb, board, art, tree)
+def installed(bb: str, root: Path, q25tok: Path, artifacts: dict[str, Path], tree: Path) -> Path:
+    """A board with artifact A installed through every Mender state."""
+    board = make_board(root, q25tok, artifacts["reserving"])
+    runs = mender_install(bb, board, artifacts["A"], tree)
     assert all(r.returncode == 0 for r in runs), [(r.args[2], r.stderr) for r in runs]
     return board
 
@@ -65,7 +66,7 @@ def test_rollback_takes_nothing_from_its_records_on_trust(tmp_path, busybox_path
     """Item 1: `.q25-ota/new` of `../../../../../victim` had `rm -rf` delete a directory outside
     the install dir (`old` of that shape pointed `current` there)."""
     bb = busybox_path
-    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts, tmp_path / "tree")
     victim = tmp_path / "victim"  # what releases/../../../../../victim names
     victim.mkdir()
     (victim / "keep").write_text("not q25deploy's")
@@ -82,7 +83,7 @@ def test_the_state_file_is_never_written_through_a_planted_link(tmp_path, busybo
     """Item 2: a symlink at `.q25deploy-state.json.tmp` made the state write overwrite its target
     (a stand-in for /etc/passwd); a symlinked state file is refused."""
     bb = busybox_path
-    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts, tmp_path / "tree")
     base = board / INSTALL
     passwd = tmp_path / "passwd"
     passwd.write_text("root:x:0:0:root:/root:/bin/sh\n")
@@ -104,7 +105,7 @@ def test_a_symlinked_releases_dir_is_refused_and_what_it_holds_kept(tmp_path, bu
     """Item 3: with `releases/` a symlink, the prune loop deleted every directory of its target.
     And in a real `releases/`, only release ids are ever pruned."""
     bb = busybox_path
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, artifacts["reserving"])
     elsewhere = tmp_path / "elsewhere"
     for d in ("0123456789abcdef", "notes"):
         (elsewhere / d).mkdir(parents=True)
@@ -123,7 +124,7 @@ def test_a_symlinked_releases_dir_is_refused_and_what_it_holds_kept(tmp_path, bu
 def test_the_smoke_test_refuses_a_current_release_that_is_a_link(tmp_path, busybox_path, q25tok_bin, artifacts):
     """`current`'s target replaced by a symlink to a copy elsewhere: the smoke test (root) refuses it."""
     bb = busybox_path
-    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts, tmp_path / "tree")
     rdir = board / INSTALL / "releases" / state_of(board)["current"]
     shutil.copytree(rdir, tmp_path / "copy")
     shutil.rmtree(rdir)
@@ -139,7 +140,7 @@ def test_a_tokenizer_only_plan_never_changes_the_live_image(tmp_path, busybox_pa
     by a grep, so the live release's hard link was kept and the new image copied onto it. Now the
     plan's paths are plain (refused otherwise) and matched exactly."""
     bb = busybox_path
-    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts, tmp_path / "tree")
     image, digest = current_image(board)
     old = state_of(board)["current"]
     tree = mender_tree(artifacts["A2-tok"], tmp_path / "tree")
@@ -167,7 +168,7 @@ def test_the_plan_names_no_q25tok_outside_the_root_or_inside_the_install_dir(
     the current image; a plain `/bin/rm` would run it too (the plan's q25tok must be named
     q25tok). A q25tok inside the install dir is anybody's who can write there."""
     bb = busybox_path
-    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts, tmp_path / "tree")
     before = layout(board)
     tree = mender_tree(artifacts["B"], tmp_path / "tree")
     edit_plan(tree, r"^q25tok .*$", f"q25tok {q25tok}")
@@ -181,7 +182,7 @@ def test_every_plan_line_is_checked_before_anything_is_staged(tmp_path, busybox_
     named release.json, a payload name that is not plain, a field too many, a fingerprint or
     smoke line out of shape are refused before anything is written."""
     bb = busybox_path
-    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts["A"], tmp_path / "tree")
+    board = installed(bb, tmp_path / "board", q25tok_bin, artifacts, tmp_path / "tree")
     before = layout(board)
     for pattern, repl in (
         (r"^(file \S+ \S+ \S+) partition_map\.json$", r"\1 release.json"),
@@ -203,7 +204,7 @@ def test_swupdate_writes_the_payload_into_a_fresh_drop_directory(tmp_path, busyb
     post-install: the script's preinst (SWUpdate calls it before the files) refuses a planted
     link there and replaces a leftover directory with a fresh one of its own."""
     bb = busybox_path
-    board = make_board(tmp_path / "board", q25tok_bin)
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
     swu = package(ota_builds["A"], "swupdate", tmp_path / "a.swu")
     elsewhere, drop = tmp_path / "elsewhere", board / INSTALL / ".q25-ota-incoming"
     elsewhere.mkdir()

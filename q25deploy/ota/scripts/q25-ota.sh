@@ -10,6 +10,11 @@
 # q25deploy package). Under the install dir:
 #   releases/<id>/  releases/.incoming-<id>/  current -> releases/<id>  .q25deploy-state.json
 #   .q25-ota/       rollback data of the update in progress (old state, old current id)
+#   .q25deploy-loaded  the boot and region table the reserved regions hold (as deploy writes it)
+# A full release is refused before anything is staged when the running device tree does not
+# reserve its regions (the plan's region lines; `unreserved allow`: a warning); after the switch,
+# `q25tok load` copies its partitions into them, the smoke test reads them back (`q25tok verify`),
+# and a rollback loads the previous release's again.
 # Q25_ROOT prefixes every board path (tests, chroots), like deploy's --remote-root.
 # Everything under the install dir is input: a `--become none` deploy user, or anything else
 # that can write there, may have planted a symlink or a crafted `.q25-ota/*` or state file.
@@ -37,6 +42,13 @@ is_rid() {  # 16 lower-case hex digits (a release id)
 }
 is_hex64() {
     case "$1" in *[!0-9a-f]*) return 1 ;; esac; [ ${#1} -eq 64 ]
+}
+is_hex16() {  # a 64-bit cell pair half: 16 lower-case hex digits
+    case "$1" in *[!0-9a-f]*) return 1 ;; esac; [ ${#1} -eq 16 ]
+}
+is_node() {  # a device-tree node name: [A-Za-z0-9][A-Za-z0-9,._+@-]*, at most 127 characters
+    case "$1" in [A-Za-z0-9]*) ;; *) return 1 ;; esac
+    case "$1" in *[!A-Za-z0-9,._+@-]*) return 1 ;; esac; [ ${#1} -le 127 ]
 }
 is_name() {  # a plain file name: [A-Za-z0-9][A-Za-z0-9._+-]*, at most 128 characters
     case "$1" in [A-Za-z0-9]*) ;; *) return 1 ;; esac
@@ -86,10 +98,20 @@ load_plan() {  # DIR: every value checked before anything is derived from it
     # and it is a q25tok: a plain path to /bin/rm would still run `rm info IMAGE` as root
     case "$q25tok" in */q25tok) ;; *) die "the plan's q25tok $q25tok is not a file named q25tok" ;; esac
     Q25TOK=$ROOT$q25tok
+    # the running device tree and physical memory (the board file's; defaults for older plans)
+    DT=$(plan_get device_tree); MEM=$(plan_get memory); UNRESERVED=$(plan_get unreserved)
+    DT=${DT:-/proc/device-tree}; MEM=${MEM:-/dev/mem}; UNRESERVED=${UNRESERVED:-refuse}
+    for q_p in "$DT" "$MEM"; do
+        case "$q_p" in /*) is_rel "${q_p#/}" || die "bad board path '$q_p' in the plan" ;; *) die "bad board path '$q_p' in the plan" ;; esac
+        case "$q_p/" in "$INSTALL"/*) die "the plan's $q_p is inside the install dir" ;; esac
+    done
+    case "$UNRESERVED" in allow|refuse) ;; *) die "bad unreserved '$UNRESERVED' in the plan" ;; esac
+    DT_LIVE=$ROOT$DT; MEM_LIVE=$ROOT$MEM
     BASE="$ROOT$INSTALL"
     OTA="$BASE/.q25-ota"
     STATE="$BASE/.q25deploy-state.json"
-    no_link "$BASE/releases" "$OTA" "$STATE"
+    LOADED="$BASE/.q25deploy-loaded"
+    no_link "$BASE/releases" "$OTA" "$STATE" "$LOADED"
     check_plan_lines
 }
 
@@ -106,6 +128,11 @@ check_plan_lines() {  # file and smoke lines: exactly their fields, plain names,
         case "$special" in 0|1) ;; *) die "bad smoke line '$name' in the plan" ;; esac
         case "$ids" in *[!0-9,]*) die "bad smoke line '$name' in the plan" ;; esac
     done || exit 1
+    grep '^region ' "$PLAN" | while read -r _ node base size extra; do
+        is_node "$node" && is_hex16 "$base" && is_hex16 "$size" && [ -z "$extra" ] ||
+            die "bad region line '$node' in the plan"
+    done || exit 1
+    [ "$MODE" = full ] || [ -z "$(grep '^region ' "$PLAN")" ] || die "region lines in a tokenizer-only plan"
 }
 
 is_digits() { case "$1" in ''|*[!0-9]*) return 1 ;; esac; return 0; }
@@ -248,6 +275,64 @@ verify_release() {  # DIR: every file of DIR/release.json is a regular file (no 
     (cd "$1" && printf '%s\n' "$files" | awk 'NF { print $1 "  " $3 }' | sha256sum -c - >/dev/null)
 }
 
+# -- reserved memory: the plan's regions in the running device tree, and q25tok load|verify ------
+unheld_regions() {  # -> "NODE [0xBASE, 0xEND) WHY" per region line the running device tree does not
+    # hold: a node of that name under reserved-memory whose reg is <BASE SIZE> (two address and two
+    # size cells, big-endian, as the build's reserved-memory.dtsi writes it) and that is no-map
+    grep '^region ' "$PLAN" | while read -r _ node base size; do
+        q_n="$DT_LIVE/reserved-memory/$node"
+        q_want=$(echo "$base$size" | sed 's/../ &/g')
+        if [ ! -f "$q_n/reg" ]; then q_why=absent
+        elif [ "$(od -An -v -tx1 "$q_n/reg" | tr -s ' \n' '  ' | sed 's/ *$//')" != "$q_want" ]; then
+            q_why="reserves another range"
+        elif [ ! -e "$q_n/no-map" ]; then q_why="not no-map"
+        else continue; fi
+        printf '%s [0x%x, 0x%x) %s\n' "$node" "$((0x$base))" "$((0x$base + 0x$size))" "$q_why"
+    done
+}
+
+check_reserved() {  # a full plan: refused before staging when the board cannot hold its regions
+    [ "$MODE" = full ] || return 0  # tokenizer-only: the current release's region table stays
+    q_miss=$(unheld_regions)
+    [ -n "$q_miss" ] || return 0
+    q_list=$(printf '%s\n' "$q_miss" | awk '{ printf "%s%s", (NR > 1 ? ", " : ""), $0 }')
+    q_why="the board's $DT/reserved-memory does not reserve $(printf '%s\n' "$q_miss" | wc -l | tr -d ' ') of the release's $(grep -c '^region ' "$PLAN") region(s) ($q_list)"
+    if [ "$UNRESERVED" = allow ]; then say "warning: $q_why; installing anyway (the plan allows it): its partitions will not be in reserved memory"; return 0; fi
+    die "refusing release $RELEASE: $q_why: boot an image whose device tree includes the build's reserved-memory.dtsi, or package with --allow-unreserved; nothing was staged"
+}
+
+pick_q25tok() {  # RELEASE-DIR: the release's own q25tok (listed in its release.json), else the plan's, else PATH's
+    if [ -f "$1/q25tok" ] && [ -x "$1/q25tok" ] && release_files "$1/release.json" | grep -q ' q25tok$'; then Q25TOK="$1/q25tok"
+    elif [ ! -x "$Q25TOK" ]; then Q25TOK=$(command -v q25tok) || die "no q25tok at $Q25TOK nor on PATH"; fi
+}
+
+regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the board's memory
+    q_rid=${2##*/}; q_tab="$2/partitions/regions.tab"
+    no_link "$2/partitions" "$q_tab"
+    [ -f "$q_tab" ] || { say "releases/$q_rid has no region table: nothing to $1"; return 0; }
+    pick_q25tok "$2"
+    if [ "$1" = load ]; then  # loaded this boot with this table (a tokenizer-only update): kept
+        q_want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$q_tab" | cut -d' ' -f1)"
+        if [ -f "$LOADED" ] && [ "$(cat "$LOADED")" = "$q_want" ]; then
+            say "the reserved regions already hold the partitions of releases/$q_rid's region table"; return 0
+        fi
+        rm -f "$LOADED"  # a load cut half-way leaves no stamp: the next load copies again
+    fi
+    q_out=$("$Q25TOK" "$1" --mem "$MEM_LIVE" --dt "$DT_LIVE" "$q_tab"); q_st=$?
+    printf '%s\n' "$q_out" | grep '^region ' | sed 's/^/q25-ota: /' >&3
+    if [ "$q_st" = 0 ]; then
+        if [ "$1" = load ]; then echo "$q_want" | put "$LOADED"; fi
+        say "$1: the reserved regions hold the partitions of releases/$q_rid"; return 0
+    fi
+    q_bad=$(printf '%s\n' "$q_out" | grep '^region ' | grep -v ' loaded$' | grep -v ' resident$')
+    if [ "$q_st" = 6 ] && [ -n "$q_bad" ] && [ -z "$(printf '%s\n' "$q_bad" | grep -v ' REFUSED ')" ] &&
+        [ "$UNRESERVED" = allow ]; then
+        say "warning: the running device tree does not reserve releases/$q_rid's regions (the plan allows it): its partitions are not in reserved memory"
+        return 0
+    fi
+    die "q25tok $1 failed on releases/$q_rid (exit $q_st): $(printf '%s\n' "${q_bad:-$q_out}" | head -n 2 | tr '\n' ' ')"
+}
+
 # -- install ---------------------------------------------------------------------------------
 # One mode for a release, whatever installs it (deploy, the layer's recipe, Mender, SWUpdate):
 # files 0644 (a program that does not run as root reads the tokenizer image), q25tok 0755,
@@ -311,6 +396,7 @@ stage_tokenizer() {  # STAGING -> sets RELEASE (computed like deploy --tokenizer
 
 install_release() {  # DIR: stage, verify, rename into place, switch, record (like deploy)
     load_plan "$1"
+    check_reserved
     mkdir -p "$BASE/releases" "$OTA" || die "cannot create $BASE/releases"
     no_link "$BASE/releases" "$OTA"
     old=$(state_top current) || exit 1
@@ -320,7 +406,8 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     set_modes "$staging"
     no_link "$BASE/releases/$RELEASE"
     if [ "$old" = "$RELEASE" ] && [ -d "$BASE/releases/$RELEASE" ]; then
-        rm -rf "$staging"; say "release $RELEASE is already current"; return 0  # nothing to roll back
+        rm -rf "$staging"; say "release $RELEASE is already current"  # nothing to roll back
+        regions load "$BASE/releases/$RELEASE"; return 0  # unless this boot loaded them
     fi
     (verify_release "$staging") || { rm -rf "$staging"; die "verify failed on the board; the current release is unchanged"; }
     sync
@@ -344,6 +431,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
         is_rid "$rid" && [ ! -L "$rdir" ] && [ -d "$rdir" ] && [ "$rid" != "$RELEASE" ] && [ "$rid" != "$old" ] &&
             rm -rf "$rdir"
     done
+    regions load "$BASE/releases/$RELEASE"  # a failure fails the update: the engine rolls back
     say "installed release $RELEASE"
 }
 
@@ -353,9 +441,7 @@ smoke() {  # DIR: every file's sha256 of the current release, then q25tok info a
     rid=$(current_release) || exit 1
     cur="$BASE/releases/$rid"
     verify_release "$cur" || die "smoke: a file of the current release fails its sha256"
-    # q25tok: the release's own (just verified), else the plan's, else the one on PATH
-    if [ -f "$cur/q25tok" ] && [ -x "$cur/q25tok" ] && release_files "$cur/release.json" | grep -q ' q25tok$'; then Q25TOK="$cur/q25tok"
-    elif [ ! -x "$Q25TOK" ]; then Q25TOK=$(command -v q25tok) || die "smoke: no q25tok at $Q25TOK nor on PATH"; fi
+    pick_q25tok "$cur"  # the release's own (just verified), else the plan's, else the one on PATH
     no_link "$cur/$IMAGE"
     "$Q25TOK" info "$cur/$IMAGE" >/dev/null || die "smoke: q25tok info failed on $cur/$IMAGE"
     grep '^smoke ' "$PLAN" | while read -r _ name special ids; do
@@ -364,6 +450,7 @@ smoke() {  # DIR: every file's sha256 of the current release, then q25tok info a
         got=$("$Q25TOK" encode $flag "$cur/$IMAGE" < "$src" | tr -s ' \n' ',,' | sed 's/^,//; s/,$//')
         [ "$got" = "$ids" ] || { echo "q25-ota: smoke: $name: board ids differ from the host's" >&2; exit 1; }
     done || exit 1
+    regions verify "$cur"  # the reserved regions hold its partitions
     say "smoke test passed on releases/$rid"
 }
 
@@ -394,6 +481,9 @@ rollback() {  # DIR: back to the release that was current before this update
     [ "$created" = 1 ] && [ "$new" != "$old" ] && rm -rf "$BASE/releases/$new"
     rm -f "$OTA/old" "$OTA/new" "$OTA/created"; sync
     say "rolled back to ${old:-nothing}"
+    if [ -n "$old" ] && [ -d "$BASE/releases/$old" ]; then  # its partitions back into the regions
+        (regions load "$BASE/releases/$old") || die "rolled back to $old, but its regions did not load (above)"
+    fi
 }
 
 cleanup() { load_plan "$1"; rm -rf "$OTA" "$BASE/releases/.incoming-ota"; }
