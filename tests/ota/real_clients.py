@@ -13,6 +13,10 @@ Inside the namespace (``unshare --mount``, propagation private), as a board imag
 The clients' PATH holds BusyBox applets and our ``q25tok`` (the board's userland); the
 update module and SWUpdate's script run under ``/bin/sh``. Every directory lives under
 ``root``, so :func:`ota_helpers.layout` reads the board's install dir as with the file trees.
+The board's running device tree and physical memory are a directory and a sparse file under
+``/lib/firmware/q25-test-board`` (so under ``root``): the artifacts are packaged with a board
+file that names them (``device_tree``, ``memory_device``, as deploy's tests do), so `q25tok
+load` in the clients' script writes that file, never this machine's ``/dev/mem``.
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ota_helpers import stand_in
 from requirements import need, need_program
 
 from q25deploy.ota.scripts import SCRIPT
 
+STAND_IN = "/lib/firmware/q25-test-board"  # the device tree and memory in the namespace
+
+QEMU_TOML = Path(__file__).resolve().parents[2] / "targets" / "qemu.toml"
 MODULES = "/usr/share/mender/modules/v3"
 # $1 the scratch board; the rest: the client's command line. The mounts with util-linux's mount
 # (PATH is the board's BusyBox from the start: the clients inherit it)
@@ -69,7 +77,9 @@ class ClientBoard:
         device_type: str = "qemuarm64",
         hw_revision: str = "qemu 1.0",
         artifact_verify_key: Path | None = None,
+        reserving: tuple[Path, ...] = (),
     ):
+        """``reserving``: builds whose regions the board's running device tree reserves."""
         self.root = root
         for d in (
             "etc/mender",
@@ -95,6 +105,15 @@ class ClientBoard:
         for applet in Path(busybox_path).iterdir():
             (root / "bin" / applet.name).symlink_to(os.readlink(applet))
         shutil.copy2(q25tok, root / "bin" / "q25tok")
+        self.memory = root / STAND_IN.lstrip("/") / "mem"
+        stand_in(self.memory.parent / "device-tree", self.memory, reserving)
+        self.board_file = root.parent / f"{root.name}-qemu.toml"
+        self.board_file.write_text(
+            QEMU_TOML.read_text().replace(
+                'arch = "aarch64"',
+                f'arch = "aarch64"\ndevice_tree = "{STAND_IN}/device-tree"\nmemory_device = "{STAND_IN}/mem"',
+            )
+        )
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:
         env = {"PATH": str(self.root / "bin"), "TMPDIR": str(self.root / "tmp"), "LC_ALL": "C"}

@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from ota_helpers import INSTALL, layout, package
+from ota_helpers import INSTALL, layout, package, resident
 from real_clients import ClientBoard, break_q25tok, current_release, need_clients, said
 from release_modes import wrong_modes
 
@@ -21,15 +21,22 @@ from q25deploy.ota.mender import read_members
 
 
 @pytest.fixture
-def board(tmp_path, busybox_path, q25tok_bin, keys):
+def board(tmp_path, busybox_path, q25tok_bin, keys, ota_builds):
     need_clients()
     return ClientBoard(
-        tmp_path / "board", busybox_path=busybox_path, q25tok=q25tok_bin, artifact_verify_key=keys["rsa.pub"]
+        tmp_path / "board",
+        busybox_path=busybox_path,
+        q25tok=q25tok_bin,
+        artifact_verify_key=keys["rsa.pub"],
+        reserving=(ota_builds["A"],),
     )
 
 
-def signed(build: Path, out: Path, keys, *extra: str) -> Path:
-    return package(build, "mender", out, "--sign-key", str(keys["rsa.pem"]), *extra)
+def signed(board: ClientBoard, build: Path, out: Path, keys, *extra: str) -> Path:
+    """Signed, for the board file naming the board's stand-in device tree and memory."""
+    return package(
+        build, "mender", out, "--sign-key", str(keys["rsa.pem"]), "--target-file", str(board.board_file), *extra
+    )
 
 
 def installed(board: ClientBoard, art: Path) -> str:
@@ -42,37 +49,56 @@ def installed(board: ClientBoard, art: Path) -> str:
 
 
 def test_install_commit_and_a_tokenizer_only_artifact_after_the_full_one(tmp_path, board, ota_builds, keys):
-    tok = signed(ota_builds["A2"], tmp_path / "a2-tok.mender", keys, "--tokenizer-only")
+    tok = signed(board, ota_builds["A2"], tmp_path / "a2-tok.mender", keys, "--tokenizer-only")
     r = board.mender("install", str(tok))  # nothing provides q25.vocab_fingerprint yet
     assert r.returncode != 0 and 'Artifact dependency "q25.vocab_fingerprint" not satisfied' in said(r), said(r)
     assert layout(board.root) == {} and "q25.release" not in board.provides()
 
-    log = installed(board, signed(ota_builds["A"], tmp_path / "a.mender", keys))
+    log = installed(board, signed(board, ota_builds["A"], tmp_path / "a.mender", keys))
     assert "installed release" in log and "smoke test passed" in log
     release = current_release(board.root)
     assert board.provides()["q25.release"] == release.name
     assert wrong_modes(release) == {}  # the client's file tree is 0600: the module sets the release's modes
     assert not (board.root / INSTALL / ".q25-ota").exists()
+    assert resident(board.memory, ota_builds["A"]) and "verify: the reserved regions hold" in log
 
     log = installed(board, tok)
     new = current_release(board.root)
     assert new != release and wrong_modes(new) == {} and "smoke test passed" in log
+    assert "already hold the partitions" in log and resident(board.memory, ota_builds["A"])  # same table: kept
     state = json.loads((board.root / INSTALL / ".q25deploy-state.json").read_text())
     assert state["current"] == new.name and state["previous"] == release.name
     assert board.provides()["q25.vocab_fingerprint"] == state["releases"][new.name]["vocab_fingerprint"]
 
 
 def test_a_failed_smoke_test_in_commit_makes_the_client_roll_back(tmp_path, board, ota_builds, keys):
-    installed(board, signed(ota_builds["A"], tmp_path / "a.mender", keys))
+    installed(board, signed(board, ota_builds["A"], tmp_path / "a.mender", keys))
     before, provides = layout(board.root), board.provides()
     break_q25tok(board.root)
-    r = board.mender("install", str(signed(ota_builds["B"], tmp_path / "b.mender", keys)))
+    r = board.mender("install", str(signed(board, ota_builds["B"], tmp_path / "b.mender", keys)))
     assert r.returncode == 0, said(r)
     assert current_release(board.root).name != provides["q25.release"]  # B is current until the commit
     c = board.mender("commit")
     assert c.returncode != 0 and "board ids differ" in said(c), said(c)
     assert "rolled back to " + provides["q25.release"] in said(c)  # the client called ArtifactRollback
     assert layout(board.root) == before and board.provides() == provides
+    assert resident(board.memory, ota_builds["A"])  # B's partitions were loaded at install: A's again
+
+
+def test_a_plan_the_running_device_tree_does_not_reserve_is_refused(
+    tmp_path, busybox_path, q25tok_bin, keys, ota_builds
+):
+    """A board whose device tree reserves no region: ArtifactInstall refuses the release before
+    staging it, in one line; the client rolls back, nothing is installed or provided."""
+    need_clients()
+    board = ClientBoard(
+        tmp_path / "bare", busybox_path=busybox_path, q25tok=q25tok_bin, artifact_verify_key=keys["rsa.pub"]
+    )
+    r = board.mender("install", str(signed(board, ota_builds["A"], tmp_path / "a.mender", keys)))
+    assert r.returncode != 0 and "q25-ota: refusing release" in said(r), said(r)
+    assert "does not reserve 1 of the release's 1 region(s)" in said(r) and "nothing was staged" in said(r)
+    assert [k for k, v in layout(board.root).items() if v[0] != "dir"] == []
+    assert "q25.release" not in board.provides() and not board.memory.read_bytes().strip(b"\0")
 
 
 def tampered(art: Path, out: Path) -> Path:
@@ -96,13 +122,13 @@ def tampered(art: Path, out: Path) -> Path:
 
 
 def test_a_tampered_payload_and_a_wrong_device_type_are_refused(tmp_path, board, ota_builds, keys):
-    installed(board, signed(ota_builds["A"], tmp_path / "a.mender", keys))
+    installed(board, signed(board, ota_builds["A"], tmp_path / "a.mender", keys))
     before, provides = layout(board.root), board.provides()
-    b = signed(ota_builds["B"], tmp_path / "b.mender", keys)
+    b = signed(board, ota_builds["B"], tmp_path / "b.mender", keys)
     r = board.mender("install", str(tampered(b, tmp_path / "b-tampered.mender")))
     assert r.returncode != 0 and "checksum" in said(r).lower(), said(r)
     assert layout(board.root) == before and board.provides() == provides
-    other = signed(ota_builds["B"], tmp_path / "b-other.mender", keys, "--device-type", "kv260")
+    other = signed(board, ota_builds["B"], tmp_path / "b-other.mender", keys, "--device-type", "kv260")
     r = board.mender("install", str(other))
     assert r.returncode != 0 and "kv260" in said(r), said(r)
     assert layout(board.root) == before and board.provides() == provides
