@@ -8,6 +8,7 @@ failed load or smoke test rolls back and loads the previous release's partitions
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -196,3 +197,27 @@ def test_a_failed_residency_check_at_commit_rolls_back_and_reloads(tmp_path, bb,
     r = swupdate_install(bb, board, arts["B-swu"])
     assert r.returncode != 0 and "q25tok load failed" in r.stderr and "rolled back to" in r.stdout
     assert resident(mem, ota_builds["A"])
+
+
+def test_a_rollback_to_a_release_the_device_tree_does_not_reserve_is_a_warning(
+    tmp_path, bb, q25tok_bin, ota_builds, arts
+):
+    """A was installed unreserved (`--allow-unreserved`); B's plan refuses that, and its commit
+    fails because the reservation is gone by then: the rollback to A, whose partitions were not
+    resident before either, warns instead of failing."""
+    import shutil
+
+    board = make_board(tmp_path / "board", q25tok_bin)
+    ok(mender_install(bb, board, arts["A-allow"], tmp_path / "tree"))
+    before = layout(board)
+    reserve(board / "proc" / "device-tree", regions_of(ota_builds["B"]))
+    os.truncate(board / "dev" / "mem", max(r["base"] + r["size"] for r in regions_of(ota_builds["B"])))
+    tree = mender_tree(arts["B"], tmp_path / "tree")
+    assert sh(bb, board, "ArtifactInstall", str(tree)).returncode == 0
+    shutil.rmtree(board / "proc" / "device-tree" / "reserved-memory")
+    commit = sh(bb, board, "ArtifactCommit", str(tree))
+    assert commit.returncode != 0 and "REFUSED" in commit.stderr
+    back = sh(bb, board, "ArtifactRollback", str(tree))
+    assert back.returncode == 0 and "warning: the running device tree does not reserve" in back.stderr, back.stderr
+    assert sh(bb, board, "Cleanup", str(tree)).returncode == 0
+    assert {k: v for k, v in layout(board).items() if k != ".q25deploy-loaded"} == before

@@ -330,7 +330,7 @@ regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the b
         say "warning: the running device tree does not reserve releases/$q_rid's regions (the plan allows it): its partitions are not in reserved memory"
         return 0
     fi
-    die "q25tok $1 failed on releases/$q_rid (exit $q_st): $(printf '%s\n' "${q_bad:-$q_out}" | head -n 2 | tr '\n' ' ')"
+    die "q25tok $1 failed on releases/$q_rid (exit $q_st): $(printf '%s\n' "${q_bad:-${q_out:-no report}}" | head -n 2 | tr '\n' ' ')"
 }
 
 # -- install ---------------------------------------------------------------------------------
@@ -481,8 +481,10 @@ rollback() {  # DIR: back to the release that was current before this update
     [ "$created" = 1 ] && [ "$new" != "$old" ] && rm -rf "$BASE/releases/$new"
     rm -f "$OTA/old" "$OTA/new" "$OTA/created"; sync
     say "rolled back to ${old:-nothing}"
-    if [ -n "$old" ] && [ -d "$BASE/releases/$old" ]; then  # its partitions back into the regions
-        (regions load "$BASE/releases/$old") || die "rolled back to $old, but its regions did not load (above)"
+    # its partitions back into the regions; a device tree that does not reserve them is a warning
+    # (the old release was not resident before this update either, whatever this plan says)
+    if [ -n "$old" ] && [ -d "$BASE/releases/$old" ]; then
+        (UNRESERVED=allow; regions load "$BASE/releases/$old") || die "rolled back to $old, but its regions did not load (above)"
     fi
 }
 
