@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from .. import phases
 from ..errors import UsageError
 from .common import positive_int, report_failures
 
@@ -168,6 +169,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
     from .progress import Progress
 
     fleet = _fleet(a)
+    phases.mark("imports")
     svgs = _svg_paths(a, fleet)
     prog = Progress()
     fleet.on_bytes = prog.sent if prog.enabled else None

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
-from .. import __version__
+from .. import __version__, phases
 from ..common import printable
 from ..errors import (
     BoardFileError,
@@ -151,6 +151,13 @@ def _one_line(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        phases.write()  # Q25_PHASE_TIMES (benchmarks): where the time went
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(plugin_commands=wants_plugin_commands(argv))
     args = parser.parse_args(argv)

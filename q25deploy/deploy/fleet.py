@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256, printable
 from ..errors import DeployError, Q25Error, UsageError
@@ -142,6 +143,7 @@ class Fleet:
         except DeployError:
             board.close()
             raise
+        phases.mark("login")
         return board
 
     def _files(self, board: Board) -> BoardFiles:
@@ -176,6 +178,7 @@ class Fleet:
             files = self._files(board)
             with files.lock():  # one deploy per board; what a cut left is settled first
                 state, notes = files.reconcile(self.board_paths["device_tree"])
+                phases.mark("lock")
                 rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
                 refused = None if self.opts.tokenizer_only else self._unreserved(files.live_reserved)
                 if refused and not self.opts.allow_unreserved:  # before anything is sent
@@ -280,10 +283,12 @@ class Fleet:
         with self._connect(spec) as board, board_session(board):
             files = self._files(board)
             result = status(board, files, self.board_paths["device_tree"])
+            phases.mark("lock")
             if result["current"]:  # does the device tree reserve the current plan? does it hold the partitions?
                 result.update(self._reserved_status(files))
                 verified = verify_regions(board, files, self.runtime, **self.board_paths)
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
+            phases.mark("verify")
             return result
 
     # -- all hosts ------------------------------------------------------------------------
