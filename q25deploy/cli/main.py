@@ -13,6 +13,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from .. import __version__, phases
 from ..common import printable
@@ -179,6 +180,20 @@ def _main(argv: Sequence[str] | None) -> int:
         return _report(
             f"{where}: {type(e).__name__}: {_one_line(str(e))} (set Q25DEPLOY_DEBUG=1 for a traceback)", EXIT_INTERNAL
         )
+
+
+def run() -> NoReturn:
+    """The ``q25deploy`` program (console script, ``python -m q25deploy``): :func:`main`, then
+    out without tearing the interpreter down. Every file the command wrote is closed by then and
+    every board session ended; what is left is freeing a few thousand objects and modules one
+    by one (fabric, paramiko, cryptography), 0.10-0.15 s of a status that takes 0.5 s."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError):  # a reader that went away: nothing more to say
+            pass
+    os._exit(code)
 
 
 def _report(message: str, code: int) -> int:
