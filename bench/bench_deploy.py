@@ -26,6 +26,7 @@ load, smoke, and the exit. Best and median of N; the load average is printed wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -78,6 +79,7 @@ class Board:
     known_hosts: Path
     remote_root: str
     runtime_path: str  # the board file's q25tok
+    runtime_src: str  # a copy of the board's q25tok on the board (put at runtime_path for "the image has it")
     scp_dir: str
     ssh_extra: tuple[str, ...] = ()
 
@@ -164,9 +166,10 @@ def measure(row: Row, repeat: int, ours: Callable[[], dict], base: Callable[[], 
     return row
 
 
-def rows_for(r: Runner, build: Path, other: Path, repeat: int) -> list[Row]:
+def rows_for(r: Runner, build: Path, other: Path, repeat: int, full_repeat: int | None = None) -> list[Row]:
+    """The table's rows; ``full_repeat``: runs of the full deploys (default ``repeat``)."""
     b = r.board
-    runtime_copy = f"cp {r.runtime} {b.runtime_path} && chmod 0755 {b.runtime_path}"
+    runtime_copy = f"cp {b.runtime_src} {b.runtime_path} && chmod 0755 {b.runtime_path}"
     release = [
         build / "tokenizer" / "tokenizer.q25tokrt",
         build / "tokenizer" / "tokenizer_runtime_image_manifest.json",
@@ -186,10 +189,11 @@ def rows_for(r: Runner, build: Path, other: Path, repeat: int) -> list[Row]:
     r.on_board(f"mkdir -p $(dirname {b.runtime_path})")
     fresh(True)("ours")
     r.q25("deploy", build)  # warm-up: the modules byte-compiled, the build's files in the page cache
+    full = repeat if full_repeat is None else full_repeat
     rows.append(
         measure(
             Row("deploy, first (the board's image has q25tok)", "scp of the same files"),
-            repeat,
+            full,
             lambda: r.q25("deploy", build),
             lambda: r.scp(*release),
             fresh(True),
@@ -198,7 +202,7 @@ def rows_for(r: Runner, build: Path, other: Path, repeat: int) -> list[Row]:
     rows.append(
         measure(
             Row("deploy, first (no q25tok: --runtime-bin)", "scp of the same files"),
-            repeat,
+            full,
             lambda: r.q25("deploy", build, "--runtime-bin", str(r.runtime)),
             lambda: r.scp(*release, r.runtime),
             fresh(False),
@@ -241,36 +245,46 @@ def load_line() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def make_builds(tmp: Path, runtime_path: str) -> tuple[Path, Path, Path]:
-    """The 0.5B-shaped model built for a kv260-like board file (this machine's arch, q25tok at
-    ``runtime_path``), and again for the same board asking another image alignment."""
+def make_builds(tmp: Path, runtime_path: str | None = None) -> tuple[Path, Path, Path]:
+    """The 0.5B-shaped model built for the kv260 board file, and again for the same board asking
+    another image alignment; with ``runtime_path``, for a kv260-like board file that is this
+    machine (its arch, q25tok at ``runtime_path``). Returns (board file, build, other build)."""
     model = tmp / "qwen25-0.5b.gguf"
-    py = [sys.executable, "-m"]
-    run = lambda *a: subprocess.run([*py, *a], check=True, capture_output=True)  # noqa: E731
-    run("q25deploy.model.synthetic", "--preset", "0.5b", "--vocab", str(vocab_path()), str(model))
-    text = (ROOT / "targets" / "kv260.toml").read_text()
-    text = text.replace('arch = "aarch64"', f'arch = "{os.uname().machine}"')
-    text = text.replace(
-        '[install]\npath = "/lib/firmware/q25"', f'[install]\npath = "/lib/firmware/q25"\nruntime = "{runtime_path}"'
-    )
-    board = tmp / "kv260-here.toml"
+    run = lambda *a: subprocess.run([sys.executable, "-m", *a], check=True, capture_output=True)  # noqa: E731
+    if not model.exists():
+        run("q25deploy.model.synthetic", "--preset", "0.5b", "--vocab", str(vocab_path()), str(model))
+    text, tag = (ROOT / "targets" / "kv260.toml").read_text(), "kv260"
+    if runtime_path is not None:
+        text = text.replace('arch = "aarch64"', f'arch = "{os.uname().machine}"')
+        text = text.replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{runtime_path}"')
+        tag = "kv260-here"
+    board, other = tmp / f"{tag}.toml", tmp / f"{tag}-align.toml"
     board.write_text(text)
-    other = tmp / "kv260-here-align.toml"
     other.write_text(text.replace("image_alignment = 4096", "image_alignment = 16384"))
-    for target, out in ((board, "build"), (other, "other")):
+    for target, out in ((board, f"build-{tag}"), (other, f"other-{tag}")):
         run("q25deploy", "build", "--target-file", str(target), "--model", str(model), "--out", str(tmp / out))
-    return board, tmp / "build", tmp / "other"
+    return board, tmp / f"build-{tag}", tmp / f"other-{tag}"
 
 
-def local_board(tmp: Path, key: Path, kh: Path, address: str, port: int, prefix: tuple[str, ...]) -> Board:
+def local_board(tmp: Path, key: Path, kh: Path, address: str, port: int, runtime: Path) -> Board:
     user = "root" if os.geteuid() == 0 else os.environ.get("USER", "root")
-    return Board(address, port, user, key, kh, str(tmp / "root"), str(tmp / "board-bin" / "q25tok"), str(tmp / "scp"))
+    bin_dir, root = tmp / "board-bin", str(tmp / "root")
+    return Board(address, port, user, key, kh, root, str(bin_dir / "q25tok"), str(runtime), str(tmp / "scp"))
+
+
+def run_here(cmd: str) -> None:
+    subprocess.run(["sh", "-c", cmd], check=True)
+
+
+def print_goals() -> None:
+    print("goals: tokenizer-only <= 1.5x scp; full deploy >= 0.9x scp's speed (<= 1.11x its time); status <= 1.1x ssh")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--link", action="store_true", help="also over a 1 Gbit/s shaped link (root: ip netns, tc)")
+    ap.add_argument("--no-loopback", action="store_true", help="only the shaped link")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmpname:
         tmp = Path(tmpname)
@@ -278,48 +292,29 @@ def main() -> None:
         key = keygen(tmp / "client")
         build_runtime(tmp / "rt")
         runtime = tmp / "rt" / "q25tok"
-        runtime_path = str(tmp / "board-bin" / "q25tok")
-        target_file, build, other = make_builds(tmp, runtime_path)
-        on_board = lambda cmd: subprocess.run(["sh", "-c", cmd], check=True)  # noqa: E731
-        tables = []
-        places = [("lo", "127.0.0.1", ())]
-        for tag, address, _ in places:
-            srv = SSHServer(tmp / f"sshd-{tag}", key, address=address)
-            try:
-                board = local_board(tmp, key, srv.known_hosts(tmp / "known_hosts"), address, srv.port, ())
+        target_file, build, other = make_builds(tmp, str(tmp / "board-bin" / "q25tok"))
+        places = [] if a.no_loopback else [("on loopback", "127.0.0.1", ())]
+        if a.link and (os.geteuid() != 0 or not shutil.which("tc")):
+            print("1 Gbit/s link skipped (needs root, ip and tc)")
+        elif a.link:
+            places.append(("over a 1 Gbit/s link (veth into a netns, tc tbf)", "", ()))
+        for where, address, _ in places:
+            with contextlib.ExitStack() as stack:
+                if not address:
+                    address, prefix = stack.enter_context(shaped_link())
+                else:
+                    prefix = ()
+                srv = SSHServer(tmp / f"sshd-{address}", key, address=address, prefix=prefix)
+                stack.callback(srv.stop)
+                kh = srv.known_hosts(tmp / f"known_hosts-{address}")
+                board = local_board(tmp, key, kh, address, srv.port, runtime)
                 print(load_line(), "(before)", flush=True)
-                rows = rows_for(Runner(tmp, board, target_file, runtime, on_board), build, other, a.repeat)
-                tables.append(
-                    (
-                        f"to one OpenSSH sshd on loopback, 0.5B-shaped kv260 build, fresh processes, N={a.repeat}",
-                        rows,
-                        load_line(),
-                    )
+                rows = rows_for(Runner(tmp, board, target_file, runtime, run_here), build, other, a.repeat)
+                print_table(
+                    f"to one OpenSSH sshd {where}, 0.5B-shaped kv260 build, fresh processes, N={a.repeat}", rows
                 )
-            finally:
-                srv.stop()
-        if a.link:
-            if os.geteuid() != 0 or not shutil.which("tc"):
-                print("1 Gbit/s link skipped (needs root, ip and tc)")
-            else:
-                with shaped_link() as (address, prefix):
-                    srv = SSHServer(tmp / "sshd-link", key, address=address, prefix=prefix)
-                    try:
-                        board = local_board(
-                            tmp, key, srv.known_hosts(tmp / "known_hosts-link"), address, srv.port, prefix
-                        )
-                        rows = rows_for(Runner(tmp, board, target_file, runtime, on_board), build, other, a.repeat)
-                        tables.append(
-                            (f"over a 1 Gbit/s link (veth into a netns, tc tbf), N={a.repeat}", rows, load_line())
-                        )
-                    finally:
-                        srv.stop()
-    for title, rows, load in tables:
-        print_table(title, rows)
-        print(f"  {load} (after)")
-    print(
-        "goals: tokenizer-only <= 1.5x scp; full deploy >= 0.9x scp's speed (<= 1.11x its time); status <= 1.1x ssh host true"
-    )
+                print(f"  {load_line()} (after)", flush=True)
+    print_goals()
 
 
 if __name__ == "__main__":

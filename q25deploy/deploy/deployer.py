@@ -36,8 +36,9 @@ from typing import Any
 from .. import phases
 from ..errors import DeployError
 from . import receiver
+from .boardbase import HASH_FILES
+from .boardbase import BoardBase as Board
 from .boardfiles import STATE_NAME, BoardFiles
-from .connection import HASH_FILES, Board
 from .release import STATE_FORMAT, Release, plan_transfer
 
 __all__ = ["STATE_NAME", "BoardFiles", "HostResult", "deploy", "rollback", "status"]
