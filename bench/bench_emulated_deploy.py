@@ -8,6 +8,8 @@ does not reserve the kv260's regions: ``--allow-unreserved``, as on loopback); i
 ``q25tok`` in /usr/bin (a copy in /opt puts it back after the runs that remove it).
 
     python3 bench/bench_emulated_deploy.py [--repeat 3] [--full-repeat 1] [--flavours dropbear,openssh]
+
+(one full deploy of the 0.5B-shaped release to the board takes a minute or more under TCG)
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def table(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--full-repeat", type=int, default=1, help="runs of the full deploys (392 MB each)")
+    ap.add_argument("--full-repeat", type=int, default=1, help="runs of the full deploys (392 MB each; 0: none)")
     ap.add_argument("--flavours", default="dropbear,openssh")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmpname:
