@@ -3,8 +3,8 @@ errors become messages) and one module per command group, each adding its own su
 (``add_commands``) and holding its handlers: ``models``, ``tokens``, ``build``, ``runtime``,
 ``deploy``; ``common`` holds what they share.
 
-Exports ``main``."""
+Exports ``main`` (returns the exit code: for tests and callers) and ``run`` (the program)."""
 
-from .main import main
+from .main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from .. import phases
 from ..errors import UsageError
 from .common import positive_int, report_failures
 
@@ -88,11 +89,13 @@ def add_commands(sub) -> None:
         "--transfer",
         choices=("auto", "openssh", "paramiko"),
         default="auto",
-        help="how files reach the board's q25tok: auto (default) sends files of 16 MiB and more "
-        "through OpenSSH's ssh client, logged in with the session's address, user, key and "
-        "known_hosts (about a third of paramiko's CPU per byte), where it is installed and logs in, "
-        "else through the session; openssh: every such file through ssh (a login each), or fail; "
-        "paramiko: always through the session",
+        help="how the session and its files reach the board: auto (default) runs the whole session "
+        "through one login of OpenSSH's ssh client, shared by every command and file (no paramiko "
+        "loaded: start-up), where ssh is installed, logs in, and there is no --trust-new-host and no "
+        "~/.ssh/config; else the paramiko session, with files of 16 MiB and more through ssh logged "
+        "in with the session's address, user, key and known_hosts (a third of paramiko's CPU per "
+        "byte); openssh: the paramiko session, every such file through ssh (a login each), or fail; "
+        "paramiko: everything through the paramiko session",
     )
     dp.set_defaults(func=cmd_fleet)
     sm = sub.add_parser(
@@ -168,6 +171,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
     from .progress import Progress
 
     fleet = _fleet(a)
+    phases.mark("imports")
     svgs = _svg_paths(a, fleet)
     prog = Progress()
     fleet.on_bytes = prog.sent if prog.enabled else None

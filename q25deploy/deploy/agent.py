@@ -24,9 +24,8 @@ import shlex
 import threading
 from collections.abc import Sequence
 
-import paramiko
-
 from ..errors import DeployError
+from .boardbase import lost_errors
 
 HEADER = b"@@q25 "
 _HEADER = re.compile(rb"@@q25 ([0-9]{1,3}) +([0-9]{1,15}) +([0-9]{1,15}) *")  # status, stdout and stderr bytes
@@ -84,7 +83,7 @@ def command_line(argv: Sequence[str], stdin: bytes, timeout: int) -> bytes:
 class Agent:
     """The host side of a running agent on ``chan`` (whose script printed its first line)."""
 
-    def __init__(self, name: str, chan: paramiko.Channel) -> None:
+    def __init__(self, name: str, chan) -> None:  # a paramiko Channel, or sshboard.ProcessChannel
         self.name, self.chan = name, chan
         self._buf = bytearray()
         self._mutex = threading.Lock()
@@ -126,7 +125,7 @@ class Agent:
                     raise DeployError(f"{self.name}: unexpected answer from the board: {header[:80]!r}")
                 status, n_out, n_err = (int(x) for x in m.groups())
                 return status, self._read_exact(n_out), self._read_exact(n_err)
-            except (TimeoutError, paramiko.SSHException, OSError, EOFError, ValueError) as e:
+            except lost_errors() + (ValueError,) as e:
                 raise DeployError(f"{self.name}: connection lost during {argv[0]}: {e or 'closed'}") from None
 
     def close(self) -> int | None:
@@ -135,10 +134,10 @@ class Agent:
             try:
                 self.chan.shutdown_write()
                 return self.chan.recv_exit_status()
-            except (TimeoutError, paramiko.SSHException, OSError, EOFError):
+            except lost_errors():
                 return None  # a dead connection: the board side sees it end
             finally:
                 try:
                     self.chan.close()
-                except (paramiko.SSHException, OSError, EOFError):
+                except lost_errors():
                     pass

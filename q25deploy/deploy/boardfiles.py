@@ -15,8 +15,8 @@ import re
 from .. import schema
 from ..common import json_bytes
 from ..errors import DeployError, SchemaError
+from .boardbase import BoardBase as Board
 from .boardlock import LOCK_NAME, board_lock
-from .connection import Board
 from .reserved import LISTING, parse_listing, split_listing
 
 STATE_NAME = ".q25deploy-state.json"

@@ -22,12 +22,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import paramiko
-
 from ..errors import DeployError
 from .agent import PLAIN, SERVE, Agent
 from .become import hint as become_hint
-from .connection import Board
+from .boardbase import BoardBase as Board
+from .boardbase import lost_errors
 from .openssh import last_line
 
 LOCK_NAME = ".q25deploy.lock"
@@ -72,7 +71,7 @@ def owner() -> str:
     return re.sub(r"[^A-Za-z0-9@._-]", "_", who)[:80]
 
 
-def _last_error_line(chan: paramiko.Channel) -> str:
+def _last_error_line(chan) -> str:
     """The last line the board wrote to stderr (already received: the command has exited)."""
     data = b""
     while chan.recv_stderr_ready():
@@ -104,7 +103,7 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
             line = agent.first_line()
         except EOFError:
             line = ""  # the script ended first (its status says why)
-        except (TimeoutError, paramiko.SSHException, OSError) as e:
+        except lost_errors() as e:
             agent.close()
             raise DeployError(f"{board.spec.name}: connection lost while taking the board lock: {e}") from None
         if line == "acquired":
@@ -134,7 +133,7 @@ def board_session(board: Board) -> Iterator[None]:
     agent = Agent(board.spec.name, board.start(["sh", "-c", PLAIN, "sh"], LOCK_MAX_AGE))
     try:
         line = agent.first_line()
-    except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
+    except lost_errors() as e:
         agent.close()
         raise DeployError(f"{board.spec.name}: cannot start a shell on the board: {e or 'it ended'}") from None
     if line != "ready":

@@ -16,9 +16,7 @@ through one board-side agent (see :mod:`.agent`) instead of a channel each. para
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,13 +25,11 @@ from fabric import Connection
 
 from ..errors import DeployError, HostKeyError
 from . import openssh
-from .become import hint as become_hint
-from .become import prefix as become_prefix
+from .boardbase import COMMAND_TIMEOUT, HASH_FILES, HASHER, RECEIVE, UPLOAD_TIMEOUT, BoardBase, changed_key, unknown_key
 from .hosts import HostSpec
 from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
-COMMAND_TIMEOUT = 120
-UPLOAD_TIMEOUT = 3600
+__all__ = ["COMMAND_TIMEOUT", "HASHER", "HASH_FILES", "RECEIVE", "UPLOAD_TIMEOUT", "Board"]
 CHUNK = 1 << 20
 
 
@@ -45,8 +41,8 @@ def _close(chan) -> None:
         pass
 
 
-class Board:
-    """A connected board. Use as a context manager."""
+class Board(BoardBase):
+    """A connected board, through paramiko. Use as a context manager."""
 
     def __init__(
         self,
@@ -59,8 +55,7 @@ class Board:
         become: str = "none",
         transfer: str = "auto",
     ) -> None:
-        self.spec, self.transfer = spec, transfer
-        self.become, self._become = become, become_prefix(become)  # sudo -n / doas -n for a login that is not root
+        super().__init__(spec, become=become, transfer=transfer)
         kwargs = {
             "look_for_keys": identity is None,
             "allow_agent": identity is None,
@@ -84,15 +79,10 @@ class Board:
         try:
             self.conn.open()
         except paramiko.BadHostKeyException:
-            raise HostKeyError(
-                f"{spec.name}: the host key CHANGED since it was recorded in {path}; refusing "
-                "(remove the old entry only if you know why it changed)"
-            ) from None
+            raise changed_key(spec, str(path)) from None
         except paramiko.SSHException as e:
             if "not found in known_hosts" in str(e):
-                raise HostKeyError(
-                    f"{spec.name}: unknown host key (not in {path}); check it and pass --trust-new-host to record it"
-                ) from None
+                raise unknown_key(spec, str(path)) from None
             raise DeployError(f"{spec.name}: SSH failed: {e}") from None
         except (TimeoutError, OSError, EOFError) as e:
             raise DeployError(f"{spec.name}: cannot connect: {e}") from None
@@ -116,25 +106,6 @@ class Board:
             raise DeployError(
                 f"{spec.name}: --transfer openssh: no ssh client on PATH, or the session goes through a gateway"
             )
-        self.notes: list[str] = []  # what the user should know about this session (a fallback)
-        self.agent = None  # the session's agent (see attached)
-        self.receiver: str | None = None  # a q25tok that receives uploads (see receiver.py), else the shell's
-
-    @contextmanager
-    def attached(self, agent):
-        """Run every command of the block through ``agent``; it is closed afterwards."""
-        self.agent = agent
-        try:
-            yield agent
-        finally:
-            self.agent = None
-            agent.close()
-
-    def __enter__(self) -> Board:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         if self.bulk is not None:
@@ -146,7 +117,7 @@ class Board:
 
     # -- commands ---------------------------------------------------------------------------
     def _channel(self, argv: Sequence[str], timeout: int):
-        cmd = shlex.join([*self._become, "timeout", str(timeout), *argv])
+        cmd = self.command(argv, timeout)
         try:
             chan = self.transport.open_session(window_size=CHANNEL_WINDOW, max_packet_size=MAX_PACKET)
             chan.settimeout(timeout + 30)
@@ -159,22 +130,6 @@ class Board:
         """Start argv on the board (quoted, under ``timeout``) and return its open channel: for a
         command that lives as long as the caller needs it (the board lock)."""
         return self._channel(argv, timeout)
-
-    def run(
-        self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT, check: bool = True
-    ) -> tuple[int, bytes, bytes]:
-        """Run argv on the board (quoted, under ``timeout``); returns (status, stdout, stderr)."""
-        if self.agent is not None:
-            status, out, err = self.agent.call(argv, stdin, timeout)
-        else:
-            status, out, err = self._exec(argv, stdin, timeout)
-        if check and status != 0:
-            last = openssh.last_line(err or out) or "no output"
-            raise DeployError(
-                f"{self.spec.name}: {shlex.join(argv)[:120]} failed ({status}): "
-                f"{last}{become_hint(self.spec.user, self.become, last)}"
-            )
-        return status, out, err
 
     def _exec(self, argv: Sequence[str], stdin: bytes, timeout: int) -> tuple[int, bytes, bytes]:
         chan = self._channel(argv, timeout)
@@ -195,16 +150,12 @@ class Board:
         sha256 of what it wrote. Through ``ssh`` (:mod:`.openssh`) where the session can, to
         ``q25tok receive`` only (its status says whether it wrote): a large file, or with
         ``transfer="openssh"`` every file."""
-        argv = [self.receiver, "receive", dest] if self.receiver else ["sh", "-c", RECEIVE, "sh", dest]
+        argv = self.receive_argv(dest)
         result = None
         if self.bulk is not None and self.receiver and (size >= openssh.MIN_SIZE or self.transfer == "openssh"):
             result = self._upload_openssh(argv, src, size, dest, progress)
         status, out, err = result or self._upload_paramiko(argv, src, size, dest, progress)
-        words = out.split()
-        if status != 0 or (err and result is None) or not words:
-            last = openssh.last_line(err or out) or "no output"
-            raise DeployError(f"{self.spec.name}: writing {dest} failed ({status}: {last})")
-        return words[0].decode("ascii", "replace")
+        return self.digest(dest, status, out, err, err_fails=result is None)
 
     def expect_upload(self, size: int) -> None:
         """A file of ``size`` bytes is coming: where it would go through ``ssh``, log that in now."""
@@ -215,7 +166,7 @@ class Board:
         """None: ``ssh`` did not log in (paramiko sends this file and the rest)."""
         if self.bulk is None:
             return None
-        cmd = shlex.join([*self._become, "timeout", str(UPLOAD_TIMEOUT), *argv])
+        cmd = self.command(argv, UPLOAD_TIMEOUT)
         try:
             status, out, err = self.bulk.upload(cmd, src, size, progress, UPLOAD_TIMEOUT + 30)
         except openssh.Unavailable as e:
@@ -256,21 +207,6 @@ class Board:
             ) from None
         finally:
             _close(chan)
-
-
-# the board's fastest sha256 as $h (reads stdin, prints the hex digest first): OpenSSL's uses the
-# CPU's SHA instructions (the A53's ARMv8 crypto extensions, SHA-NI), several times BusyBox's or
-# coreutils' sha256sum, which is the fallback
-HASHER = 'if command -v openssl >/dev/null 2>&1; then h="openssl dgst -sha256 -r"; else h=sha256sum; fi; '
-# $1 the file: written and hashed in one pass (the digest first on stdout); a failed write (tee goes
-# on copying to the hash) is reported on stderr. A background loop flushes the file to the disk
-# every second while it arrives, so the sync before the switch finds little left to write.
-RECEIVE = HASHER + (
-    '( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
-    '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | $h; kill $f 2>/dev/null; :'
-)
-# each argument (a file) hashed: "<hex> <file>" lines; a file that cannot be read: no line
-HASH_FILES = HASHER + 'for f; do d=$($h < "$f") && echo "${d%% *} $f"; done'
 
 
 def _drain(chan) -> tuple[bytes, bytes]:

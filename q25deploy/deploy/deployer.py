@@ -33,10 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import phases
 from ..errors import DeployError
 from . import receiver
+from .boardbase import HASH_FILES
+from .boardbase import BoardBase as Board
 from .boardfiles import STATE_NAME, BoardFiles
-from .connection import HASH_FILES, Board
 from .release import STATE_FORMAT, Release, plan_transfer
 
 __all__ = ["STATE_NAME", "BoardFiles", "HostResult", "deploy", "rollback", "status"]
@@ -153,7 +155,9 @@ def deploy(
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
+        phases.mark("transfer")
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id)], stdin=release.description)
+        phases.mark("flush")
         return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
     except DeployError as e:  # the result keeps what was sent before it failed
         res.error = " ".join(str(e).split())
@@ -165,7 +169,9 @@ def _check_deployed(res: HostResult, state: dict, smoke, load) -> HostResult:
     empties them) and smoke-test it."""
     if load:
         res.residency = load()
+    phases.mark("load")
     res.smoke = smoke(True, res.residency)
+    phases.mark("smoke")
     res.ok = res.smoke["ok"]
     res.previous = state.get("previous")
     if not res.ok:
@@ -272,11 +278,14 @@ def _switch_and_test(
         },
     }
     res.warnings += [w for w in [files.commit(new_state)] if w]  # intent, switch, state: a cut is reconciled
+    phases.mark("switch")
     if load:
         progress("loading the partitions into reserved memory")
         res.residency = load()
+    phases.mark("load")
     progress("smoke test")
     res.smoke = smoke(True, res.residency)  # this deploy has just proven every file it sent: not hashed again
+    phases.mark("smoke")
     if res.smoke["ok"]:
         res.ok = True
         prune = sorted(set(new_state["releases"]) - keep)

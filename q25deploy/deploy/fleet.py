@@ -10,17 +10,18 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256, printable
 from ..errors import DeployError, Q25Error, UsageError
 from ..packer.layout import RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
-from . import board_release
+from . import board_release, openssh, sshboard
 from .become import check as check_become
 from .become import prefix as become_prefix
+from .boardbase import BoardBase as Board
 from .boardlock import board_session
-from .connection import Board
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .expected import BuildIds
 from .hosts import HostSpec, parse_host
@@ -129,19 +130,42 @@ class Fleet:
 
     # -- per host -------------------------------------------------------------------------
     def _connect(self, spec: HostSpec) -> Board:
-        board = Board(
-            spec,
-            identity=self.opts.identity,
-            known_hosts=self.opts.known_hosts,
-            trust_new_host=self.opts.trust_new_host,
-            become=self.become,
-            transfer=self.opts.transfer,
-        )
+        """The session: OpenSSH's ``ssh`` alone where it can carry it (see :mod:`.sshboard`), else
+        paramiko (imported only then: 0.2-0.3 s of start-up)."""
+        board: Board | None = None
+        why = ""
+        client = sshboard.usable(transfer=self.opts.transfer, trust_new_host=self.opts.trust_new_host)
+        if client is not None:
+            try:
+                board = sshboard.OpenSshBoard(
+                    spec,
+                    client,
+                    identity=self.opts.identity,
+                    known_hosts=self.opts.known_hosts,
+                    become=self.become,
+                    transfer=self.opts.transfer,
+                )
+            except openssh.Unavailable as e:  # ssh cannot be told what paramiko would use, or did not log in
+                board, why = None, str(e)
+        if board is None:
+            from .connection import Board as ParamikoBoard
+
+            board = ParamikoBoard(
+                spec,
+                identity=self.opts.identity,
+                known_hosts=self.opts.known_hosts,
+                trust_new_host=self.opts.trust_new_host,
+                become=self.become,
+                transfer=self.opts.transfer,
+            )
+            if why:
+                board.notes.append(f"OpenSSH's ssh did not log in ({why}); the session went through paramiko")
         try:
             check_become(board)  # a board that would ask for a password is refused here, in one line
         except DeployError:
             board.close()
             raise
+        phases.mark("login")
         return board
 
     def _files(self, board: Board) -> BoardFiles:
@@ -176,6 +200,7 @@ class Fleet:
             files = self._files(board)
             with files.lock():  # one deploy per board; what a cut left is settled first
                 state, notes = files.reconcile(self.board_paths["device_tree"])
+                phases.mark("lock")
                 rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
                 refused = None if self.opts.tokenizer_only else self._unreserved(files.live_reserved)
                 if refused and not self.opts.allow_unreserved:  # before anything is sent
@@ -280,10 +305,12 @@ class Fleet:
         with self._connect(spec) as board, board_session(board):
             files = self._files(board)
             result = status(board, files, self.board_paths["device_tree"])
+            phases.mark("lock")
             if result["current"]:  # does the device tree reserve the current plan? does it hold the partitions?
                 result.update(self._reserved_status(files))
                 verified = verify_regions(board, files, self.runtime, **self.board_paths)
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
+            phases.mark("verify")
             return result
 
     # -- all hosts ------------------------------------------------------------------------

@@ -77,6 +77,7 @@ class Login:
     connect_timeout: float
     ciphers: tuple[str, ...]
     macs: tuple[str, ...]
+    control: str | None = None  # a ControlMaster's socket (sshboard.py): logins share its connection
 
 
 @cache
@@ -97,14 +98,16 @@ def _config_path(path: str) -> str | None:
     return path.replace("%", "%%")
 
 
-def ssh_argv(client: str, login: Login, command: str) -> list[str] | None:
+def ssh_argv(client: str, login: Login, command: str, *, master: bool = False) -> list[str] | None:
     """The ``ssh`` command line for ``command`` on the board, or None where ``ssh`` cannot be
-    told exactly what the session used (a path it would expand, no common algorithm)."""
+    told exactly what the session used (a path it would expand, no common algorithm). With
+    ``login.control``: the connection's master (``master``), or a session through it."""
     known_hosts = _config_path(login.known_hosts)
+    control = _config_path(login.control) if login.control else ""
     identity = _config_path(login.identity) if login.identity else ""
     pick = lambda ours, kind: ",".join(a for a in ours if a in _supported(client, kind))  # noqa: E731
     ciphers, macs, kex = pick(login.ciphers, "cipher"), pick(login.macs, "mac"), pick(KEX, "kex")
-    if known_hosts is None or identity is None or not (ciphers and macs and kex):
+    if known_hosts is None or identity is None or control is None or not (ciphers and macs and kex):
         return None
     opts = {
         "BatchMode": "yes",
@@ -125,6 +128,8 @@ def ssh_argv(client: str, login: Login, command: str) -> list[str] | None:
     }
     if identity:
         opts.update(IdentityFile=identity, IdentitiesOnly="yes", IdentityAgent="none")
+    if control:  # a master of our own only: never one a user's ssh left running
+        opts.update(ControlPath=control, ControlMaster="yes" if master else "no", ControlPersist="no")
     argv = [client, "-F", "none", "-T", "-x", "-a", "-p", str(login.port), "-l", login.user]
     for key, value in opts.items():
         argv += ["-o", f"{key}={value}"]

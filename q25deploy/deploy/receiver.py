@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 
 from ..packer.layout import RUNTIME_BIN
-from .connection import Board
+from .boardbase import BoardBase as Board
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # each argument a q25tok to try; prints the first that receives and hashes correctly

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..packer.layout import REGION_TABLE as TABLE
 from .become import hint as become_hint
-from .connection import Board
+from .boardbase import BoardBase as Board
 
 EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes differ
 

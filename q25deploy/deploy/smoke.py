@@ -16,7 +16,8 @@ import struct
 from collections.abc import Sequence
 
 from ..tokenizer.prompts import SMOKE_PROMPTS
-from .connection import HASH_FILES, Board
+from .boardbase import HASH_FILES
+from .boardbase import BoardBase as Board
 from .deployer import BoardFiles
 from .residency import verify
 

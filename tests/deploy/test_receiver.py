@@ -11,6 +11,7 @@ import pytest
 from deploy_helpers import deploy, older_q25tok
 
 from q25deploy.deploy.connection import Board
+from q25deploy.deploy.sshboard import OpenSshBoard
 from q25deploy.resources import data_dir
 
 
@@ -18,13 +19,13 @@ from q25deploy.resources import data_dir
 def received(monkeypatch):
     """(file name, the board's receiver) for every upload (a spy: the uploads are real)."""
     seen: list[tuple[str, str | None]] = []
-    real = Board.upload
+    for cls in (Board, OpenSshBoard):  # the paramiko session's, the OpenSSH session's
 
-    def spy(self, src, size, dest, progress=None):
-        seen.append((posixpath.basename(dest), self.receiver))
-        return real(self, src, size, dest, progress)
+        def spy(self, src, size, dest, progress=None, real=cls.upload):
+            seen.append((posixpath.basename(dest), self.receiver))
+            return real(self, src, size, dest, progress)
 
-    monkeypatch.setattr(Board, "upload", spy)
+        monkeypatch.setattr(cls, "upload", spy)
     return seen
 
 

@@ -16,19 +16,31 @@ from q25deploy.cli import main
 from q25deploy.deploy.connection import Board
 from q25deploy.deploy.hosts import HostSpec
 from q25deploy.deploy.session import QuickAckSocket
+from q25deploy.deploy.sshboard import OpenSshBoard
 
 
 @pytest.fixture
 def channels(monkeypatch):
     """Every SSH channel a command opens, by its first word (a spy: the channels are real)."""
     opened: list[str] = []
-    real = Board._channel
+    name = lambda argv: argv[0] if argv[0] != "sh" else argv[2].split()[0][:12]  # noqa: E731
+    real, start, upload = Board._channel, OpenSshBoard.start, OpenSshBoard.upload
 
     def spy(self, argv, timeout):
-        opened.append(argv[0] if argv[0] != "sh" else argv[2].split()[0][:12])
+        opened.append(name(argv))
         return real(self, argv, timeout)
 
+    def spy_start(self, argv, timeout):  # the OpenSSH session: a session through the master
+        opened.append(name(argv))
+        return start(self, argv, timeout)
+
+    def spy_upload(self, src, size, dest, progress=None):  # and one per file
+        opened.append("receive")
+        return upload(self, src, size, dest, progress)
+
     monkeypatch.setattr(Board, "_channel", spy)
+    monkeypatch.setattr(OpenSshBoard, "start", spy_start)
+    monkeypatch.setattr(OpenSshBoard, "upload", spy_upload)
     return opened
 
 
