@@ -30,6 +30,11 @@ def test_smoke_probes_the_resident_weights(tmp_path, capsys, ssh, models, q25tok
         "detail": f"{len(b.probe_digests['tensors'])} tensors as built",
     }
 
+    # the build of another model (same vocabulary): its digests are not the board's weights
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--strict", *here, action="smoke")
+    assert "tensor probe" not in [c["name"] for c in res[0]["smoke"]["checks"]], res
+    assert not any("tensor probe" in w for w in res[0]["smoke"]["warnings"])
+
     pmap = b.partition_map
     t = next(t for t in reversed(pmap["tensors"]) if t["type"] not in ("F32", "F16"))
     with open(mem, "r+b") as f:  # one byte of its last block, in the reserved region
