@@ -20,6 +20,7 @@ from .schema import (
     parse_build_info,
     parse_manifest,
     parse_partition_map,
+    parse_probe_digests,
     parse_region_table,
     parse_smoke_ids,
     parse_tensor_table,
@@ -98,6 +99,14 @@ class BuildDir:
         if layout.SMOKE_IDS not in self.manifest:
             return None
         return parse_smoke_ids(self.read_json(layout.SMOKE_IDS), str(self.path / layout.SMOKE_IDS))
+
+    @cached_property
+    def probe_digests(self) -> dict | None:
+        """What ``q25tok probe`` must print on the board (``probe_digests.json``), or None (a
+        build by an older q25deploy)."""
+        if layout.PROBE_DIGESTS not in self.manifest:
+            return None
+        return parse_probe_digests(self.read_json(layout.PROBE_DIGESTS), str(self.path / layout.PROBE_DIGESTS))
 
     @cached_property
     def tensor_table(self) -> list[dict] | None:

@@ -2,7 +2,7 @@
 every value in it (see docs/security.md).
 
 Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json``,
-``smoke_ids.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
+``smoke_ids.json``, ``probe_digests.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
 ``.q25deploy-state.json`` and its intent record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
@@ -41,6 +41,7 @@ BUILD_FILES = frozenset(
         layout.SVG,
         layout.UBOOT_SCRIPT,
         layout.SMOKE_IDS,
+        layout.PROBE_DIGESTS,
     }
 )
 LAYER_DIR = "meta-q25"
@@ -315,6 +316,40 @@ def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, 
         _expect(all(type(t) is int and 0 <= t < 1 << 32 for t in ids), ids, where, f"{f}.ids", "a list of token ids")
         cases.append((text.encode("utf-8", "surrogatepass"), special, ids))
     return hex64(d.get("image_sha256"), where, "image_sha256"), cases
+
+
+_TENSOR_NAME = re.compile(r"[A-Za-z0-9._-]{1,63}")  # q25_tensor_table_next's rule
+
+
+def parse_probe_digests(doc: Any, where: str) -> dict:
+    """A build's ``probe_digests.json`` (:mod:`q25deploy.packer.probe`): the token ids the board's
+    probe is given and, per tensor, its ggml type name and digest (or ``unsupported``). Names
+    and types are what the board prints, so they are held to the tensor table's rules."""
+    from .packer.probe import FORMAT, UNSUPPORTED
+
+    d = obj(doc, where)
+    if d.get("format") != FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {FORMAT}")
+    hex64(d.get("model_sha256"), where, "model_sha256")
+    ids = array(d.get("ids"), where, "ids")
+    _expect(all(type(t) is int and 0 <= t < 1 << 32 for t in ids) and len(ids) <= 4096, ids, where, "ids", "token ids")
+    seen = set()
+    for i, t in enumerate(array(d.get("tensors"), where, "tensors")):
+        f = f"tensors[{i}]"
+        t = obj(t, where, f)
+        n = t.get("name")
+        _expect(
+            isinstance(n, str) and bool(_TENSOR_NAME.fullmatch(n)) and n not in seen,
+            n,
+            where,
+            f"{f}.name",
+            "a new tensor name",
+        )
+        seen.add(n)
+        name(t.get("type"), where, f"{f}.type")
+        if t.get("digest") != UNSUPPORTED:
+            hex64(t.get("digest"), where, f"{f}.digest")
+    return d
 
 
 MAX_REGION_TABLE = 64 << 10  # q25tok reads at most 64 regions of lines under 512 bytes

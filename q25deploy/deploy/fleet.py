@@ -193,6 +193,7 @@ class Fleet:
             board_paths=self.board_paths,
             quick=quick,
             residency=residency,
+            probe=self.build.probe_digests if self.opts.build_dir else None,
         )
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:

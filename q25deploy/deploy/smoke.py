@@ -6,7 +6,10 @@ partition files' sha256 equal the partition map's; the live device tree
 (``/proc/device-tree/reserved-memory/<node>/reg``) holds the planned regions — a warning
 when the running image predates them, a failure with ``strict`` or when a node reserves
 other memory; the reserved regions hold the partitions (``q25tok verify``, see
-:mod:`.residency`); plus any checks board plugins add.
+:mod:`.residency`); given the build's ``probe_digests.json``, the weights as the board reads
+them from those regions (``q25tok probe``, see :mod:`q25deploy.packer.probe`): a tensor whose
+digest differs fails by name, regions that are not resident are a warning (a failure with
+``strict``); plus any checks board plugins add.
 """
 
 from __future__ import annotations
@@ -57,12 +60,14 @@ def smoke_test(
     board_paths: dict[str, str] | None = None,
     quick: bool = False,
     residency: dict | None = None,
+    probe: dict | None = None,
 ) -> dict:
     """``expected``: the host codec's ids of each smoke prompt (:mod:`.expected`).
     ``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree,
     /dev/mem). ``quick``: the files were proven moments ago (a deploy hashed them as it wrote
     them), so the partitions are not hashed again; ``residency``: what a load just reported
-    (read back and checked by it), used instead of reading the regions again."""
+    (read back and checked by it), used instead of reading the regions again; ``probe``: the
+    build's ``probe_digests.json`` (none: no probe)."""
     board_paths = board_paths or {"device_tree": "/proc/device-tree", "memory": "/dev/mem"}
     report = _Report(strict)
     cur = files.path("current")
@@ -78,6 +83,8 @@ def smoke_test(
     if residency is None or residency.get("state") not in ("resident", "failed"):
         residency = verify(board, files, q25tok, **board_paths)  # the regions hold the partitions
     _check_residency(report, residency)
+    if probe is not None:
+        _check_probe(board, report, cur, q25tok, probe, residency, board_paths, partition_map)
     for name, command in extra_checks:
         status, out, err = board.run(["sh", "-c", command], check=False)
         report.check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
@@ -162,3 +169,32 @@ def _check_residency(report: _Report, resident: dict) -> None:
         )
     elif resident["state"] == "failed":
         report.check("residency", False, resident["detail"])
+
+
+def _check_probe(
+    board: Board, report: _Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict, pmap: dict
+) -> None:
+    """``q25tok probe`` (one board command) reads the resident regions' first and last blocks
+    of every tensor and the smoke ids' embedding rows, dequantized: the digests equal the
+    build's (``record``)."""
+    from ..packer.layout import REGION_TABLE, TENSOR_TABLE
+    from ..packer.probe import mismatches
+
+    if record["model_sha256"] != pmap.get("model", {}).get("sha256"):
+        return  # the board keeps another model's weights (--tokenizer-only): its partition map checks them
+    if residency.get("state") not in ("resident", "failed"):  # failed: reserved, but not as built
+        report.warn("tensor probe", "tensor probe not run: the partitions are not in reserved memory")
+        return
+    tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
+    argv = [q25tok, "probe", "--mem", paths["memory"], "--dt", paths["device_tree"], *tables]
+    status, out, err = board.run([*argv, *map(str, record["ids"])], check=False, timeout=600)
+    if status == 2:  # a q25tok without probe
+        report.warn(
+            "tensor probe", f"tensor probe not run: this q25tok has no probe ({err.decode('utf-8', 'replace')[-80:]})"
+        )
+        return
+    bad = mismatches(record, out.decode("utf-8", "replace"))
+    detail = err.decode("utf-8", "replace").strip()[-200:] if status else ""
+    if bad:
+        detail = f"{len(bad)} tensor(s) differ from the build: {', '.join(bad[:5])}" + ("…" if len(bad) > 5 else "")
+    report.check("tensor probe", status == 0 and not bad, detail or f"{len(record['tensors'])} tensors as built")

@@ -16,6 +16,7 @@ MEMORY_HEADER = "q25_memory_map.h"
 DTSI = "reserved-memory.dtsi"
 SVG = "memory-map.svg"
 SMOKE_IDS = "smoke_ids.json"  # the smoke prompts' ids for this image (deploy's smoke test compares the board with them)
+PROBE_DIGESTS = "probe_digests.json"  # what `q25tok probe` must print on the board (packer/probe.py)
 UBOOT_SCRIPT = "uboot/q25-regions.cmd"  # loads the partitions into their regions from U-Boot (boot.scr)
 TOKENIZER_DIR = "tokenizer"
 IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"

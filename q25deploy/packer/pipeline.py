@@ -189,6 +189,8 @@ def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) 
 def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dict]:
     from ..model.gguf import GGUFFile
     from . import stages
+    from .probe import KIND as PROBE_KIND
+    from .probe import probe_record
 
     src, target = req.src, req.target
     with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=3) as pool:
@@ -216,7 +218,9 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         summary = stages.summary(target, src, info, p, image_manifest)
         o.write_json(layout.BUILD_INFO, summary, "build-info")
         progress("writing the BitBake layer")
-        _layer_stage(pm, o, req, summary, p, lic)
+        ids = _layer_stage(pm, o, req, summary, p, lic)
+        progress("recording the tensor probe's digests")
+        o.write_json(layout.PROBE_DIGESTS, probe_record(f, pmap, ids), PROBE_KIND)
     return summary, {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
 
 
@@ -255,7 +259,8 @@ def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future],
     return payload
 
 
-def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> None:
+def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> list[list[int]]:
+    """The layer, and the smoke prompts' ids it and ``smoke_ids.json`` expect (returned)."""
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import read_image_file
     from ..tokenizer.prompts import smoke_ids, smoke_record
@@ -273,3 +278,4 @@ def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> None:
             pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release, maintainer=req.layer_maintainer
         ),
     )
+    return ids

@@ -9,6 +9,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 SRC_URI = "file://LICENSE \
            file://Makefile \
            file://cli_dequant.c \
+           file://cli_probe.c \
            file://cli_load.c \
            file://cli_receive.c \
            file://crc_table.inc \

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 int q25tok_region_command(int argc, char **argv);
+int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen);
+void q25tok_table_dir(const char *table, char dir[1024]);
 
 static void hex32(const uint8_t d[32], char out[65])
 {
@@ -27,8 +29,19 @@ static void hex32(const uint8_t d[32], char out[65])
     out[64] = 0;
 }
 
-/* the running device tree reserves exactly [base, base+size) as no-map under NODE */
-static int reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen)
+/* the directory of a region table, with its '/': where its partition files are */
+void q25tok_table_dir(const char *table, char dir[1024])
+{
+    snprintf(dir, 1024, "%.1000s", table);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[1] = 0;
+    else
+        strcpy(dir, "./");
+}
+
+/* the running device tree reserves exactly [base, base+size) as no-map under NODE (also probe's) */
+int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen)
 {
     char path[1024];
     uint8_t reg[16];
@@ -220,17 +233,12 @@ int q25tok_region_command(int argc, char **argv)
         return EXIT_IO;
     }
     char dir[1024];
-    snprintf(dir, sizeof dir, "%.1000s", table);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        slash[1] = 0;
-    else
-        strcpy(dir, "./");
+    q25tok_table_dir(table, dir);
     int worst = EXIT_OK;
     for (size_t i = 0; i < n; i++) {
         q25_region *r = &regions[i];
         char why[1600] = "";
-        if (!reserved_in_dt(dt, r, why, sizeof why)) {
+        if (!q25tok_reserved_in_dt(dt, r, why, sizeof why)) {
             printf("region %s base 0x%llx size 0x%llx REFUSED %s\n", r->node, (unsigned long long)r->base,
                    (unsigned long long)r->size, why);
             worst = EXIT_REGION;
