@@ -145,7 +145,15 @@ def streamed(board, script: str, lines: list[str]) -> int:
 
 
 def board_release(board, rid: str) -> list[dict]:
-    return json.loads(board.sh(f"cat /lib/firmware/q25/releases/{rid}/release.json")[1])["files"]
+    """The files of ``releases/<rid>`` on the board, after checking every one against its
+    sha256 there (a run that ends on a release must leave it complete)."""
+    files = json.loads(board.sh(f"cat /lib/firmware/q25/releases/{rid}/release.json")[1])["files"]
+    paths = " ".join(f["path"] for f in files)
+    status, out, err = board.sh(f"cd /lib/firmware/q25/releases/{rid} && sha256sum {paths}", check=False)
+    got = dict(reversed(line.split()) for line in out.splitlines() if len(line.split()) == 2)
+    bad = [f["path"] for f in files if got.get(f["path"]) != f["sha256"]]
+    assert not bad, f"releases/{rid} after the run: {', '.join(bad)} differ from release.json ({err.strip()})"
+    return files
 
 
 def reconciled(view: power.DiskView, warnings: list[str]) -> str | None:

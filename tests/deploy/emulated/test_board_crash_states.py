@@ -87,7 +87,11 @@ def _next_deploy(bench, build, *extra):
         code, res = bench.timed(board.q25("deploy", build, "--strict", *extra))
         if code != 0 or not res.get("ok"):
             return f"the next deploy failed: {res.get('error')}"
-        low, high = missing_bounds(view, board_release(board, res["release"]))
+        try:
+            files = board_release(board, res["release"])
+        except AssertionError as e:
+            return str(e)
+        low, high = missing_bounds(view, files)
         if not low <= res["bytes_sent"] <= high:
             return f"the next deploy sent {res['bytes_sent']:,} bytes, not between {low:,} and {high:,}"
         return reconciled(view, res.get("warnings", []))

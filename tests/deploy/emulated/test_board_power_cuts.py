@@ -42,7 +42,11 @@ def _finish(bench, board, view, build, *extra, settled: bool = False) -> str | N
     if code != 0 or not res.get("ok"):
         return f"the next deploy failed: {res.get('error')}"
     bench.builds[res["release"]] = build
-    low, high = missing_bounds(view, board_release(board, res["release"])) if view.current else (0, 1 << 40)
+    try:
+        files = board_release(board, res["release"])
+    except AssertionError as e:
+        return str(e)
+    low, high = missing_bounds(view, files) if view.current else (0, 1 << 40)
     if not low <= res["bytes_sent"] <= high:
         return f"the next deploy sent {res['bytes_sent']:,} bytes, not between {low:,} and {high:,}"
     return None if settled else reconciled(view, res.get("warnings", []))
