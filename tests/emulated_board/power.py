@@ -134,8 +134,12 @@ def read_disk(disk: Path, work: Path) -> DiskView:
         view.problems.append(f"e2fsck: {view.fsck}")
         return view
     view.root.mkdir()
+    if " " in str(view.root):
+        raise ValueError(f"{view.root}: debugfs takes no space in a path")
     subprocess.run(["debugfs", "-R", f"rdump / {view.root}", str(copy)], capture_output=True, check=True, timeout=120)
     copy.unlink()
+    if not (view.root / "lost+found").is_dir():  # debugfs says nothing by its status
+        raise RuntimeError(f"debugfs rdump of {disk} gave no file system in {view.root}")
     _inspect(view)
     return view
 

@@ -10,6 +10,7 @@ cuts per class (CI: 4); ``Q25_POWER_CUT_SEEDS=a,b`` replays seeds. The table is 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from emulated_board import power
@@ -121,7 +122,8 @@ def test_power_cuts_during_a_rollback(bench, builds, build_b, q25tok_aarch64):
         code, res = run_cli(b.q25("rollback", build_b))
         if code != 0 or not res.get("ok"):
             return f"the next rollback failed: {res.get('error')}"
-        return reconciled(view, res.get("warnings", [])) or _finish(bench, b, view, build_b, *rt, settled=True)
+        rolled = replace(view, current=res["release"])  # what the deploy after it starts from
+        return reconciled(view, res.get("warnings", [])) or _finish(bench, b, rolled, build_b, *rt, settled=True)
 
     _campaign("rollback", bench, board, operation, finish)
 
@@ -134,4 +136,4 @@ def test_power_cuts_during_the_boot_services_load(bench, builds, q25tok_aarch64)
     def operation(i, b):
         return None, span
 
-    _campaign("boot load", bench, board, operation, lambda i, b, view: reconciled(view, []))
+    _campaign("boot-load", bench, board, operation, lambda i, b, view: reconciled(view, []))
