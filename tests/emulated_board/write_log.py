@@ -94,6 +94,14 @@ def choose(seed: int, entries: list[Entry]) -> CrashState:
     return CrashState(seed, prefix, kept, len(after) - len(kept))
 
 
+def reported(entries: list[Entry], done_at: int) -> CrashState:
+    """The disk when the power goes right after the operation reported success (``done_at``:
+    the log's length then): what was flushed by then, nothing after."""
+    prefix = max(b for b in epochs(entries) if b <= done_at)
+    later = sum(1 for e in entries[prefix:done_at] if e.nbytes)
+    return CrashState(-1, prefix, (), later)
+
+
 def build(base: Path, log: Path, sectorsize: int, entries: list[Entry], state: CrashState, out: Path) -> Path:
     """``base`` with the prefix's writes and the kept ones applied, in log order, written to ``out``."""
     shutil.copyfile(base, out)

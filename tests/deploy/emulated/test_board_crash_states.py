@@ -37,7 +37,8 @@ def bench(boot_board, builds, q25tok_aarch64, tmp_path):
 def _ok(bench, board, build, *extra, action="deploy"):
     code, res = bench.timed(board.q25(action, build, *extra))
     assert code == 0 and res["ok"], res.get("error")
-    bench.builds[res["release"]] = build
+    if action == "deploy":  # a rollback's release is the one deployed before it
+        bench.builds[res["release"]] = build
     return res
 
 
@@ -49,12 +50,20 @@ def _logged(bench, board, tmp_path, operation):
     shutil.copyfile(bench.disk, base)
     log = tmp_path / "write.log"
     logged = bench.boot(write_log=log)
-    operation(logged)
+    res = operation(logged)
+    done_at = len(write_log.read_log(log)[1])
     logged.qemu.stop()
     sectorsize, entries = write_log.read_log(log)
     flushes = sum(1 for e in entries if e.flags & write_log.FLUSH)
     print(f"\nwrite log: {len(entries)} entries, {flushes} flushes, {log.stat().st_size:,} bytes")
     assert flushes, "the log recorded no flush: not the disk the board wrote"
+    # what the run reported is on the disk when it returns: the power may go the next instant
+    state = write_log.reported(entries, done_at)
+    image = write_log.build(base, log, sectorsize, entries, state, tmp_path / "reported.img")
+    view = power.read_disk(image, bench.work / "reported")
+    assert view.current == res["release"] and not view.problems, (
+        f"{res['release']} reported, the disk flushed by then has {view.current} ({state.describe()}): {view.problems}"
+    )
     return base, log, sectorsize, entries
 
 
