@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from emulated_board import power, write_log
-from emulated_board.power_bench import Bench, run_cli, streamed
+from emulated_board.power_bench import Bench, streamed
 from ota_helpers import cpio_members, mender_tree, package
 from requirements import need_program
 
@@ -167,11 +167,9 @@ def test_power_cuts_during_an_ota_install(engine, boot_board, ota_builds, q25tok
             else:
                 record(board, i)
                 problems += [p for p in [_settled(board)] if p]
-                # not --strict: the board script loads no regions yet (its `q25tok load` step is
-                # another change), so after the next install they hold what the boot loaded
-                code, res = run_cli(board.q25("smoke", builds[i % 2]))
-                if code != 0:
-                    problems.append(f"smoke after the next install: {res.get('error')}")
+                # the install's own smoke test (ArtifactCommit, postinst) passed; the CLI's would
+                # find the regions holding what the boot loaded: the board script loads none yet
+                # (its `q25tok load` step is another change). The next cut's boot checks them.
         failure = "; ".join(problems) or None
         ended = " (after it ended)" if status is not None else ""
         said = lines[-1] if lines else "nothing said"
