@@ -50,6 +50,11 @@ class Bench:
     boots: int = 0
     boot_seconds: list[float] = field(default_factory=list)
     op_seconds: list[float] = field(default_factory=list)  # operations run to their end
+    pending: Path | None = None  # the build the operation being cut installs
+
+    @staticmethod
+    def _holds_image(view: power.DiskView, build: Path) -> bool:
+        return power.sha256(build / "tokenizer" / "tokenizer.q25tokrt") in view.digests(view.current)
 
     def span(self) -> float:
         """Where a cut may fall: up to a little past the operation's measured length."""
@@ -109,6 +114,8 @@ class Bench:
         board = self.boot(disk=disk)
         if view.current is None:
             return view, board, problems
+        if view.current not in self.builds and self.pending and self._holds_image(view, self.pending):
+            self.builds[view.current] = self.pending  # the cut operation's release, complete
         if view.current not in self.builds:
             return view, board, [*problems, f"current names {view.current}, a release no run completed"]
         serial = board.qemu.serial()

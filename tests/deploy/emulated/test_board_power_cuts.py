@@ -53,11 +53,13 @@ def _finish(bench, board, view, build, *extra, settled: bool = False) -> str | N
     return None if settled else reconciled(view, res.get("warnings", []))
 
 
-def _campaign(cls: str, bench, board, operation, finish) -> None:
-    """Each seed: ``operation(i)`` -> (argv or None, span); cut, check, ``finish(i, board, view)``."""
+def _campaign(cls: str, bench, board, operation, finish, target=None) -> None:
+    """Each seed: ``operation(i)`` -> (argv or None, span); cut, check, ``finish(i, board, view)``.
+    ``target(i)``: the build whose release the operation installs (a cut may leave it current)."""
     failures = []
     for i, seed in enumerate(power.seeds()):
         argv, span = operation(i, board)
+        bench.pending = target(i) if target else None
         if argv is None:  # the boot itself is the operation
             board.qemu.stop()
             board = bench.boot(wait=False)
@@ -89,7 +91,14 @@ def test_power_cuts_during_a_full_deploy(bench, builds, build_b, q25tok_aarch64)
     def operation(i, b):
         return b.q25("deploy", pair[i % 2], "--strict", *rt), bench.span()
 
-    _campaign("deploy", bench, board, operation, lambda i, b, view: _finish(bench, b, view, pair[i % 2], *rt))
+    _campaign(
+        "deploy",
+        bench,
+        board,
+        operation,
+        lambda i, b, view: _finish(bench, b, view, pair[i % 2], *rt),
+        lambda i: pair[i % 2],
+    )
 
 
 def test_power_cuts_during_a_tokenizer_only_deploy(bench, builds, build_a2, q25tok_aarch64):
@@ -101,7 +110,12 @@ def test_power_cuts_during_a_tokenizer_only_deploy(bench, builds, build_a2, q25t
         return b.q25("deploy", pair[i % 2], "--tokenizer-only", "--strict"), bench.span()
 
     _campaign(
-        "tokenizer-only", bench, board, operation, lambda i, b, v: _finish(bench, b, v, pair[i % 2], "--tokenizer-only")
+        "tokenizer-only",
+        bench,
+        board,
+        operation,
+        lambda i, b, v: _finish(bench, b, v, pair[i % 2], "--tokenizer-only"),
+        lambda i: pair[i % 2],
     )
 
 
