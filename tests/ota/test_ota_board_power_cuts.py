@@ -140,17 +140,21 @@ def test_power_cuts_during_an_ota_install(engine, boot_board, ota_builds, q25tok
         rid = b.sh(f"readlink {INSTALL}/current")[1].strip().removeprefix("releases/")
         bench.builds[rid] = builds[i % 2]
 
+    took = []
     for i in (0, 1):  # B then A installed: the start, and both releases' ids known
         lines: list[str] = []
+        t = time.monotonic()
         assert install(board, i, lines) == 0, lines
+        took.append(time.monotonic() - t)
         record(board, i)
+    span = 1.2 * max(took)  # the cut falls anywhere in an install, or just after it
     failures = []
     for i, seed in enumerate(power.seeds()):
         lines = []
         eng.prepare(board, i)
         script = eng.install_for(i)
         delay, status = bench.cut_during(
-            board, lambda b=board, s=script, out=lines: streamed(b, s, out), power.cut_delay(seed, eng.name, 10.0)
+            board, lambda b=board, s=script, out=lines: streamed(b, s, out), power.cut_delay(seed, eng.name, span)
         )
         view, board, problems = bench.after_cut(f"{eng.name}-{seed}")
         done = "q25-cut: committed" if isinstance(eng, Mender) else "q25-cut: installed"
