@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest.mock import patch
 
 import emulated_board as eb
 import paramiko
 import pytest
+from emulated_board.write_log import drive_option
 from requirements import need, need_program, unavailable
 
 from q25deploy.errors import Q25Error
@@ -160,6 +164,24 @@ def devmem_guard(tmp_path_factory) -> Path:
     return eb.build_guard(tmp_path_factory.mktemp("guard") / "q25-devmem-guard.so")
 
 
+@contextmanager
+def logged_drive(image: Path, log: Path) -> Iterator[None]:
+    """While it is open, the board's first disk goes through blklogwrites into ``log``."""
+    from q25deploy_plugins.qemu import vm
+
+    plain = vm.qemu_argv
+
+    def argv(machine, spec, files) -> list[str]:
+        out = plain(machine, spec, files)
+        i = out.index("-drive") + 1
+        assert out[i].startswith(f"file={image},format=raw,"), out[i]
+        out[i] = out[i].replace(f"file={image},format=raw", drive_option(image, log), 1)
+        return out
+
+    with patch.object(vm, "qemu_argv", argv):
+        yield
+
+
 @pytest.fixture(scope="session")
 def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devmem_guard):
     """Starts boards and stops them all at the end (of the test or of the session)."""
@@ -168,7 +190,14 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devme
     initrds: dict[tuple, Path] = {}
 
     def start(
-        flavour: str, dtsi: Path | None, *, disk: Path | None = None, dropbear_args=(), extra_files=None
+        flavour: str,
+        dtsi: Path | None,
+        *,
+        disk: Path | None = None,
+        dropbear_args=(),
+        extra_files=None,
+        wait: bool = True,
+        write_log: Path | None = None,
     ) -> TestBoard:
         n = len(started)
         work = base / f"{n}-{flavour}"
@@ -183,25 +212,28 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devme
             )
             initrds[ikey] = eb.assemble_initramfs(board_root, work / "initramfs.cpio", spec)
         dtb = eb.make_dtb(work / "board.dtb", board_machine, dtsi)
-        q = eb.boot(
-            work,
-            board_machine,
-            eb.Boot(
-                eb.kernel_image(board_root).absolute(),
-                initrds[ikey].absolute(),
-                (disk.absolute(),) if disk else (),
-                dtb,
-                port=eb.free_port(),
-            ),
+        spec = eb.Boot(
+            eb.kernel_image(board_root).absolute(),
+            initrds[ikey].absolute(),
+            (disk.absolute(),) if disk else (),
+            dtb,
+            port=eb.free_port(),
         )
+        if write_log is not None and disk is not None:  # the disk behind QEMU's write log (write_log.py)
+            with logged_drive(disk.absolute(), write_log.absolute()):
+                q = eb.boot(work, board_machine, spec)
+        else:
+            q = eb.boot(work, board_machine, spec)
         started.append(q)
+        kh = work / "known_hosts"
+        kh.write_text(eb.known_hosts_line(q.port) + "\n")
+        if not wait:  # a power cut during the boot (tests/emulated_board/power.py): the caller times it
+            return TestBoard(flavour, q, board_client_key, kh, 0.0, dtsi)
         try:
             secs = eb.wait_for_ssh(q, timeout=float(os.environ.get("Q25_BOARD_BOOT_TIMEOUT", "180")))
         except Q25Error as e:
             q.stop()
             pytest.fail(f"the emulated board ({flavour}) did not come up: {e}", pytrace=False)
-        kh = work / "known_hosts"
-        kh.write_text(eb.known_hosts_line(q.port) + "\n")
         return TestBoard(flavour, q, board_client_key, kh, secs, dtsi)
 
     start.started = started  # type: ignore[attr-defined]
@@ -221,7 +253,8 @@ def board(request, _boards, builds) -> TestBoard:
 
 @pytest.fixture
 def boot_board(_boards):
-    """``boot_board(flavour, dtsi_or_None, disk=None)``: an extra board, stopped after the test."""
+    """``boot_board(flavour, dtsi_or_None, disk=None, wait=True)``: an extra board, stopped after
+    the test (``wait=False``: returned as soon as QEMU runs, before SSH answers)."""
     mine: list[TestBoard] = []
 
     def boot(flavour: str, dtsi: Path | None, **kw) -> TestBoard:

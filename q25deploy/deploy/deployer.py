@@ -91,12 +91,15 @@ PREPARE = (
     'while [ $# -gt 0 ] && [ "$1" != -- ]; do mkdir -p "$1" && chmod 0755 "$1" || exit 1; shift; done; '
     'shift; while [ $# -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done'
 )
-# $1 staging, $2 release dir; stdin release.json: described, synced, renamed into place (rdir does
-# not exist when mv runs, so plain mv is rename(2): BusyBox's mv has no -T)
+# $1 staging, $2 release dir, $3 "kept" when the state records that release; stdin release.json:
+# described, synced, renamed into place (rdir does not exist when mv runs, so plain mv is
+# rename(2): BusyBox's mv has no -T). A release dir the state does not record is what a power cut
+# left of an rm -rf (a rollback's, a prune's): replaced, never taken for the release
 PROMOTE = (
     'cat > "$1/release.json" && chmod 0644 "$1/release.json" || exit 1; '
     'if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
-    'sync; if [ -d "$2" ]; then rm -rf "$1"; else mv "$1" "$2" || exit 1; fi; sync'
+    'sync; if [ -d "$2" ] && [ "$3" = kept ]; then rm -rf "$1"; '
+    'else if [ -e "$2" ]; then rm -rf "$2" || exit 1; fi; mv "$1" "$2" || exit 1; fi; sync'
 )
 
 
@@ -156,7 +159,8 @@ def deploy(
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
         phases.mark("transfer")
-        board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id)], stdin=release.description)
+        kept = "kept" if release.id in {state.get("current"), state.get("previous")} else "new"
+        board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id), kept], stdin=release.description)
         phases.mark("flush")
         return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
     except DeployError as e:  # the result keeps what was sent before it failed

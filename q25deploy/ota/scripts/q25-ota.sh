@@ -186,7 +186,9 @@ state_top() {  # KEY -> "current"/"previous" of the state file ("" when null or 
 put() {  # FILE: standard input into FILE (never through a link, never onto a directory)
     no_link "$1"; [ -d "$1" ] && die "$1 is a directory"
     q_tmp=$(mktemp "$1.XXXXXX") || die "cannot create a temporary beside $1"
-    cat > "$q_tmp" && chmod 0644 "$q_tmp" && sync && mv -f "$q_tmp" "$1" || { rm -f "$q_tmp"; die "cannot write $1"; }
+    # synced before the rename (no empty file) and after it (the engine reports success next:
+    # a power cut after that must find the file; found by the emulated board's write log)
+    cat > "$q_tmp" && chmod 0644 "$q_tmp" && sync && mv -f "$q_tmp" "$1" && sync || { rm -f "$q_tmp"; die "cannot write $1"; }
 }
 
 # -- writing release.json and the state file as q25deploy does ------------------------------

@@ -1,0 +1,142 @@
+"""Power cuts that also lose the disk's write cache (issue 24, the second cut model): a full
+deploy, a --tokenizer-only deploy and a rollback run once on the emulated board with its disk
+behind QEMU's write log (blklogwrites, dm-log-writes' format: emulated_board/write_log.py);
+then each seed builds a crash state — every write up to a flush, a random subset of the writes
+after it — and checks it from outside (e2fsck, every file of ``current`` against its
+release.json, the state file). A crash state whose state file disagrees with ``current`` is
+booted (the next run must settle it and say so), and so are the first ``Q25_CRASH_BOOTS`` (CI: 1)
+of each class: the boot service loads the release, ``smoke --strict`` passes, the next deploy
+succeeds and sends only what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from emulated_board import power, write_log
+from emulated_board.power_bench import Bench, board_release, missing_bounds, reconciled
+from requirements import need_program
+
+pytestmark = pytest.mark.board
+MODEL = "write log"
+
+
+def _boots() -> int:
+    return int(os.environ.get("Q25_CRASH_BOOTS") or 1)
+
+
+@pytest.fixture
+def bench(boot_board, builds, q25tok_aarch64, tmp_path):
+    need_program("debugfs", "Debian: e2fsprogs")
+    yield Bench.make(boot_board, builds["qemu"], tmp_path)
+    print(f"\n{power.CAMPAIGN.table()}")
+
+
+def _ok(bench, board, build, *extra, action="deploy"):
+    code, res = bench.timed(board.q25(action, build, *extra))
+    assert code == 0 and res["ok"], res.get("error")
+    if action == "deploy":  # a rollback's release is the one deployed before it
+        bench.builds[res["release"]] = build
+    return res
+
+
+def _logged(bench, board, tmp_path, operation):
+    """Stop the board, keep its disk as the base, boot it behind the write log, run ``operation``
+    to its end, stop it; returns (base, log, sector size, entries)."""
+    board.qemu.stop()
+    base = tmp_path / "base.img"
+    shutil.copyfile(bench.disk, base)
+    log = tmp_path / "write.log"
+    logged = bench.boot(write_log=log)
+    res = operation(logged)
+    done_at = len(write_log.read_log(log)[1])
+    logged.qemu.stop()
+    sectorsize, entries = write_log.read_log(log)
+    flushes = sum(1 for e in entries if e.flags & write_log.FLUSH)
+    print(f"\nwrite log: {len(entries)} entries, {flushes} flushes, {log.stat().st_size:,} bytes")
+    assert flushes, "the log recorded no flush: not the disk the board wrote"
+    # what the run reported is on the disk when it returns: the power may go the next instant
+    state = write_log.reported(entries, done_at)
+    image = write_log.build(base, log, sectorsize, entries, state, tmp_path / "reported.img")
+    view = power.read_disk(image, bench.work / "reported")
+    assert view.current == res["release"] and not view.problems, (
+        f"{res['release']} reported, the disk flushed by then has {view.current} ({state.describe()}): {view.problems}"
+    )
+    return base, log, sectorsize, entries
+
+
+def _crash_campaign(cls, bench, tmp_path, logged, next_run) -> None:
+    base, log, sectorsize, entries = logged
+    failures = []
+    booted = 0
+    for seed in power.seeds():
+        state = write_log.choose(seed, entries)
+        image = write_log.build(base, log, sectorsize, entries, state, tmp_path / "crash.img")
+        view = power.read_disk(image, bench.work / f"{cls}-{seed}")
+        problems = list(view.problems)
+        boot = not problems and (booted < _boots() or not view.state_agrees)
+        if boot:
+            booted += 1
+            view, board, problems = bench.after_cut(f"{cls}-{seed}", disk=image, view=view)
+            problems += [p for p in [None if problems else next_run(board, view)] if p]
+            board.qemu.stop()
+        failure = "; ".join(problems) or None
+        disagrees = "" if view.state_agrees else " (state disagrees)"
+        what = f"{state.describe()}: current {view.current}{disagrees}{', booted' if boot else ''}"
+        power.CAMPAIGN.cut(cls, MODEL, seed, failure, what)
+        if failure:
+            failures.append(f"seed {seed} ({state.describe()}): {failure}")
+    assert not failures, failures
+
+
+def _next_deploy(bench, build, *extra):
+    def run(board, view):
+        code, res = bench.timed(board.q25("deploy", build, "--strict", *extra))
+        if code != 0 or not res.get("ok"):
+            return f"the next deploy failed: {res.get('error')}"
+        try:
+            files = board_release(board, res["release"])
+        except AssertionError as e:
+            return str(e)
+        low, high = missing_bounds(view, files)
+        if not low <= res["bytes_sent"] <= high:
+            return f"the next deploy sent {res['bytes_sent']:,} bytes, not between {low:,} and {high:,}"
+        return reconciled(view, res.get("warnings", []))
+
+    return run
+
+
+def test_crash_states_of_a_full_deploy(bench, builds, build_b, q25tok_aarch64, tmp_path):
+    rt = ("--runtime-bin", str(q25tok_aarch64))
+    board = bench.boot()
+    _ok(bench, board, builds["qemu"], *rt)
+    logged = _logged(bench, board, tmp_path, lambda b: _ok(bench, b, build_b, "--strict", *rt))
+    _crash_campaign("deploy", bench, tmp_path, logged, _next_deploy(bench, build_b, *rt))
+
+
+def test_crash_states_of_a_tokenizer_only_deploy(bench, builds, build_a2, q25tok_aarch64, tmp_path):
+    board = bench.boot()
+    _ok(bench, board, builds["qemu"], "--runtime-bin", str(q25tok_aarch64))
+    logged = _logged(bench, board, tmp_path, lambda b: _ok(bench, b, build_a2, "--tokenizer-only", "--strict"))
+    _crash_campaign("tokenizer-only", bench, tmp_path, logged, _next_deploy(bench, build_a2, "--tokenizer-only"))
+
+
+def test_crash_states_of_a_rollback(bench, builds, build_b, q25tok_aarch64, tmp_path):
+    rt = ("--runtime-bin", str(q25tok_aarch64))
+    board = bench.boot()
+    _ok(bench, board, builds["qemu"], *rt)
+    _ok(bench, board, build_b, *rt)
+    logged = _logged(bench, board, tmp_path, lambda b: _ok(bench, b, build_b, action="rollback"))
+
+    def next_run(b, view):
+        """A rollback the cut came before is run again (it settles the state and says so)."""
+        if bench.builds.get(view.current) is not build_b:
+            return _next_deploy(bench, build_b, *rt)(b, view)
+        code, res = bench.timed(b.q25("rollback", build_b))
+        if code != 0 or not res.get("ok"):
+            return f"the next rollback failed: {res.get('error')}"
+        return reconciled(view, res.get("warnings", []))
+
+    _crash_campaign("rollback", bench, tmp_path, logged, next_run)
