@@ -78,7 +78,7 @@ def built(request, ws, builds):
 def test_packages_and_files(built, tmp_path):
     """Each recipe's files in the package the layer says, nothing else shipped."""
     board, bd, deploy = built
-    fw = "/lib/firmware/q25"
+    fw = "/usr/lib/firmware/q25"  # nonarch_base_libdir: INIT_MANAGER systemd brings usrmerge
     runtime = _files(_deb(deploy, RUNTIME))
     assert runtime == {"/usr/bin/q25tok"}, runtime
     assert "/usr/include/q25tok.h" in _files(_deb(deploy, f"{RUNTIME}-dev"))
