@@ -198,6 +198,9 @@ def test_a_rebuild_with_s_workdir_aborts_in_pseudo(ws, builds, tmp_path):
         return edit
 
     first = _runtime_layer(builds, tmp_path, "s-workdir-1", s_workdir(""))
+    # from an empty WORKDIR (the layer's own build left its q25tok/ subdirectory there)
+    _, r = _build(ws, first, "s-workdir", "-c", "clean", RUNTIME)
+    assert r.returncode == 0, r.output[-3000:]
     _, r = _build(ws, first, "s-workdir", "-c", "package", RUNTIME)
     assert r.returncode == 0, r.output[-3000:]
     second = _runtime_layer(builds, tmp_path, "s-workdir-2", s_workdir(" -Wshadow"))
