@@ -5,7 +5,8 @@ per test session, build directories for MACHINE qemuarm64 / DISTRO nodistro /
 ``q25bb``; created here when missing and running as root), with an en_US.UTF-8 locale.
 
 One build directory per series and layer set ("declared": OE-core + meta-q25; "xilinx":
-+ meta-arm, meta-arm-toolchain, meta-xilinx-core; any other name: "declared" plus the layer
++ meta-arm, meta-arm-toolchain, meta-xilinx-core; "package": "xilinx" building with Debian's
+cross toolchain (tests/yocto_toolchain.py); any other name: "declared" plus the layer
 directories a test gives, e.g. a stand-in for a layer the snapshots lack); every board's
 meta-q25 is copied to the same path in turn, so the configuration (and the parse cache) stays
 the same and a board change reparses only its own recipes. The "declared" build masks
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yocto_toolchain
 from requirements import need, need_program
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +61,7 @@ HOST_TOOLS = (
 HOW = "Debian: the Yocto host packages in .ci/run"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 TIMEOUT = 1200
+PACKAGE = "package"  # the layer set that builds and packages: "xilinx" + Debian's cross toolchain
 
 
 def selected(var: str, default: tuple[str, ...]) -> list[str]:
@@ -211,8 +214,10 @@ class BuildDir:
         (path / "conf").mkdir(parents=True, exist_ok=True)
         (bd.layer.parent).mkdir(parents=True, exist_ok=True)
         paths = [tree / "openembedded-core" / "meta"]
-        if layers == "xilinx":
+        if layers in ("xilinx", PACKAGE):
             paths += [tree / p for p in XILINX_LAYERS]
+        if layers == PACKAGE:
+            extra = (*extra, *bd.packaging())
         paths += [*extra, bd.layer]
         local = [
             'MACHINE = "qemuarm64"',
@@ -225,7 +230,9 @@ class BuildDir:
             f'MACHINEOVERRIDES =. "{"".join(m + ":" for m in board_machines())}"',
             f'ASSUME_PROVIDED += "{ASSUME_PROVIDED}"',
         ]
-        if layers != "xilinx":
+        if layers == PACKAGE:
+            local += yocto_toolchain.local_conf(tree / "debian-cross")
+        if layers not in ("xilinx", PACKAGE):
             # only meta-q25's own recipes: OE-core's configuration and classes are all there,
             # its ~900 recipes are parsed (cold, about a minute) in the "xilinx" build
             local += [
@@ -240,6 +247,27 @@ class BuildDir:
         ws.chown(tree / "layers")
         ws.chown(path)
         return bd
+
+    def packaging(self) -> list[Path]:
+        """The "package" build's extra parts (tests/yocto_toolchain.py): Debian's cross
+        toolchain as EXTERNAL_TOOLCHAIN (assembled once per tree), its TCMODE in the build's
+        conf/, and the layer staging Debian's pseudo; returns the extra layers."""
+        for prog, how in yocto_toolchain.HOST_PROGRAMS.items():
+            need_program(prog, how)
+        toolchain = self.tree / "debian-cross"
+        if not (toolchain / "bin").is_dir():
+            t0 = time.monotonic()
+            deb = yocto_toolchain.libc_bin_deb(self.ws.root / "debs")
+            yocto_toolchain.assemble(toolchain, deb)
+            self.ws.chown(toolchain)
+            self.ws.timings.append((f"{self.series}: assemble Debian's cross toolchain", time.monotonic() - t0, ""))
+        tcmode = self.path / "conf" / "distro" / "include" / f"tcmode-{yocto_toolchain.TCMODE}.inc"
+        tcmode.parent.mkdir(parents=True, exist_ok=True)
+        tcmode.write_text(yocto_toolchain.TCMODE_INC)
+        host = self.tree / "layers" / PACKAGE / yocto_toolchain.HOST_LAYER.name
+        shutil.rmtree(host, ignore_errors=True)
+        shutil.copytree(yocto_toolchain.HOST_LAYER, host)
+        return [host]
 
     def env(self) -> dict[str, str]:
         # the same environment every time: it is part of BitBake's configuration hash

@@ -106,10 +106,12 @@ def test_recipes_environment(case, ws):
         assert check_license(info) == [] and check_sources(info) == []
         assert Path(info["vars"]["FILE"]).is_relative_to(bd.layer)
         # S is where the files are unpacked: WORKDIR on scarthgap, UNPACKDIR (refusing S =
-        # WORKDIR) on styhead and later
+        # WORKDIR) on styhead and later; the runtime's, which it compiles, in a subdirectory
+        # of it (test_bitbake_build.py: a rebuild with S = WORKDIR aborts in pseudo)
         v = info["vars"]
-        assert v["S"] == (v["WORKDIR"] if series == "scarthgap" else v["WORKDIR"] + "/sources-unpack")
-        assert v["UNPACKDIR"] in (None if series == "scarthgap" else v["S"],)
+        unpacked = v["WORKDIR"] if series == "scarthgap" else v["WORKDIR"] + "/sources-unpack"
+        assert v["S"] == (unpacked + "/q25tok" if info is runtime else unpacked)
+        assert v["UNPACKDIR"] in (None if series == "scarthgap" else unpacked,)
     v = assets["vars"]
     model_license = layer / "recipes-q25" / ASSETS / "files" / "MODEL-LICENSE"
     assert v["LICENSE"] == "Apache-2.0" and f"file://MODEL-LICENSE;md5={md5(model_license)}" in v["LIC_FILES_CHKSUM"]

@@ -254,7 +254,7 @@ def test_runtime_built_as_the_recipe_does_runs_under_qemu(layers, tmp_path):
     recipe_dir = layers["kv260"] / LAYER / "recipes-q25" / "q25-tokenizer-runtime"
     text = (recipe_dir / "q25-tokenizer-runtime_1.0.bb").read_text()
     S = tmp_path / "S"
-    for rel in re.findall(r"file://(\S+)", _var(text, "SRC_URI")):
+    for rel in re.findall(r"file://([^\s;]+)", _var(text, "SRC_URI")):
         S.mkdir(exist_ok=True)
         (S / rel).write_bytes((recipe_dir / "files" / rel).read_bytes())
     D = tmp_path / "image"

@@ -6,31 +6,34 @@ SECTION = "libs"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 
-SRC_URI = "file://LICENSE \
-           file://Makefile \
-           file://cli_dequant.c \
-           file://cli_probe.c \
-           file://cli_load.c \
-           file://cli_receive.c \
-           file://crc_table.inc \
-           file://q25tok.h \
-           file://q25tok_bpe.c \
-           file://q25tok_cli.c \
-           file://q25tok_decode.c \
-           file://q25tok_dequant.c \
-           file://q25tok_encode.c \
-           file://q25tok_image.c \
-           file://q25tok_internal.h \
-           file://q25tok_region.c \
-           file://q25tok_mmio.c \
-           file://q25tok_sha256.c \
-           file://q25tok_tensor.c \
+SRC_URI = "file://LICENSE;subdir=q25tok \
+           file://Makefile;subdir=q25tok \
+           file://cli_dequant.c;subdir=q25tok \
+           file://cli_probe.c;subdir=q25tok \
+           file://cli_load.c;subdir=q25tok \
+           file://cli_receive.c;subdir=q25tok \
+           file://crc_table.inc;subdir=q25tok \
+           file://q25tok.h;subdir=q25tok \
+           file://q25tok_bpe.c;subdir=q25tok \
+           file://q25tok_cli.c;subdir=q25tok \
+           file://q25tok_decode.c;subdir=q25tok \
+           file://q25tok_dequant.c;subdir=q25tok \
+           file://q25tok_encode.c;subdir=q25tok \
+           file://q25tok_image.c;subdir=q25tok \
+           file://q25tok_internal.h;subdir=q25tok \
+           file://q25tok_region.c;subdir=q25tok \
+           file://q25tok_mmio.c;subdir=q25tok \
+           file://q25tok_sha256.c;subdir=q25tok \
+           file://q25tok_tensor.c;subdir=q25tok \
           "
 
 # styhead and later unpack into UNPACKDIR (and refuse S = WORKDIR); scarthgap has no
 # UNPACKDIR and unpacks into WORKDIR. Setting UNPACKDIR here, even weakly, would override
-# bitbake.conf's own weak default on styhead and later.
-S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}"
+# bitbake.conf's own weak default on styhead and later. The sources go to a subdirectory
+# (subdir= above), which do_unpack empties first: with S = WORKDIR, do_package hardlinks the
+# sources into the -src package's tree and a rebuild after any change aborts in pseudo ("path
+# mismatch", found by BitBake on scarthgap; docs/yocto.md).
+S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}/q25tok"
 
 # q25tok_dequant.c (ggml dequantization, bit-exact with gguf-py) is compiled by the Makefile
 # with -fno-fast-math -ffp-contract=off after CFLAGS: a fused multiply-add would round once
