@@ -343,3 +343,16 @@ class BuildDir:
         assert r.returncode == 0 and not r.errors(), r.output[-4000:]
         self.probes[key] = json.loads((work / "answer.json").read_text())
         return self.probes[key]
+
+
+def edited_layer(build: Path, dest: Path, recipe: str, edit) -> Path:
+    """A copy of ``build``'s meta-q25 under ``dest`` with ``recipe``'s one .bb rewritten by ``edit``
+    (text -> text; it must change something): a broken layer for a check that must fail."""
+    layer = dest / LAYER
+    shutil.copytree(build / LAYER, layer)
+    [bb] = (layer / "recipes-q25" / recipe).glob("*.bb")
+    text = bb.read_text()
+    new = edit(text)
+    assert new != text
+    bb.write_text(new)
+    return layer

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from yocto import BOARDS, DEVICE_TREE, LAYER, SERIES, board_machines, selected, snapshots
+from yocto import BOARDS, DEVICE_TREE, LAYER, SERIES, board_machines, edited_layer, selected, snapshots
 from yocto_checks import check_license, check_packaging, check_sources, md5, package_of
 
 from q25deploy.cli import main
@@ -251,14 +251,7 @@ def test_pv_orders_by_release(tmp_path, builds, qwen25_tiny, ws):
 
 # -- a broken layer fails the same checks ------------------------------------------------
 def _broken(tmp_path, builds, board, edit) -> Path:
-    layer = tmp_path / LAYER
-    shutil.copytree(builds[board] / LAYER, layer)
-    [bb] = (layer / "recipes-q25" / ASSETS).glob("*.bb")
-    text = bb.read_text()
-    new = edit(text)
-    assert new != text
-    bb.write_text(new)
-    return layer
+    return edited_layer(builds[board], tmp_path, ASSETS, edit)
 
 
 def test_broken_license_checksum_fails(tmp_path, builds, ws):

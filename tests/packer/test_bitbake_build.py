@@ -14,13 +14,12 @@ narrows the boards (qemu, kv260)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from requirements import need_program
-from yocto import LAYER, PACKAGE, SERIES, selected
+from yocto import LAYER, PACKAGE, SERIES, edited_layer, selected
 
 RUNTIME, ASSETS, REGIONS, GROUP = "q25-tokenizer-runtime", "q25-model-assets", "q25-regions", "packagegroup-q25"
 RECIPES = (RUNTIME, ASSETS, REGIONS, GROUP)
@@ -172,11 +171,4 @@ def test_a_stripping_recipe_fails_qa(ws, builds, tmp_path):
 
 
 def _runtime_layer(builds, tmp_path: Path, name: str, edit) -> Path:
-    layer = tmp_path / name / LAYER
-    shutil.copytree(builds["qemu"] / LAYER, layer)
-    [bb] = (layer / "recipes-q25" / RUNTIME).glob("*.bb")
-    text = bb.read_text()
-    new = edit(text)
-    assert new != text
-    bb.write_text(new)
-    return layer
+    return edited_layer(builds["qemu"], tmp_path / name, RUNTIME, edit)
