@@ -207,3 +207,34 @@ def test_a_release_from_0600_payload_files_gets_the_one_mode(tmp_path, bb, q25to
         os.umask(old_umask)
     release = board / INSTALL / "current"
     assert wrong_modes(release.resolve()) == {}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "release_json"])
+def test_a_kept_copy_of_the_release_that_does_not_verify_is_replaced(tmp_path, bb, q25tok_bin, ota_builds, damage):
+    """What a power cut leaves of a prune's ``rm -rf`` (issue 24): releases/<A> half removed,
+    not current; installing A again replaces it with the verified staging, not fails forever."""
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
+    a = package(ota_builds["A"], "mender", tmp_path / "a.mender")
+    b = package(ota_builds["B"], "mender", tmp_path / "b.mender")
+    assert all(r.returncode == 0 for r in mender_install(bb, board, a, tmp_path / "tree"))
+    good = layout(board)
+    assert all(r.returncode == 0 for r in mender_install(bb, board, b, tmp_path / "tree"))
+    state = json.loads((board / INSTALL / ".q25deploy-state.json").read_text())
+    kept = board / INSTALL / "releases" / state["previous"]  # A, kept beside B
+    part = sorted((kept / "partitions").glob("region_*.bin"))[0]
+    if damage == "truncated":
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    elif damage == "missing":
+        part.unlink()
+    else:  # a release.json that lists less than the release has
+        doc = json.loads((kept / "release.json").read_text())
+        doc["files"] = [f for f in doc["files"] if not f["path"].startswith("partitions/")]
+        (kept / "release.json").write_text(json.dumps(doc))
+    runs = mender_install(bb, board, a, tmp_path / "tree")
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert any("does not verify" in r.stderr + r.stdout for r in runs), [r.stderr for r in runs]
+    after = layout(board)
+    rid_a = state["previous"]
+    assert after["current"] == ("link", f"releases/{rid_a}") and after[".q25deploy-state.json"][1]["previous"]
+    mine = lambda tree: {k: v for k, v in tree.items() if k.startswith(f"releases/{rid_a}")}  # noqa: E731
+    assert mine(after) == mine(good)  # A whole again, byte for byte

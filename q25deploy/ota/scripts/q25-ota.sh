@@ -414,12 +414,19 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     (verify_release "$staging") || { rm -rf "$staging"; die "verify failed on the board; the current release is unchanged"; }
     sync
     created=0
-    if [ -d "$BASE/releases/$RELEASE" ]; then  # kept from before: used only when it verifies too
-        rm -rf "$staging"
-        (verify_release "$BASE/releases/$RELEASE") ||
-            die "$BASE/releases/$RELEASE differs from release $RELEASE; the current release is unchanged"
+    kept="$BASE/releases/$RELEASE"
+    if [ -d "$kept" ] && [ ! -L "$kept/release.json" ] && cmp -s "$staging/release.json" "$kept/release.json" &&
+        (verify_release "$kept") 2>/dev/null; then
+        rm -rf "$staging"  # kept from before, the same release.json, and it verifies: used as it is
         set_modes "$BASE/releases/$RELEASE"  # kept from an install that may have left other modes
-    else mv "$staging" "$BASE/releases/$RELEASE" && created=1; fi
+    else
+        if [ -d "$BASE/releases/$RELEASE" ]; then  # what a cut left of a prune, or a damaged copy: the
+            # staging (verified) is this very release (ids are contents), never the current one here
+            say "releases/$RELEASE on the board does not verify (a cut rm -rf, or damage): replaced"
+            rm -rf "$BASE/releases/$RELEASE" || die "cannot remove $BASE/releases/$RELEASE"
+        fi
+        mv "$staging" "$BASE/releases/$RELEASE" && created=1 || die "cannot move the staged release into place"
+    fi
     sync
     # what ArtifactRollback needs: the old state and current release, and whether ours is new
     rm -f "$OTA/state.old"; if [ -f "$STATE" ]; then put "$OTA/state.old" < "$STATE"; fi
