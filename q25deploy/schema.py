@@ -247,6 +247,38 @@ def parse_release(doc: Any, where: str) -> dict:
     return d
 
 
+ASSETS_FORMAT = "q25deploy-assets/1"
+
+
+def parse_assets_manifest(doc: Any, where: str, install_dir: str) -> dict:
+    """The ``assets_manifest.json`` an image's q25-model-assets package installs (the layer's
+    release: ``q25deploy build`` writes it into the layer) as a board state's release record:
+    ``files`` {name: [sha256, size]} (every path a release file directly under
+    ``install_dir``), ``vocab_fingerprint``, ``model_sha256``, ``target``."""
+    d = obj(doc, where)
+    if d.get("format") != ASSETS_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {ASSETS_FORMAT}")
+    files: dict[str, list] = {}
+    for i, f in enumerate(array(d.get("files"), where, "files")):
+        f = obj(f, where, f"files[{i}]")
+        path = abs_path(f.get("path"), where, f"files[{i}].path")
+        rel = path[len(install_dir) + 1 :] if path.startswith(install_dir.rstrip("/") + "/") else ""
+        release_name(rel, where, f"files[{i}].path")
+        if rel in files:
+            raise _fail(where, f"files[{i}].path", f"{path} is listed twice")
+        files[rel] = [
+            hex64(f.get("sha256"), where, f"files[{i}].sha256"),
+            size(f.get("size"), where, f"files[{i}].size"),
+        ]
+    model = obj(d.get("model"), where, "model")
+    return {
+        "files": files,
+        "vocab_fingerprint": hex64(d.get("vocab_fingerprint"), where, "vocab_fingerprint"),
+        "model_sha256": hex64(model.get("sha256"), where, "model.sha256"),
+        "target": name(d.get("target"), where, "target"),
+    }
+
+
 STATE_FORMAT = "q25deploy-board-state/1"
 INTENT_FORMAT = "q25deploy-board-intent/1"
 

@@ -198,10 +198,11 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devme
         extra_files=None,
         wait: bool = True,
         write_log: Path | None = None,
+        trees: tuple[Path, ...] = (),
     ) -> TestBoard:
         n = len(started)
         work = base / f"{n}-{flavour}"
-        ikey = (flavour, tuple(dropbear_args), tuple(sorted((extra_files or {}).items())))
+        ikey = (flavour, tuple(dropbear_args), tuple(sorted((extra_files or {}).items())), tuple(trees))
         if ikey not in initrds:
             spec = eb.InitramfsSpec(
                 flavour,
@@ -209,6 +210,7 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devme
                 dropbear_args=tuple(dropbear_args),
                 extra_files=dict(extra_files or {}),
                 preload=eb.guard_files(devmem_guard),
+                trees=tuple(trees),
             )
             initrds[ikey] = eb.assemble_initramfs(board_root, work / "initramfs.cpio", spec)
         dtb = eb.make_dtb(work / "board.dtb", board_machine, dtsi)
@@ -253,8 +255,9 @@ def board(request, _boards, builds) -> TestBoard:
 
 @pytest.fixture
 def boot_board(_boards):
-    """``boot_board(flavour, dtsi_or_None, disk=None, wait=True)``: an extra board, stopped after
-    the test (``wait=False``: returned as soon as QEMU runs, before SSH answers)."""
+    """``boot_board(flavour, dtsi_or_None, disk=None, wait=True, trees=())``: an extra board,
+    stopped after the test (``wait=False``: returned as soon as QEMU runs, before SSH answers;
+    ``trees``: directories laid over its root, e.g. unpacked packages)."""
     mine: list[TestBoard] = []
 
     def boot(flavour: str, dtsi: Path | None, **kw) -> TestBoard:

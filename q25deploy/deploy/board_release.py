@@ -14,25 +14,59 @@ from ..errors import DeployError, SchemaError
 from ..packer import layout
 from .boardfiles import BoardFiles
 
+#: the release record of a board that runs its image's own assets (no deploy, no OTA install)
+IMAGE_RELEASE = "image"
 
-def current_record(files: BoardFiles, state: dict) -> dict:
-    """The state file's record of the release ``current`` is (files, digests, vocabulary)."""
+
+def current_record(files: BoardFiles, state: dict, image_name: str = "tokenizer.q25tokrt") -> dict:
+    """The state file's record of the release ``current`` is (files, digests, vocabulary); on a
+    board where nothing was deployed, that of the assets its image installed (then
+    ``files.current`` is "": the install directory is the release; ``image_name``: the
+    target's tokenizer image file)."""
     cur = state.get("releases", {}).get(state.get("current") or "")
-    if not cur:
-        raise DeployError(f"{files.board.spec.name}: nothing is deployed")
-    return cur
+    if cur:
+        return cur
+    image = image_record(files, image_name)
+    if image is None:
+        raise DeployError(f"{files.board.spec.name}: nothing is deployed (and the image installed no q25 assets)")
+    files.current = ""
+    return image
 
 
-def partition_map(files: BoardFiles, fallback: dict | None = None) -> dict:
+def image_record(files: BoardFiles, image_name: str) -> dict | None:
+    """The release the board's image installed (the layer's q25-model-assets package: its
+    ``assets_manifest.json`` in the install directory, through the schema), as a state record,
+    or None without one."""
+    data = files.read(layout.ASSETS_MANIFEST)
+    if data is None:
+        return None
+    where = f"{files.board.spec.name}: {files.path(layout.ASSETS_MANIFEST)}"
+    try:
+        record = schema.parse_assets_manifest(schema.loads(data, where), where, files.install_dir)
+    except SchemaError as e:
+        raise DeployError(str(e)) from None
+    if image_name not in record["files"]:
+        raise DeployError(f"{where}: lists no {image_name}")
+    record["image"] = image_name
+    record["release"] = IMAGE_RELEASE
+    return record
+
+
+#: the current release's partition map, under the install directory
+CURRENT_MAP = f"current/{layout.PARTITION_MAP}"
+
+
+def partition_map(files: BoardFiles, fallback: dict | None = None, data: bytes | None = None) -> dict:
     """The partition map of the release the board runs (its own copy, through the schema): after
     a tokenizer-only update, or with the build of another model of the same vocabulary, the
-    board's partitions are those of its release, not of the build in hand."""
-    data = files.read(f"current/{layout.PARTITION_MAP}")
+    board's partitions are those of its release, not of the build in hand. ``data``: its bytes,
+    read already (else they are read now)."""
+    data = files.read(files.cur_rel(layout.PARTITION_MAP)) if data is None else data
     if data is None:
         if fallback is None:
             raise DeployError(f"{files.board.spec.name}: the current release has no {layout.PARTITION_MAP}")
         return fallback
-    where = f"{files.board.spec.name}: {files.path(f'current/{layout.PARTITION_MAP}')}"
+    where = f"{files.board.spec.name}: {files.cur(layout.PARTITION_MAP)}"
     try:
         return schema.parse_partition_map(schema.loads(data, where), where)
     except SchemaError as e:
@@ -54,11 +88,11 @@ def image_bytes(files: BoardFiles, record: dict) -> bytes:
             return data
     except OSError:
         pass
-    fetched = files.read(f"current/{image}")
+    fetched = files.read(files.cur_rel(image))
     if fetched is None or hashlib.sha256(fetched).hexdigest() != digest:
         raise DeployError(
-            f"{files.board.spec.name}: current/{image} on the board does not match its sha256 in "
-            "the state file (smoke with --build, or deploy again)"
+            f"{files.board.spec.name}: {files.cur(image)} on the board does not match its sha256 in "
+            "the board's records (smoke with --build, or deploy again)"
         )
     try:  # the cache is a convenience: a read-only home still works
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -78,4 +112,4 @@ def board_codec(files: BoardFiles, record: dict):
     return Codec(open_image(image_bytes(files, record), name=f"{files.board.spec.name}:{record.get('image')}"))
 
 
-__all__ = ["board_codec", "current_record", "image_bytes", "partition_map"]
+__all__ = ["board_codec", "current_record", "image_bytes", "image_record", "partition_map"]

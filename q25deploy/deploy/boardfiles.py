@@ -25,10 +25,10 @@ ABSENT = 44  # status of the read script when the file does not exist
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # $1 file: its bytes; exit ABSENT when there is none; a symlink or unreadable file is an error
 READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] || exit 44; exec cat "$1"'
-# $1 state, $2 intent: "file <size>" and its bytes, or "none", each; then $4's reserved memory
-# (reserved.LISTING: its lines and "end"); then $3's link target
+# $1 state, $2 intent (and $5, when given): "file <size>" and its bytes, or "none", each; then
+# $4's reserved memory (reserved.LISTING: its lines and "end"); then $3's link target
 SNAPSHOT = (
-    'for f in "$1" "$2"; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
+    'for f in "$1" "$2" ${5:+"$5"}; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
     'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
     "done; " + LISTING + 'readlink "$3" || true'
 )
@@ -82,10 +82,27 @@ class BoardFiles:
         self.board = board
         root = _plain(remote_root, "remote root") if remote_root else ""
         self.root = "/" + root if root else ""
-        self.base = f"{self.root}/{_plain(install_dir, 'install directory')}"
+        self.install_dir = "/" + _plain(install_dir, "install directory").strip("/")  # as the image has it
+        self.base = f"{self.root}{self.install_dir}"
         if self.base == "/":
             raise DeployError("refusing to install into /")
         self.live_reserved: dict | None = None  # the last snapshot's /reserved-memory, when asked for
+        self.also_read: bytes | None = None  # the last snapshot's ``also`` file
+
+    #: where the release the board runs is, under the install directory: ``current`` (the link a
+    #: deploy or an OTA install switches), or "" where the board runs its image's own assets
+    #: (the layer's q25-model-assets, nothing deployed: see :func:`.board_release.image_record`)
+    current = "current"
+
+    def cur(self, rel: str = "") -> str:
+        """The running release's ``rel`` (its directory without one)."""
+        if not self.current:
+            return self.path(rel) if rel else self.base
+        return self.path(f"{self.current}/{rel}" if rel else self.current)
+
+    def cur_rel(self, rel: str) -> str:
+        """``rel`` of the running release, relative to the install directory (for :meth:`read`)."""
+        return f"{self.current}/{rel}" if self.current else rel
 
     def path(self, rel: str) -> str:
         """``base/rel``; refuses an absolute ``rel`` or one with an empty, ``.`` or ``..`` part."""
@@ -121,10 +138,11 @@ class BoardFiles:
             ["sh", "-c", STAGE + ' && mv -f "$t" "$1" && sync', "sh", self.path(name)], stdin=json_bytes(doc)
         )
 
-    def snapshot(self, device_tree: str | None = None) -> tuple[dict, dict | None, str | None]:
+    def snapshot(self, device_tree: str | None = None, also: str | None = None) -> tuple[dict, dict | None, str | None]:
         """(state, intent or None, the release ``current`` points at or None) in one command;
         with ``device_tree``, the same command reads its reserved memory into :attr:`live_reserved`
-        (:func:`.reserved.parse_listing`; a malformed answer is an error)."""
+        (:func:`.reserved.parse_listing`; a malformed answer is an error); with ``also`` (a path
+        under the install directory), that file's bytes (None: absent) into :attr:`also_read`."""
         status, out, err = self.board.run(
             [
                 "sh",
@@ -135,6 +153,7 @@ class BoardFiles:
                 self.path(INTENT_NAME),
                 self.path("current"),
                 device_tree or "-",
+                *([self.path(also)] if also else []),
             ],
             check=False,
         )
@@ -146,7 +165,7 @@ class BoardFiles:
             )
         docs: list[bytes | None] = []
         rest = out
-        for name in (STATE_NAME, INTENT_NAME):
+        for name in (STATE_NAME, INTENT_NAME, *([also] if also else [])):
             framed = _framed(rest)
             if framed is None:
                 raise DeployError(
@@ -163,6 +182,7 @@ class BoardFiles:
                 "nothing was changed"
             )
         self.live_reserved, rest = live, listed[1]
+        self.also_read = docs[2] if also else None
         m = re.fullmatch(r"releases/([0-9a-f]{16})", rest.decode("utf-8", "replace").strip())
         return self._state(docs[0]), self._intent(docs[1]), (m.group(1) if m else None)
 

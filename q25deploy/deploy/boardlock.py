@@ -130,7 +130,9 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
 @contextmanager
 def board_session(board: Board) -> Iterator[None]:
     """Every ``board.run`` of the block through one agent, without the lock (read-only work)."""
-    agent = Agent(board.spec.name, board.start(["sh", "-c", PLAIN, "sh"], LOCK_MAX_AGE))
+    take = getattr(board, "take_agent", None)  # the session's own shell, where it runs one
+    chan = (take() if take else None) or board.start(["sh", "-c", PLAIN, "sh"], LOCK_MAX_AGE)
+    agent = Agent(board.spec.name, chan)
     try:
         line = agent.first_line()
     except lost_errors() as e:

@@ -349,10 +349,10 @@ def rollback(
     return res
 
 
-def status(board: Board, files: BoardFiles, device_tree: str | None = None) -> dict:
+def status(board: Board, files: BoardFiles, device_tree: str | None = None, also: str | None = None) -> dict:
     """The board's releases; with ``device_tree``, its reserved memory is read in the same command
-    (``files.live_reserved``)."""
-    state, pending, link = files.snapshot(device_tree)  # a pending switch: the next deploy or rollback settles it
+    (``files.live_reserved``), and so is ``also`` (``files.also_read``)."""
+    state, pending, link = files.snapshot(device_tree, also)  # a pending switch: the next deploy or rollback settles it
     cur = state.get("current")
     return {
         "host": board.spec.name,

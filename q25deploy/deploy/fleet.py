@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256, printable
-from ..errors import DeployError, Q25Error, UsageError
-from ..packer.layout import RUNTIME_BIN
+from ..errors import DeployError, Q25Error
+from ..packer.layout import PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
 from . import board_release, openssh, sshboard
@@ -24,7 +23,8 @@ from .boardbase import BoardBase as Board
 from .boardlock import board_session
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .expected import BuildIds
-from .hosts import HostSpec, parse_host
+from .hosts import HostSpec
+from .options import Options, host_list
 from .release import Release, release_from_build, tokenizer_only
 from .reserved import refusal, unheld
 from .residency import load as load_regions
@@ -32,41 +32,6 @@ from .residency import verify as verify_regions
 from .smoke import smoke_test
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
-
-
-@dataclass
-class Options:
-    hosts: list[str]
-    hosts_file: str | None
-    build_dir: Path | None  # smoke and status work from the board's own release without one
-    identity: str | None
-    known_hosts: str | None
-    trust_new_host: bool
-    remote_root: str
-    runtime_bin: str | None
-    jobs: int
-    tokenizer_only: bool = False
-    strict: bool = False
-    quick: bool = False  # smoke: skip the partition hashes
-    verify_board: bool = False  # deploy: hash the board's kept files too, send again what differs
-    become: str | None = None  # --become: overrides the board file's [ssh] become
-    transfer: str = "auto"  # deploy --transfer: large files through OpenSSH's ssh (auto, openssh) or paramiko
-    allow_unreserved: bool = False  # deploy: send a plan the board's device tree does not reserve (a warning)
-
-
-def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
-    texts = list(opts.hosts)
-    if opts.hosts_file:
-        try:
-            for line in Path(opts.hosts_file).read_text().splitlines():
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    texts.append(line)
-        except OSError as e:
-            raise DeployError(f"{opts.hosts_file}: cannot read: {e.strerror}") from None
-    if not texts:
-        raise UsageError("give at least one --host or a --hosts-file")
-    return [parse_host(t, user, port) for t in texts]
 
 
 def elf_arch(path: Path) -> str:
@@ -77,11 +42,15 @@ def elf_arch(path: Path) -> str:
 
 
 class Fleet:
-    def __init__(self, opts: Options, target, pm) -> None:
+    def __init__(self, opts: Options, target, pm, pending: dict[str, sshboard.PendingLogin] | None = None) -> None:
+        """``pending``: logins already under way (host name → :func:`sshboard.begin_login`),
+        adopted by those hosts' sessions; :meth:`run` ends any that is not."""
         self.opts, self.target, self.pm = opts, target, pm
+        self.pending = dict(pending or {})
         # the one source of board paths: the layer installs there too
         image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
         self.install_dir, self.runtime = image_layout.install_dir, image_layout.runtime
+        self.image_name = image_layout.filename
         # system paths on the board (never under --remote-root): the board file says where
         self.board_paths = {"memory": target.board.memory_device, "device_tree": target.board.device_tree_path}
         self.extra_checks = [
@@ -134,7 +103,12 @@ class Fleet:
         paramiko (imported only then: 0.2-0.3 s of start-up)."""
         board: Board | None = None
         why = ""
-        client = sshboard.usable(transfer=self.opts.transfer, trust_new_host=self.opts.trust_new_host)
+        pending = self.pending.pop(spec.name, None)
+        client = (
+            pending.client
+            if pending
+            else sshboard.usable(transfer=self.opts.transfer, trust_new_host=self.opts.trust_new_host)
+        )
         if client is not None:
             try:
                 board = sshboard.OpenSshBoard(
@@ -144,6 +118,7 @@ class Fleet:
                     known_hosts=self.opts.known_hosts,
                     become=self.become,
                     transfer=self.opts.transfer,
+                    pending=pending,
                 )
             except openssh.Unavailable as e:  # ssh cannot be told what paramiko would use, or did not log in
                 board, why = None, str(e)
@@ -179,7 +154,7 @@ class Fleet:
         return BoardFiles(board, root, self.install_dir)
 
     def _smoke(self, board, files, release_files, image: str, expected, quick: bool, residency=None) -> dict:
-        q25tok = files.path(f"current/{RUNTIME_BIN}") if RUNTIME_BIN in release_files else self.runtime
+        q25tok = files.cur(RUNTIME_BIN) if RUNTIME_BIN in release_files else self.runtime
         pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
         return smoke_test(
             board,
@@ -248,8 +223,8 @@ class Fleet:
         with self._connect(spec) as board, board_session(board):
             files = self._files(board)
             state = files.read_state()
-            cur = board_release.current_record(files, state)
-            res = HostResult(spec.name, release=state["current"], previous=state.get("previous"))
+            cur = board_release.current_record(files, state, self.image_name)  # or the image's own assets
+            res = HostResult(spec.name, release=state["current"] or cur.get("release"), previous=state.get("previous"))
             if self.opts.build_dir:
                 if cur["vocab_fingerprint"] != self.summary.vocab_fingerprint:
                     raise DeployError(
@@ -277,13 +252,17 @@ class Fleet:
             return None
         return refusal(self.partition_map["regions"], live, self.board_paths["device_tree"])
 
-    def _reserved_status(self, files: BoardFiles) -> dict:
-        """``reserved`` and ``unreserved`` of the current release's plan; nothing when the board
-        has no partition map to compare (its status is still shown)."""
+    def _reserved_status(self, files: BoardFiles, pmap_bytes: bytes | None) -> dict:
+        """``reserved`` and ``unreserved`` of the current release's plan (its map: ``pmap_bytes``,
+        read with the snapshot); nothing when the board has no partition map to compare (its
+        status is still shown)."""
         if files.live_reserved is None:
             return {}
         try:
-            pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
+            fallback = self.partition_map if self.opts.build_dir else None
+            pmap = board_release.partition_map(files, fallback, pmap_bytes) if pmap_bytes else fallback
+            if pmap is None:
+                return {}
         except DeployError:
             return {}
         why = unheld(pmap["regions"], files.live_reserved)
@@ -305,10 +284,17 @@ class Fleet:
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board, board_session(board):
             files = self._files(board)
-            result = status(board, files, self.board_paths["device_tree"])
+            # the partition map in the same command: what reserves and holds it is asked next
+            result = status(board, files, self.board_paths["device_tree"], also=board_release.CURRENT_MAP)
             phases.mark("lock")
-            if result["current"]:  # does the device tree reserve the current plan? does it hold the partitions?
-                result.update(self._reserved_status(files))
+            pmap = files.also_read
+            if not result["current"] and (image := board_release.image_record(files, self.image_name)):
+                files.current = ""  # nothing deployed: the board runs its image's own assets
+                result["image"] = {k: image[k] for k in ("target", "model_sha256", "vocab_fingerprint")}
+                pmap = files.read(files.cur_rel(PARTITION_MAP))
+            if result["current"] or result.get("image"):
+                # does the device tree reserve the current plan? does it hold the partitions?
+                result.update(self._reserved_status(files, pmap))
                 verified = verify_regions(board, files, self.runtime, **self.board_paths)
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
             phases.mark("verify")
@@ -346,8 +332,16 @@ class Fleet:
         def failed(spec: HostSpec, error: str):
             return {"host": spec.name, "error": error} if action == "status" else HostResult(spec.name, error=error)
 
-        with ThreadPoolExecutor(max_workers=max(1, self.opts.jobs)) as pool:
-            return list(pool.map(one, self.hosts))
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, self.opts.jobs)) as pool:
+                return list(pool.map(one, self.hosts))
+        finally:
+            self.close_pending()
+
+    def close_pending(self) -> None:
+        """End the logins started ahead that no session adopted."""
+        while self.pending:
+            self.pending.popitem()[1].close()
 
 
 def _mismatch(res: HostResult) -> bool:

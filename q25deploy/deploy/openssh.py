@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import shlex
 import shutil
@@ -39,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import BinaryIO
+
+from ..common import cache_dir
 
 # paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
 # it hidden by Bulk.warm) from about this size
@@ -81,13 +84,63 @@ class Login:
 
 
 @cache
-def _supported(client: str, kind: str) -> frozenset[str]:
-    """``ssh -Q kind``: an algorithm ``ssh`` does not know makes it refuse the whole list."""
+def _algorithms(client: str) -> dict[str, frozenset[str]]:
+    """``ssh -Q cipher|mac|kex`` (an algorithm ``ssh`` does not know makes it refuse the whole
+    list): kept in the cache folder for this very ``ssh`` binary (its path, inode, size and
+    modification time), since the three queries cost 5 ms before every login; asked again,
+    the three at once, when the binary changed or the cache is unreadable."""
     try:
-        out = subprocess.run([client, "-Q", kind], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return frozenset()
-    return frozenset(out.split())
+        st = os.stat(client)
+        key = f"{os.path.realpath(client)}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        key = None
+    cached = cache_dir() / "ssh-algorithms.json"
+    if key:
+        try:
+            doc = json.loads(cached.read_text(encoding="utf-8"))
+            if doc.get("ssh") == key and all(isinstance(doc.get(k), list) for k in _QUERIES):
+                return {k: frozenset(map(str, doc[k])) for k in _QUERIES}
+        except (OSError, ValueError, AttributeError):
+            pass
+    known = _ask_algorithms(client)
+    if key and all(known.values()):
+        try:  # a convenience: a read-only home still works
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+            tmp.write_text(json.dumps({"ssh": key, **{k: sorted(v) for k, v in known.items()}}), encoding="utf-8")
+            os.replace(tmp, cached)
+        except OSError:
+            pass
+    return known
+
+
+_QUERIES = ("cipher", "mac", "kex")
+
+
+def _ask_algorithms(client: str) -> dict[str, frozenset[str]]:
+    """``ssh -Q`` for each of :data:`_QUERIES`, run at once."""
+    procs = {}
+    for kind in _QUERIES:
+        try:
+            procs[kind] = subprocess.Popen(
+                [client, "-Q", kind], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+        except OSError:
+            pass
+    known: dict[str, frozenset[str]] = {kind: frozenset() for kind in _QUERIES}
+    for kind, proc in procs.items():
+        try:
+            out = proc.communicate(timeout=10)[0]
+        except subprocess.SubprocessError:
+            proc.kill()
+            proc.communicate()
+            out = ""
+        known[kind] = frozenset(out.split())
+    return known
+
+
+def _supported(client: str, kind: str) -> frozenset[str]:
+    return _algorithms(client).get(kind, frozenset())
 
 
 def _config_path(path: str) -> str | None:
@@ -140,17 +193,30 @@ def find_client() -> str | None:
     return shutil.which("ssh")
 
 
-def _collect(stream, sink: bytearray, ready: threading.Event | None = None) -> None:
+def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arrived=None) -> None:
     """``stream`` into ``sink``; with ``ready``: what comes before the ready line (a board's
-    shell start-up may print) is dropped, and ``ready`` is set when it arrives."""
-    while ready is not None and not ready.is_set():
-        line = stream.readline()
-        if not line:
-            return  # ended before it: ssh did not log in
-        if line.rstrip(b"\n") == READY:
-            ready.set()
-    for block in iter(lambda: stream.read(65536), b""):
-        sink += block
+    shell start-up may print) is dropped, and ``ready`` is set when it arrives. ``arrived``
+    (a Condition) is notified of each block, and of the end."""
+    try:
+        while ready is not None and not ready.is_set():
+            line = stream.readline()
+            if not line:
+                return  # ended before it: ssh did not log in
+            if line.rstrip(b"\n") == READY:
+                ready.set()
+        read = getattr(stream, "read1", stream.read)  # what has come, not a full block
+        for block in iter(lambda: read(65536), b""):
+            if arrived is None:
+                sink += block
+            else:
+                with arrived:
+                    sink += block
+                    arrived.notify_all()
+    finally:
+        if arrived is not None:
+            with arrived:
+                arrived.ended = True
+                arrived.notify_all()
 
 
 def _feed(src: BinaryIO, size: int, out: int, progress: Callable[[int], None] | None) -> None:
@@ -192,6 +258,12 @@ def _widen(pipe: int) -> None:
         pass  # above fs.pipe-max-size, or not Linux: it stays as it was
 
 
+class Arrivals(threading.Condition):
+    """Notified as a stream's bytes arrive; ``ended`` once it closed."""
+
+    ended = False
+
+
 class _Login:
     """One ``ssh`` process; the board's shell prints :data:`READY` once it is logged in."""
 
@@ -204,8 +276,9 @@ class _Login:
             raise OSError(f"{argv[0]}: no pipes to the process")
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.out, self.err, self.ready = bytearray(), bytearray(), threading.Event()
+        self.arrived = Arrivals()  # what the board's shell prints after the ready line
         self.readers = [
-            threading.Thread(target=_collect, args=(self.stdout, self.out, self.ready), daemon=True),
+            threading.Thread(target=_collect, args=(self.stdout, self.out, self.ready, self.arrived), daemon=True),
             threading.Thread(target=_collect, args=(self.stderr, self.err), daemon=True),
         ]
         for t in self.readers:

@@ -41,7 +41,7 @@ exit $st"""
 def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, device_tree: str) -> dict:
     """``q25tok load|verify`` on ``current``'s region table through ``memory`` (``/dev/mem``),
     checked against ``device_tree``; per-region results (a load this boot already did: cached)."""
-    cur = files.path("current")
+    cur = files.cur()
     stamp = files.path(LOADED) if command == "load" else "-"
     status, out, err = board.run(
         ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, stamp],

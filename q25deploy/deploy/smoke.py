@@ -70,7 +70,7 @@ def smoke_test(
     build's ``probe_digests.json`` (none: no probe)."""
     board_paths = board_paths or {"device_tree": "/proc/device-tree", "memory": "/dev/mem"}
     report = _Report(strict)
-    cur = files.path("current")
+    cur = files.cur()
     image = posixpath.join(cur, image_name)
     status, out, err = board.run([q25tok, "info", image], check=False)
     if not report.check("q25tok info", status == 0, (err or out).decode("utf-8", "replace").strip()[-200:]):

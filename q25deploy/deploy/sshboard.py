@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import select
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -31,13 +32,18 @@ from typing import BinaryIO
 
 from ..errors import DeployError, HostKeyError, Q25Error
 from . import openssh
+from .agent import PLAIN
 from .algorithms import CIPHERS, MACS
 from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, unknown_key
 from .hosts import HostSpec
 
 CHUNK = 1 << 16
 # the master's own session: says it logged in, then holds the connection until its stdin closes
-HOLD = openssh.ANNOUNCE + "exec cat >/dev/null"
+# the master's own session: says it logged in, then serves the session's read-only commands
+# (the agent of :func:`~.boardlock.board_session`, see :meth:`OpenSshBoard.take_agent`) until
+# its stdin closes, which also ends the connection
+HOLD = openssh.ANNOUNCE + "exec sh -c " + shlex.quote(PLAIN) + " sh"
+CONNECT_TIMEOUT = 15.0
 
 
 def usable(*, transfer: str, trust_new_host: bool) -> str | None:
@@ -130,6 +136,102 @@ def _login_error(spec: HostSpec, known_hosts: str, said: str) -> Q25Error | open
     return openssh.Unavailable(last)
 
 
+class MasterChannel:
+    """The master's own session (a logged-in :class:`openssh._Login` whose board shell runs
+    the plain agent) with the methods of a channel that :class:`~.agent.Agent` uses: its
+    commands need no ``ssh`` process and no session of their own."""
+
+    def __init__(self, login: openssh._Login) -> None:
+        self.login, self._pos = login, 0
+        self._timeout: float | None = None
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def recv(self, n: int) -> bytes:
+        out, cond = self.login.out, self.login.arrived
+        with cond:
+            if not cond.wait_for(lambda: len(out) > self._pos or cond.ended, self._timeout):
+                raise TimeoutError(f"no answer in {self._timeout:g} s")
+            data = bytes(out[self._pos : self._pos + n])
+            self._pos += len(data)
+            if self._pos > CHUNK:  # what was read is not kept
+                del out[: self._pos]
+                self._pos = 0
+            return data
+
+    def sendall(self, data: bytes) -> None:
+        self.login.stdin.write(data)
+
+    def shutdown_write(self) -> None:
+        """The agent's stdin closes: it ends, and so does the connection (the session is over)."""
+        self.login.stdin.close()
+
+    def recv_exit_status(self) -> int | None:
+        """Not waited for: the session ends with the connection, which the board's close ends."""
+        return self.login.proc.poll()
+
+    def close(self) -> None:
+        pass  # the board's close ends the master
+
+
+class PendingLogin:
+    """An ``ssh`` master that is logging in: started as soon as the board is known (see
+    :func:`begin_login`), while the command imports what it needs, and adopted by
+    :class:`OpenSshBoard`; :meth:`close` ends one that no board adopted."""
+
+    def __init__(self, spec: HostSpec, client: str, identity: str | None, known_hosts: str | None, timeout: float):
+        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+        if known_hosts and not path.is_file():
+            raise HostKeyError(f"{known_hosts}: no such known_hosts file")
+        self.spec, self.client, self.known_hosts = spec, client, str(path)
+        self.dir = tempfile.mkdtemp(prefix="q25ssh-")  # 0700: the control socket is ours alone
+        alias = spec.host if spec.port == 22 else f"[{spec.host}]:{spec.port}"  # as paramiko looks it up
+        self.login = openssh.Login(
+            spec.host, spec.port, spec.user, alias, str(path), identity, timeout, CIPHERS, MACS,
+            control=os.path.join(self.dir, "c"),
+        )  # fmt: skip
+        argv = openssh.ssh_argv(client, self.login, HOLD, master=True)
+        if argv is None or len(self.login.control or "") > 100:  # a unix socket path holds 108 bytes
+            self.close()
+            raise openssh.Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
+        self.master: openssh._Login | None = openssh._Login(argv)
+
+    def wait(self) -> openssh._Login:
+        """The logged-in master; the error paramiko's session would give where it did not log in
+        (:class:`openssh.Unavailable` where paramiko might)."""
+        master = self.master
+        assert master is not None, "adopted once"
+        try:
+            master.wait_ready(self.login.connect_timeout + 30)
+        except openssh.Unavailable:
+            self.close()
+            raise _login_error(self.spec, self.known_hosts, bytes(master.err).decode("utf-8", "replace")) from None
+        self.master = None
+        return master
+
+    def close(self) -> None:
+        master, self.master = getattr(self, "master", None), None
+        if master is not None:
+            master.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def begin_login(
+    spec: HostSpec, *, identity: str | None, known_hosts: str | None, transfer: str, trust_new_host: bool
+) -> PendingLogin | None:
+    """Start logging in to ``spec`` now, where OpenSSH's ``ssh`` will carry the session (see
+    :func:`usable`); None where it will not, or cannot be told this login (the board's session
+    then logs in as before and says why)."""
+    client = usable(transfer=transfer, trust_new_host=trust_new_host)
+    if client is None:
+        return None
+    try:
+        return PendingLogin(spec, client, identity, known_hosts, CONNECT_TIMEOUT)
+    except (openssh.Unavailable, HostKeyError, OSError):
+        return None
+
+
 class OpenSshBoard(BoardBase):
     """A connected board through one ``ssh`` master (see the module text)."""
 
@@ -140,39 +242,36 @@ class OpenSshBoard(BoardBase):
         *,
         identity: str | None,
         known_hosts: str | None,
-        connect_timeout: float = 15.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
         become: str = "none",
         transfer: str = "auto",
+        pending: PendingLogin | None = None,
     ) -> None:
         """:class:`openssh.Unavailable` before any login where ``ssh`` cannot be told what the
         paramiko session would use, or it did not log in where paramiko might (then paramiko
-        carries the session)."""
+        carries the session). ``pending``: the login :func:`begin_login` started for ``spec``."""
         super().__init__(spec, become=become, transfer=transfer)
-        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
-        if known_hosts and not path.is_file():
-            raise HostKeyError(f"{known_hosts}: no such known_hosts file")
-        self._dir = tempfile.mkdtemp(prefix="q25ssh-")  # 0700: the control socket is ours alone
-        alias = spec.host if spec.port == 22 else f"[{spec.host}]:{spec.port}"  # as paramiko looks it up
-        self.login = openssh.Login(
-            spec.host, spec.port, spec.user, alias, str(path), identity, connect_timeout, CIPHERS, MACS,
-            control=os.path.join(self._dir, "c"),
-        )  # fmt: skip
-        self.client = client
-        argv = openssh.ssh_argv(client, self.login, HOLD, master=True)
-        if argv is None or len(self.login.control or "") > 100:  # a unix socket path holds 108 bytes
-            shutil.rmtree(self._dir, ignore_errors=True)
-            raise openssh.Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
-        self.master = openssh._Login(argv)
-        try:
-            self.master.wait_ready(connect_timeout + 30)
-        except openssh.Unavailable:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            raise _login_error(spec, str(path), bytes(self.master.err).decode("utf-8", "replace")) from None
-        self.bulk = openssh.Bulk(client, self.login)
+        if pending is None:
+            pending = PendingLogin(spec, client, identity, known_hosts, connect_timeout)
+        self._dir, self.login, self.client = pending.dir, pending.login, pending.client
+        self.master = pending.wait()
+        self.bulk = openssh.Bulk(self.client, self.login)
+        self._agent_taken = False
+
+    def take_agent(self) -> MasterChannel | None:
+        """The master's session as the plain agent's channel, once, where the agent needs no
+        other user (``become`` none: the master's shell is the login user's)."""
+        if self._agent_taken or self._become:
+            return None
+        self._agent_taken = True
+        return MasterChannel(self.master)
 
     def close(self) -> None:
+        """End the session: the master's stdin closes, so the board's end ends and then the
+        connection; that exit (a few ms) is waited for, and the process killed after 2 s, in
+        the background: nothing is left to say to the board."""
         self.bulk.close()
-        self.master.close()  # its stdin closes: the board's end ends, then the connection
+        threading.Thread(target=self.master.close, name="q25-ssh-close", daemon=True).start()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _session(self, command: str) -> list[str]:

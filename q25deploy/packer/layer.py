@@ -17,17 +17,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import schema
 from ..board.boardfile import Board
 from ..common import json_bytes
 from ..errors import LicenseError, Q25Error
 from ..resources import data_dir, is_build_product
+from .layout import ASSETS_MANIFEST
 from .recipe_text import bitbake_text, replaced_note
 
 LAYER = "meta-q25"
 ASSETS_RECIPE = "recipes-q25/q25-model-assets"
 PACKAGEGROUP = "recipes-q25/packagegroups"
 LICENSE_FILE = "MODEL-LICENSE"
-ASSETS_MANIFEST = "assets_manifest.json"
 MEMORY_HEADER = "q25_memory_map.h"  # installed to ${includedir} only (the -dev package)
 # meta-xilinx-core's device-tree recipe is appended only when that layer is present
 # (BBFILES_DYNAMIC in conf/layer.conf)
@@ -193,7 +194,7 @@ def model_assets_files(
         if name != MEMORY_HEADER
     ]
     assets_manifest = {
-        "format": "q25deploy-assets/1",
+        "format": schema.ASSETS_FORMAT,
         "target": summary["target"],
         "model": {"name": summary["model"].get("name"), "sha256": summary["model"]["sha256"], "license": lic},
         "vocab_fingerprint": summary["image"]["vocab_fingerprint"],

@@ -21,6 +21,7 @@ UBOOT_SCRIPT = "uboot/q25-regions.cmd"  # loads the partitions into their region
 TOKENIZER_DIR = "tokenizer"
 IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"
 IMAGE_MANIFEST = f"{TOKENIZER_DIR}/{IMAGE_MANIFEST_NAME}"
+ASSETS_MANIFEST = "assets_manifest.json"  # the layer's q25-model-assets: its files under the install dir
 RUNTIME_BIN = "q25tok"  # the board runtime, when a release carries its own (--runtime-bin)
 
 

@@ -61,7 +61,8 @@ def test_one_channel_per_session_plus_one_per_uploaded_file(tmp_path, capsys, ss
     assert code == 0 and res[0]["bytes_sent"] == 0 and len(channels) == 1, channels
     channels.clear()
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="status")
-    assert code == 0 and res[0]["consistent"] and len(channels) == 1, channels
+    # status: every command through the login's own session (its agent), no channel more
+    assert code == 0 and res[0]["consistent"] and res[0]["residency"] and len(channels) == 0, channels
     channels.clear()
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
     assert code == 0 and len(channels) == 1 + res[0]["files_sent"], (channels, res)

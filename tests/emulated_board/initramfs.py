@@ -169,6 +169,7 @@ class InitramfsSpec:
     dropbear_args: tuple[str, ...] = ()  # e.g. ("-W", "1048576"): a bigger receive window
     extra_files: dict[str, bytes] = field(default_factory=dict)  # path -> content (0755 under bin/ and init.d/)
     preload: dict[str, bytes] = field(default_factory=dict)  # the /dev/mem guard's files (guard.guard_files)
+    trees: tuple[Path, ...] = ()  # directories laid over the root as they are (modes, links): unpacked packages
 
 
 def _system(c: Cpio, root: Path, spec: InitramfsSpec) -> None:
@@ -219,6 +220,19 @@ def _ssh_server(c: Cpio, spec: InitramfsSpec) -> tuple[str, str]:
     return "usr/sbin/sshd", "/bin/sh -c 'mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config'"
 
 
+def add_tree(c: Cpio, tree: Path) -> None:
+    """Every directory, file and symlink under ``tree`` at the same path in the archive, with
+    its mode (what ``dpkg-deb -x`` unpacked: a package's payload as an image installs it)."""
+    for p in sorted(tree.rglob("*")):
+        rel = p.relative_to(tree).as_posix()
+        if p.is_symlink():
+            c.symlink(rel, os.readlink(p))
+        elif p.is_dir():
+            c.dir(rel, p.stat().st_mode & 0o7777)
+        else:
+            c.file(rel, p.read_bytes(), p.stat().st_mode & 0o7777)
+
+
 def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     """Write the board's initramfs (an uncompressed newc cpio: QEMU and the kernel take it
     as is) to ``out``."""
@@ -233,6 +247,8 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     for lib in library_closure(root, binaries):
         c.copy(root, lib)
     c.file("etc/inittab", INITTAB.replace("@SSH_SERVER@", server).encode())
+    for tree in spec.trees:
+        add_tree(c, tree)
     for path, data in {**spec.preload, **spec.extra_files}.items():
         c.file(path, data, 0o755 if "/bin/" in f"/{path}" or "/init.d/" in f"/{path}" else 0o644)
     out.parent.mkdir(parents=True, exist_ok=True)
