@@ -1,15 +1,19 @@
 """Real BitBake for the layer tests (tests/test_bitbake.py): the Yocto snapshots of
 ``../shared/yocto`` (beside the repository; ``Q25_YOCTO_SNAPSHOTS`` overrides) unpacked once
-per test session, build directories for MACHINE qemuarm64 / DISTRO nodistro /
+per test session, build directories for MACHINE qemuarm64 (or a board's own) / DISTRO nodistro /
 ``BB_NO_NETWORK``, and BitBake run as a non-root user (``Q25_BITBAKE_USER``, default
 ``q25bb``; created here when missing and running as root), with an en_US.UTF-8 locale.
 
 One build directory per series and layer set ("declared": OE-core + meta-q25; "xilinx":
 + meta-arm, meta-arm-toolchain, meta-xilinx-core; "package": "xilinx" building with Debian's
-cross toolchain (tests/yocto_toolchain.py); any other name: "declared" plus the layer
-directories a test gives, e.g. a stand-in for a layer the snapshots lack); every board's
-meta-q25 is copied to the same path in turn, so the configuration (and the parse cache) stays
-the same and a board change reparses only its own recipes. The "declared" build masks
+cross toolchain (tests/yocto_toolchain.py); "package-kv260": "package" with kv260's own
+MACHINE, k26-smk-kv-sdt, from a stand-in for meta-kria (tests/data/yocto/meta-kria-stand-in:
+its machine configuration on meta-xilinx-core's zynqmp-ev-generic.conf) instead of qemuarm64;
+any other name: "declared" plus the layer directories a test gives, e.g. a stand-in for a
+layer the snapshots lack); every board's meta-q25 is copied to the same path in turn, so the
+configuration (and the parse cache) stays the same and a board change reparses only its own
+recipes. All but "package-kv260" are MACHINE qemuarm64 with every board's MACHINE names as
+overrides (so each board's COMPATIBLE_MACHINE recipes parse and run). The "declared" build masks
 OE-core's recipes (BBMASK): OE-core's configuration and classes are all loaded, so what
 could break there (a layer or class meta-q25 needs but does not declare, a bbappend without
 its recipe, our recipes' own parse) still does, without a second cold parse of ~900 recipes
@@ -62,6 +66,11 @@ HOW = "Debian: the Yocto host packages in .ci/run"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 TIMEOUT = 1200
 PACKAGE = "package"  # the layer set that builds and packages: "xilinx" + Debian's cross toolchain
+# boards built with their own MACHINE (the first of the board file's yocto_machine) in a
+# "package-<board>" build: the layer holding that MACHINE's configuration
+MACHINE_LAYERS = {"kv260": Path(__file__).with_name("data") / "yocto" / "meta-kria-stand-in"}
+# what an image installs of the layer (packagegroup-q25 and what it brings), built by the "package" build
+RECIPES = ("q25-tokenizer-runtime", "q25-model-assets", "q25-regions", "packagegroup-q25")
 
 
 def selected(var: str, default: tuple[str, ...]) -> list[str]:
@@ -71,6 +80,25 @@ def selected(var: str, default: tuple[str, ...]) -> list[str]:
 
 def snapshots() -> Path:
     return Path(os.environ.get("Q25_YOCTO_SNAPSHOTS") or REPO.parent / "shared" / "yocto")
+
+
+def package_layers(board: str) -> str:
+    """The layer set that builds and packages ``board``'s layer: "package-<board>" (its own
+    MACHINE) for a board in MACHINE_LAYERS, else "package" (qemuarm64)."""
+    return f"{PACKAGE}-{board}" if board in MACHINE_LAYERS else PACKAGE
+
+
+def package_board(layers: str) -> str | None:
+    """The board of a "package-<board>" layer set (None for any other)."""
+    return next((b for b in MACHINE_LAYERS if layers == package_layers(b)), None)
+
+
+def board_machine(board: str) -> str:
+    """The board's own MACHINE: the first name of its board file's yocto_machine."""
+    from q25deploy.board.boardfile import load_board
+    from q25deploy.resources import data_dir
+
+    return load_board(data_dir("targets") / f"{board}.toml").yocto_machines[0]
 
 
 def board_machines() -> list[str]:
@@ -196,7 +224,8 @@ class Workspace:
 class BuildDir:
     ws: Workspace
     series: str
-    layers: str  # "declared", "xilinx", or a test's name for "declared" + its extra layers
+    # "declared", "xilinx", "package", "package-<board>", or a test's name for "declared" + its extra layers
+    layers: str
     path: Path
     tree: Path
     installed: str | None = None  # which layer copy is in place
@@ -213,26 +242,45 @@ class BuildDir:
         bd = cls(ws, series, layers, path, tree)
         (path / "conf").mkdir(parents=True, exist_ok=True)
         (bd.layer.parent).mkdir(parents=True, exist_ok=True)
+        board = package_board(layers)  # a board built with its own MACHINE
+        packaging = layers == PACKAGE or board is not None
         paths = [tree / "openembedded-core" / "meta"]
-        if layers in ("xilinx", PACKAGE):
+        if layers == "xilinx" or packaging:
             paths += [tree / p for p in XILINX_LAYERS]
-        if layers == PACKAGE:
+        if board:
+            extra = (*extra, bd.machine_layer(board))
+        if packaging:
             extra = (*extra, *bd.packaging())
         paths += [*extra, bd.layer]
+        if board:
+            machine = [
+                f"# {board}'s own MACHINE (its board file's first yocto_machine): {MACHINE_LAYERS[board].name}'s",
+                "# machine configuration on meta-xilinx-core's (tests/data/yocto/meta-kria-stand-in/README.md)",
+                f'MACHINE = "{board_machine(board)}"',
+                "# meta-xilinx-core's xilinx-vars.bbclass warns on every run unless the licence flag of the",
+                "# ZynqMP PMU ROM (pmu-rom-native: runqemu's ZynqMP emulation) is accepted; accepted for that",
+                "# recipe only, which nothing here builds (PetaLinux accepts all of 'xilinx')",
+                'LICENSE_FLAGS_ACCEPTED += "xilinx_pmu-rom-native"',
+            ]
+        else:
+            machine = ['MACHINE = "qemuarm64"']
         local = [
-            'MACHINE = "qemuarm64"',
+            *machine,
             'DISTRO = "nodistro"',
             'BB_NO_NETWORK = "1"',
             'BB_NUMBER_THREADS = "2"',
             'BB_NUMBER_PARSE_THREADS = "2"',
-            "# the built-in boards' MACHINE names as overrides of qemuarm64: their COMPATIBLE_MACHINE",
-            "# recipes are parsed and run (the same configuration, and parse cache, for every board)",
-            f'MACHINEOVERRIDES =. "{"".join(m + ":" for m in board_machines())}"',
-            f'ASSUME_PROVIDED += "{ASSUME_PROVIDED}"',
         ]
-        if layers == PACKAGE:
+        if not board:
+            local += [
+                "# the built-in boards' MACHINE names as overrides of qemuarm64: their COMPATIBLE_MACHINE",
+                "# recipes are parsed and run (the same configuration, and parse cache, for every board)",
+                f'MACHINEOVERRIDES =. "{"".join(m + ":" for m in board_machines())}"',
+            ]
+        local += [f'ASSUME_PROVIDED += "{ASSUME_PROVIDED}"']
+        if packaging:
             local += yocto_toolchain.local_conf(tree / "debian-cross")
-        if layers not in ("xilinx", PACKAGE):
+        if layers != "xilinx" and not packaging:
             # only meta-q25's own recipes: OE-core's configuration and classes are all there,
             # its ~900 recipes are parsed (cold, about a minute) in the "xilinx" build
             local += [
@@ -248,8 +296,19 @@ class BuildDir:
         ws.chown(path)
         return bd
 
+    def machine_layer(self, board: str) -> Path:
+        """A copy of the layer with ``board``'s MACHINE configuration (MACHINE_LAYERS), beside
+        meta-q25; the board's MACHINE must be one of its machine files."""
+        src = MACHINE_LAYERS[board]
+        machine = board_machine(board)
+        assert (src / "conf" / "machine" / f"{machine}.conf").is_file(), (board, machine, src)
+        dest = self.tree / "layers" / self.layers / src.name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src, dest)
+        return dest
+
     def packaging(self) -> list[Path]:
-        """The "package" build's extra parts (tests/yocto_toolchain.py): Debian's cross
+        """The "package" builds' extra parts (tests/yocto_toolchain.py): Debian's cross
         toolchain as EXTERNAL_TOOLCHAIN (assembled once per tree), its TCMODE in the build's
         conf/, and the layer staging Debian's pseudo; returns the extra layers."""
         for prog, how in yocto_toolchain.HOST_PROGRAMS.items():
@@ -264,7 +323,7 @@ class BuildDir:
         tcmode = self.path / "conf" / "distro" / "include" / f"tcmode-{yocto_toolchain.TCMODE}.inc"
         tcmode.parent.mkdir(parents=True, exist_ok=True)
         tcmode.write_text(yocto_toolchain.TCMODE_INC)
-        host = self.tree / "layers" / PACKAGE / yocto_toolchain.HOST_LAYER.name
+        host = self.tree / "layers" / self.layers / yocto_toolchain.HOST_LAYER.name
         shutil.rmtree(host, ignore_errors=True)
         shutil.copytree(yocto_toolchain.HOST_LAYER, host)
         return [host]

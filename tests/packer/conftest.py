@@ -1,10 +1,18 @@
 """The BitBake tests' workspace (tests/yocto.py): one per session, shared by every module
-here that runs BitBake, with every run's time in pytest's terminal summary."""
+here that runs BitBake, with every run's time in pytest's terminal summary; and the packages
+BitBake builds from each board's layer (tests/packer/test_bitbake_build.py reads them, the
+emulated board runs them: test_bitbake_board.py)."""
 
 from __future__ import annotations
 
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
-from yocto import Workspace
+from requirements import need_program
+from yocto import LAYER, RECIPES, SERIES, Result, Workspace, package_layers, selected
 
 
 class _Timings:
@@ -27,3 +35,42 @@ def ws(request):
     request.config.pluginmanager.register(_Timings(w), "q25-bitbake-timings")
     yield w
     w.close()
+
+
+@dataclass
+class Packages:
+    """One board layer's packages as BitBake wrote them (``debs``: a copy of its deploy/deb,
+    which the next board's build replaces), the build directory and the run."""
+
+    board: str
+    bd: object
+    result: Result
+    debs: Path
+
+
+@pytest.fixture(scope="session")
+def bitbake_packages(ws, builds, tmp_path_factory):
+    """``packages(board)``: ``bitbake`` of the four recipes of ``board``'s layer through
+    do_package_write_deb (the first series of ``Q25_BITBAKE_SERIES``), once per session, in
+    the board's "package" build (tests/yocto.py: kv260 with its own MACHINE, k26-smk-kv-sdt;
+    the qemu board with qemuarm64)."""
+    need_program("dpkg-deb", "Debian: dpkg")
+    done: dict[str, Packages] = {}
+    series = selected("Q25_BITBAKE_SERIES", SERIES)[0]
+
+    def packages(board: str) -> Packages:
+        if board not in done:
+            bd = ws.build(series, package_layers(board))
+            bd.install(board, builds[board] / LAYER)
+            r = bd.bitbake(*RECIPES, label=f"bitbake {' '.join(RECIPES)} ({board})")
+            problems = r.errors() + [ln for ln in r.output.splitlines() if ln.startswith("WARNING")]
+            assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-4000:]
+            assert re.search(
+                r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded", r.output
+            )
+            debs = tmp_path_factory.mktemp(f"debs-{board}") / "deb"
+            shutil.copytree(next(bd.path.glob("tmp*/deploy/deb")), debs)
+            done[board] = Packages(board, bd, r, debs)
+        return done[board]
+
+    return packages

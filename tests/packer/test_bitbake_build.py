@@ -1,12 +1,16 @@
 """Real BitBake builds the layer's four recipes through compile, install, package, QA and
-do_package_write_deb (tests/yocto.py's "package" build: OE-core + meta-arm + meta-xilinx-core,
+do_package_write_deb (tests/yocto.py's "package" builds: OE-core + meta-arm + meta-xilinx-core,
 Debian's aarch64 cross toolchain as meta-arm-toolchain's external toolchain,
-tests/yocto_toolchain.py), for the qemu board's and kv260's layers, with
-OE-core's default ERROR_QA/WARN_QA (one configuration: MACHINE qemuarm64 with the boards'
-MACHINE names as overrides, as in test_bitbake.py, so kv260's COMPATIBLE_MACHINE recipes build): no ERROR and no WARNING. Then the packages themselves are
-the test: file lists, dependencies (``dpkg-deb``), q25tok built with the toolchain's flags
-(GNU_HASH, OE's dynamic linker from LDFLAGS, debug info split into -dbg, no build path), the
-boot service's systemd registration; and a recipe that strips q25tok itself fails QA.
+tests/yocto_toolchain.py), for the qemu board's and kv260's layers, with OE-core's default
+ERROR_QA/WARN_QA: no ERROR and no WARNING. The qemu board builds with MACHINE qemuarm64 (with
+the boards' MACHINE names as overrides, as in test_bitbake.py); kv260 with its own MACHINE,
+k26-smk-kv-sdt: meta-kria's machine configuration chain (a stand-in,
+tests/data/yocto/meta-kria-stand-in) on meta-xilinx-core's zynqmp-ev-generic.conf, so its
+tune, MACHINE_ARCH and SoC overrides are a Zynq UltraScale+ EV machine's. Then the packages
+themselves are the test: package arch directories, file lists, dependencies (``dpkg-deb``),
+q25tok built with the toolchain's flags (GNU_HASH, OE's dynamic linker from LDFLAGS, debug
+info split into -dbg, no build path), the boot service's systemd registration; and a recipe
+that strips q25tok itself fails QA.
 
 Only the first series of ``Q25_BITBAKE_SERIES`` (scarthgap first); ``Q25_BITBAKE_BOARDS``
 narrows the boards (qemu, kv260)."""
@@ -19,11 +23,20 @@ from pathlib import Path
 
 import pytest
 from requirements import need_program
-from yocto import LAYER, PACKAGE, SERIES, edited_layer, selected
+from yocto import PACKAGE, RECIPES, SERIES, board_machine, board_machines, edited_layer, selected
 
-RUNTIME, ASSETS, REGIONS, GROUP = "q25-tokenizer-runtime", "q25-model-assets", "q25-regions", "packagegroup-q25"
-RECIPES = (RUNTIME, ASSETS, REGIONS, GROUP)
+RUNTIME, ASSETS, REGIONS, GROUP = RECIPES
 BOARDS = [b for b in selected("Q25_BITBAKE_BOARDS", ("qemu", "kv260")) if b in ("qemu", "kv260")]
+# per board: MACHINE, its MACHINE_ARCH (the deploy directory of MACHINE packages) and the
+# tune's package arch (TUNE_PKGARCH: the deploy directory of compiled packages)
+MACHINES = {
+    "qemu": ("qemuarm64", "qemuarm64", "cortexa57"),  # OE-core's qemuarm64.conf: DEFAULTTUNE cortexa57
+    # meta-xilinx-core's soc-zynqmp.inc: DEFAULTTUNE cortexa72-cortexa53 (one package arch
+    # for ZynqMP's Cortex-A53 and Versal's Cortex-A72), kept by zynqmp-ev-generic.conf
+    "kv260": ("k26-smk-kv-sdt", "k26_smk_kv_sdt", "cortexa72-cortexa53"),
+}
+MACHINE_VARS = ["MACHINE", "MACHINE_ARCH", "TUNE_PKGARCH", "DEFAULTTUNE", "MACHINEOVERRIDES", "SOC_FAMILY"]
+MACHINE_VARS += ["MACHINE_FEATURES", "PACKAGE_ARCH", "TARGET_PREFIX", "TUNE_CCARGS"]
 
 
 def _series() -> str:
@@ -34,10 +47,6 @@ def _build(ws, layer: Path, name: str, *targets: str):
     bd = ws.build(_series(), PACKAGE)
     bd.install(name, layer)
     return bd, bd.bitbake(*targets, label=f"bitbake {' '.join(targets)} ({name})")
-
-
-def _deploy(bd) -> Path:
-    return next(bd.path.glob("tmp*/deploy/deb"))
 
 
 def _deb(deploy: Path, pkg: str) -> Path:
@@ -62,16 +71,9 @@ def _depends(deb: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module", params=BOARDS)
-def built(request, ws, builds):
-    need_program("dpkg-deb", "Debian: dpkg")
-    board = request.param
-    bd, r = _build(ws, builds[board] / LAYER, board, *RECIPES)
-    problems = r.errors() + [ln for ln in r.output.splitlines() if ln.startswith("WARNING")]
-    assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-4000:]
-    assert re.search(
-        r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded", r.output
-    )
-    return board, bd, _deploy(bd)
+def built(request, bitbake_packages):
+    pkgs = bitbake_packages(request.param)
+    return request.param, pkgs.bd, pkgs.debs
 
 
 def test_packages_and_files(built, tmp_path):
@@ -89,12 +91,49 @@ def test_packages_and_files(built, tmp_path):
     assert "/usr/include/q25_memory_map.h" in _files(_deb(deploy, f"{ASSETS}-dev"))
     regions = _files(_deb(deploy, REGIONS))
     assert {"/usr/sbin/q25-regions", "/usr/lib/systemd/system/q25-regions.service"} <= regions, regions
-    # the assets are one board's memory plan: a MACHINE package (the build's MACHINE is
-    # qemuarm64, with kv260's MACHINE names as overrides: tests/yocto.py)
-    assert _deb(deploy, ASSETS).parent.name == _deb(deploy, GROUP).parent.name == "qemuarm64"
-    assert _deb(deploy, RUNTIME).parent.name not in ("qemuarm64", "all")  # the tune's
-    assert _deb(deploy, REGIONS).parent.name == "all"
+    # the assets are one board's memory plan: a MACHINE package (the qemu board's build is
+    # qemuarm64, kv260's its own MACHINE: tests/yocto.py); q25tok is the tune's
+    _, machine_arch, tune_arch = MACHINES[board]
+    dirs = {pkg: _deb(deploy, pkg).parent.name for pkg in RECIPES}
+    print(f"\n{board}: package arch directories {dirs}")
+    assert dirs[ASSETS] == dirs[GROUP] == machine_arch, dirs
+    assert dirs[RUNTIME] == tune_arch, dirs
+    assert dirs[RUNTIME] not in (machine_arch, "all")
+    assert dirs[REGIONS] == "all"
     assert _control(_deb(deploy, RUNTIME))["Architecture"] == "arm64"
+    assert _control(_deb(deploy, ASSETS))["Architecture"] == _control(_deb(deploy, GROUP))["Architecture"] == "arm64"
+
+
+def test_the_machine_configuration(built):
+    """What BitBake built with: qemuarm64 with every board's MACHINE names as overrides for the
+    qemu board; for kv260 its own MACHINE (the board file's first yocto_machine), a ZynqMP EV
+    machine of meta-xilinx-core's (SoC family, overrides, tune, Mali-400 and VCU features) with
+    meta-kria's Kria overrides, and no qemuarm64 in it; Debian's triplet and the tune's -mcpu."""
+    board, bd, _ = built
+    machine, machine_arch, tune_arch = MACHINES[board]
+    ans = bd.probe([RUNTIME, ASSETS], MACHINE_VARS, label=f"tinfoil probe (MACHINE of {board})")
+    v = ans["recipes"][RUNTIME]["vars"]
+    overrides = v["MACHINEOVERRIDES"].split(":")
+    print(f"\n{board}: " + ", ".join(f"{k} {v[k]}" for k in MACHINE_VARS if k != "PACKAGE_ARCH"))
+    assert (v["MACHINE"], v["MACHINE_ARCH"], v["TUNE_PKGARCH"]) == (machine, machine_arch, tune_arch), v
+    assert v["PACKAGE_ARCH"] == tune_arch
+    assert ans["recipes"][ASSETS]["vars"]["PACKAGE_ARCH"] == machine_arch
+    assert v["TARGET_PREFIX"] == "aarch64-linux-gnu-", v  # meta-arm's tcmode found Debian's triplet
+    if board == "qemu":
+        assert "qemuarm64" in overrides and set(board_machines()) <= set(overrides), overrides
+        return
+    assert machine == board_machine(board)
+    assert v["SOC_FAMILY"] == "zynqmp" and v["DEFAULTTUNE"] == tune_arch, v
+    # the tune's TUNE_FEATURES "aarch64 crc cortexa72-cortexa53", and q25tok compiled with it
+    # by Debian's gcc (the recipe's compile log)
+    assert "-mcpu=cortex-a72.cortex-a53+crc" in v["TUNE_CCARGS"].split(), v["TUNE_CCARGS"]
+    [log] = bd.path.glob(f"tmp*/work/{tune_arch}-*-linux/{RUNTIME}/*/temp/log.do_compile")
+    assert f"{v['TARGET_PREFIX']}gcc {v['TUNE_CCARGS'].strip()}" in " ".join(log.read_text().split()), log
+    soc = ["zynqmp", "zynqmp-generic", "zynqmp-ev-generic", "cortexa72-cortexa53"]  # meta-xilinx-core, OE-core's tune
+    kria = ["kria", "k26-kria", "k26-smk", machine]  # meta-kria's (the stand-in's)
+    assert set(soc + kria) <= set(overrides), overrides
+    assert not {"qemuarm64", "qemuall", "xilinx-k26-kv"} & set(overrides), overrides
+    assert {"mali400", "vcu", "fpga-overlay"} <= set(v["MACHINE_FEATURES"].split()), v["MACHINE_FEATURES"]
 
 
 def test_dependencies(built):
