@@ -195,7 +195,12 @@ class PendingLogin:
         if argv is None or len(self.login.control or "") > 100:  # a unix socket path holds 108 bytes
             self.close()
             raise openssh.Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
-        self.master: openssh._Login | None = openssh._Login(argv)
+        self.master: openssh._Login | None = None
+        try:
+            self.master = openssh._Login(argv)
+        except OSError:
+            self.close()
+            raise
 
     def wait(self) -> openssh._Login:
         """The logged-in master; the error paramiko's session would give where it did not log in
