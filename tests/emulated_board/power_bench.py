@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import power
+from . import power, write_log
 from .qemu import make_disk
 
 DTSI = "reserved-memory.dtsi"
+WRITE_LOG = "write log"  # the cut model of the crash states (the table's column)
 SERVICE = Path("meta-q25") / "recipes-q25" / "q25-regions" / "files" / "q25-regions"
 
 
@@ -168,3 +169,31 @@ def reconciled(view: power.DiskView, warnings: list[str]) -> str | None:
     if view.state_agrees or any(("switch" in w or "current" in w) for w in warnings):
         return None
     return f"state says {view.state and view.state.get('current')}, current {view.current}: no run said so"
+
+
+def crash_campaign(cls: str, bench: Bench, tmp_path: Path, logged, next_run) -> None:
+    """Each seed: a crash state of the logged run (``logged``: base image, log, sector size,
+    entries) checked from outside; the first ``Q25_CRASH_BOOTS`` (default 1) and every one whose
+    state file disagrees with ``current`` booted, then ``next_run(board, view)`` (a failure or
+    None). Every seed goes into the campaign table."""
+    base, log, sectorsize, entries = logged
+    failures = []
+    booted = 0
+    for seed in power.seeds():
+        state = write_log.choose(seed, entries)
+        image = write_log.build(base, log, sectorsize, entries, state, tmp_path / "crash.img")
+        view = power.read_disk(image, bench.work / f"{cls}-{seed}")
+        problems = list(view.problems)
+        boot = not problems and (booted < int(os.environ.get("Q25_CRASH_BOOTS") or 1) or not view.state_agrees)
+        if boot:
+            booted += 1
+            view, board, problems = bench.after_cut(f"{cls}-{seed}", disk=image, view=view)
+            problems += [p for p in [None if problems else next_run(board, view)] if p]
+            board.qemu.stop()
+        failure = "; ".join(problems) or None
+        disagrees = "" if view.state_agrees else " (state disagrees)"
+        what = f"{state.describe()}: current {view.current}{disagrees}{', booted' if boot else ''}"
+        power.CAMPAIGN.cut(cls, WRITE_LOG, seed, failure, what)
+        if failure:
+            failures.append(f"seed {seed} ({state.describe()}): {failure}")
+    assert not failures, failures

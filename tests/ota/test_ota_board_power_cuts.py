@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from emulated_board import power, write_log
-from emulated_board.power_bench import Bench, streamed
+from emulated_board.power_bench import Bench, crash_campaign, streamed
 from ota_helpers import cpio_members, mender_tree, package
 from requirements import need_program
 
@@ -193,19 +193,24 @@ def test_power_cuts_during_an_ota_install(engine, boot_board, ota_builds, q25tok
 
 
 @pytest.mark.parametrize("engine", [Mender, SWUpdate], ids=["mender", "swupdate"])
-def test_an_ota_install_is_on_the_disk_when_the_engine_reports_it(
-    engine, boot_board, ota_builds, q25tok_aarch64, tmp_path
-):
-    """The disk behind QEMU's write log (write_log.py): what was flushed when the engine's last
-    step returned holds the new release (the power may go the next instant)."""
+def test_crash_states_of_an_ota_install(engine, boot_board, ota_builds, q25tok_aarch64, tmp_path):
+    """The disk behind QEMU's write log (write_log.py) during an install: what was flushed when
+    the engine's last step returned holds the new release (the power may go the next instant);
+    then each seed's crash state (writes after a flush dropped in a random subset) is checked
+    from outside, and the first one and any whose state file disagrees with ``current`` boots:
+    the boot service loads its release, the engine recovers as after a power loss (Mender rolls
+    back an update it had not committed), the state agrees and the install runs again."""
     need_program("debugfs", "Debian: e2fsprogs")
-    eng = engine([ota_builds["B"], ota_builds["A"]], tmp_path / "packages")
+    builds = [ota_builds["B"], ota_builds["A"]]
+    eng = engine(builds, tmp_path / "packages")
     bench = Bench.make(
         boot_board, ota_builds["A"], tmp_path, extra_files={"usr/bin/q25tok": q25tok_aarch64.read_bytes()}
     )
     board = bench.boot()
     eng.prepare(board, 1)
     assert streamed(board, eng.install_for(1), []) == 0
+    old = board.sh(f"readlink {INSTALL}/current")[1].strip().removeprefix("releases/")
+    bench.builds[old] = builds[1]
     board.qemu.stop()
     base, log = tmp_path / "base.img", tmp_path / "write.log"
     shutil.copyfile(bench.disk, base)
@@ -224,3 +229,17 @@ def test_an_ota_install_is_on_the_disk_when_the_engine_reports_it(
     assert view.current == new and view.state_agrees and not view.problems, (
         f"{eng.name} reported {new} installed; flushed by then: {view.current} ({state.describe()}), {view.problems}"
     )
+    bench.builds[new] = builds[0]
+
+    def next_run(b, view) -> str | None:
+        eng.recover(b, [], 0)  # nothing says the update was committed: Mender rolls it back
+        again: list[str] = []
+        problem = _settled(b)
+        if problem is None:
+            eng.prepare(b, 0)
+            if streamed(b, eng.install_for(0), again) != 0:
+                return f"the next install failed: {again[-3:]}"
+            problem = _settled(b)
+        return problem
+
+    crash_campaign(eng.name, bench, tmp_path, (base, log, sectorsize, entries), next_run)

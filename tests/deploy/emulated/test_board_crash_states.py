@@ -11,20 +11,14 @@ succeeds and sends only what is missing.
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
 from emulated_board import power, write_log
-from emulated_board.power_bench import Bench, board_release, missing_bounds, reconciled
+from emulated_board.power_bench import Bench, board_release, crash_campaign, missing_bounds, reconciled
 from requirements import need_program
 
 pytestmark = pytest.mark.board
-MODEL = "write log"
-
-
-def _boots() -> int:
-    return int(os.environ.get("Q25_CRASH_BOOTS") or 1)
 
 
 @pytest.fixture
@@ -67,30 +61,6 @@ def _logged(bench, board, tmp_path, operation):
     return base, log, sectorsize, entries
 
 
-def _crash_campaign(cls, bench, tmp_path, logged, next_run) -> None:
-    base, log, sectorsize, entries = logged
-    failures = []
-    booted = 0
-    for seed in power.seeds():
-        state = write_log.choose(seed, entries)
-        image = write_log.build(base, log, sectorsize, entries, state, tmp_path / "crash.img")
-        view = power.read_disk(image, bench.work / f"{cls}-{seed}")
-        problems = list(view.problems)
-        boot = not problems and (booted < _boots() or not view.state_agrees)
-        if boot:
-            booted += 1
-            view, board, problems = bench.after_cut(f"{cls}-{seed}", disk=image, view=view)
-            problems += [p for p in [None if problems else next_run(board, view)] if p]
-            board.qemu.stop()
-        failure = "; ".join(problems) or None
-        disagrees = "" if view.state_agrees else " (state disagrees)"
-        what = f"{state.describe()}: current {view.current}{disagrees}{', booted' if boot else ''}"
-        power.CAMPAIGN.cut(cls, MODEL, seed, failure, what)
-        if failure:
-            failures.append(f"seed {seed} ({state.describe()}): {failure}")
-    assert not failures, failures
-
-
 def _next_deploy(bench, build, *extra):
     def run(board, view):
         code, res = bench.timed(board.q25("deploy", build, "--strict", *extra))
@@ -113,14 +83,14 @@ def test_crash_states_of_a_full_deploy(bench, builds, build_b, q25tok_aarch64, t
     board = bench.boot()
     _ok(bench, board, builds["qemu"], *rt)
     logged = _logged(bench, board, tmp_path, lambda b: _ok(bench, b, build_b, "--strict", *rt))
-    _crash_campaign("deploy", bench, tmp_path, logged, _next_deploy(bench, build_b, *rt))
+    crash_campaign("deploy", bench, tmp_path, logged, _next_deploy(bench, build_b, *rt))
 
 
 def test_crash_states_of_a_tokenizer_only_deploy(bench, builds, build_a2, q25tok_aarch64, tmp_path):
     board = bench.boot()
     _ok(bench, board, builds["qemu"], "--runtime-bin", str(q25tok_aarch64))
     logged = _logged(bench, board, tmp_path, lambda b: _ok(bench, b, build_a2, "--tokenizer-only", "--strict"))
-    _crash_campaign("tokenizer-only", bench, tmp_path, logged, _next_deploy(bench, build_a2, "--tokenizer-only"))
+    crash_campaign("tokenizer-only", bench, tmp_path, logged, _next_deploy(bench, build_a2, "--tokenizer-only"))
 
 
 def test_crash_states_of_a_rollback(bench, builds, build_b, q25tok_aarch64, tmp_path):
@@ -139,4 +109,4 @@ def test_crash_states_of_a_rollback(bench, builds, build_b, q25tok_aarch64, tmp_
             return f"the next rollback failed: {res.get('error')}"
         return reconciled(view, res.get("warnings", []))
 
-    _crash_campaign("rollback", bench, tmp_path, logged, next_run)
+    crash_campaign("rollback", bench, tmp_path, logged, next_run)
