@@ -3,8 +3,35 @@ errors become messages) and one module per command group, each adding its own su
 (``add_commands``) and holding its handlers: ``models``, ``tokens``, ``build``, ``runtime``,
 ``deploy``; ``common`` holds what they share.
 
-Exports ``main`` (returns the exit code: for tests and callers) and ``run`` (the program)."""
+Exports ``main`` (returns the exit code: for tests and callers) and ``run`` (the program, which
+starts a board command's first logins before it loads the rest: :mod:`.early`)."""
 
-from .main import main, run
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from .main import main
+
+
+def run() -> NoReturn:
+    """The ``q25deploy`` program (console script, ``python -m q25deploy``)."""
+    from .early import begin_logins
+
+    early = begin_logins(sys.argv[1:])
+    from .main import run as run_main
+
+    run_main(early)
+
+
+def __getattr__(name: str):
+    if name == "main":  # loaded on first use, so that the program can log in first
+        from .main import main as f
+
+        globals()["main"] = f  # (importing .main bound the submodule to this name)
+        return f
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["main", "run"]

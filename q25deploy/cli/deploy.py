@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import phases
 from ..errors import UsageError
 from .common import positive_int, report_failures
+from .early import DEFAULT_JOBS, TRANSFERS
 
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
 #: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
@@ -55,7 +56,13 @@ def add_commands(sub) -> None:
         "(needs a NOPASSWD rule for it on the board; default: the board file's [ssh] become, else none)",
     )
     c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
-    c.add_argument("--jobs", type=positive_int, default=4, metavar="N", help="boards in parallel (default 4)")
+    c.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help=f"boards in parallel (default {DEFAULT_JOBS})",
+    )
     c.add_argument("--json", action="store_true", help="per-host results as JSON")
     dp = sub.add_parser(
         "deploy",
@@ -87,7 +94,7 @@ def add_commands(sub) -> None:
     )
     dp.add_argument(
         "--transfer",
-        choices=("auto", "openssh", "paramiko"),
+        choices=TRANSFERS,
         default="auto",
         help="how the session and its files reach the board: auto (default) runs the whole session "
         "through one login of OpenSSH's ssh client, shared by every command and file (no paramiko "
@@ -159,7 +166,7 @@ def _fleet(a: argparse.Namespace):
     # the first boards' logins start before the plugin manager and the deploy modules load
     # (0.04 s each here, an OpenSSH login 0.13 s), with the board file the target will
     # resolve to; a login whose user or port the resolved target changes is replaced
-    pending = _begin_logins(a, opts, _early_board(a))
+    pending = _begin_logins(a, opts, _early_board(a), getattr(a, "early_logins", None))
     try:
         from ..plugin.manager import make_plugin_manager, resolve_target
 
@@ -209,7 +216,11 @@ def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = Non
     from ..deploy.sshboard import begin_login
     from ..errors import Q25Error
 
-    started = dict(started or {})
+    mine: dict = {}
+    while started:  # taken over: from here on these are this command's to end
+        name, login = started.popitem()
+        mine[name] = login
+    started = mine
     wanted: dict = {}
     try:
         if board is not None and not getattr(a, "svg", None):
@@ -218,7 +229,7 @@ def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = Non
             wanted = {s.name: s for s in host_list(opts, board.ssh_user, board.ssh_port)[: opts.jobs]}
     except Q25Error:
         wanted = {}  # the command's own checks, later, report it
-    for name in [n for n in started if n not in wanted]:
+    for name in [n for n in started if n not in wanted or not started[n].matches(opts.identity, opts.known_hosts)]:
         started.pop(name).close()
     for name, spec in wanted.items():
         if name not in started:

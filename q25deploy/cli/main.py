@@ -152,19 +152,25 @@ def _one_line(text: str) -> str:
     return printable(" ".join(str(text).split()))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, early: dict | None = None) -> int:
+    """Run the command ``argv``; ``early``: logins :func:`.early.begin_logins` started for it
+    (the command adopts those it would make itself; the others end here)."""
+    early = early if early is not None else {}
     try:
-        return _main(argv)
+        return _main(argv, early)
     finally:
+        while early:
+            early.popitem()[1].close()
         phases.write()  # Q25_PHASE_TIMES (benchmarks): where the time went
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, early: dict) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(plugin_commands=False)  # built once for a core command (0.03-0.05 s each)
     if wants_plugin_commands(argv, _choices(parser)):
         parser = build_parser(plugin_commands=True)
     args = parser.parse_args(argv)
+    args.early_logins = early  # a board command adopts (pops) the logins it wants
     validate(args)  # usage errors argparse cannot see (MODEL and --model differ): exit 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -185,12 +191,13 @@ def _main(argv: Sequence[str] | None) -> int:
         )
 
 
-def run() -> NoReturn:
-    """The ``q25deploy`` program (console script, ``python -m q25deploy``): :func:`main`, then
-    out without tearing the interpreter down. Every file the command wrote is closed by then and
+def run(early: dict | None = None) -> NoReturn:
+    """The ``q25deploy`` program (console script, ``python -m q25deploy``): :func:`main` (with
+    the ``early`` logins :func:`q25deploy.cli.run` started), then out without tearing the
+    interpreter down. Every file the command wrote is closed by then and
     every board session ended; what is left is freeing a few thousand objects and modules one
     by one (fabric, paramiko, cryptography), 0.10-0.15 s of a status that takes 0.5 s."""
-    code = main()
+    code = main(early=early)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

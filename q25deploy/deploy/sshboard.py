@@ -202,6 +202,11 @@ class PendingLogin:
             self.close()
             raise
 
+    def matches(self, identity: str | None, known_hosts: str | None) -> bool:
+        """Whether this is the login a session with ``identity`` and ``known_hosts`` makes."""
+        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+        return self.login.identity == identity and self.known_hosts == str(path)
+
     def wait(self) -> openssh._Login:
         """The logged-in master; the error paramiko's session would give where it did not log in
         (:class:`openssh.Unavailable` where paramiko might)."""
