@@ -213,7 +213,7 @@ def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = Non
     --svg`` (it reads the build before any board is contacted)."""
     from ..deploy.become import prefix as become_prefix
     from ..deploy.options import host_list
-    from ..deploy.sshboard import begin_login
+    from ..deploy.sshboard import begin_logins
     from ..errors import Q25Error
 
     mine: dict = {}
@@ -231,18 +231,7 @@ def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = Non
         wanted = {}  # the command's own checks, later, report it
     for name in [n for n in started if n not in wanted or not started[n].matches(opts.identity, opts.known_hosts)]:
         started.pop(name).close()
-    for name, spec in wanted.items():
-        if name not in started:
-            login = begin_login(
-                spec,
-                identity=opts.identity,
-                known_hosts=opts.known_hosts,
-                transfer=opts.transfer,
-                trust_new_host=opts.trust_new_host,
-            )
-            if login is not None:
-                started[name] = login
-    return started
+    return begin_logins(wanted.values(), opts, started)
 
 
 def cmd_fleet(a: argparse.Namespace) -> int:

@@ -88,7 +88,7 @@ def begin_logins(argv: Sequence[str]) -> dict:
             return {}
         from ..deploy.become import prefix as become_prefix
         from ..deploy.options import Options, host_list
-        from ..deploy.sshboard import begin_login
+        from ..deploy.sshboard import begin_logins
 
         if "--become" in opts:
             become_prefix(opts["--become"])
@@ -107,19 +107,7 @@ def begin_logins(argv: Sequence[str]) -> dict:
         specs = host_list(wanted, board.ssh_user, board.ssh_port)[:jobs]
     except (Q25Error, ValueError):
         return {}
-    started: dict = {}
-    for spec in specs:
-        if spec.name not in started:
-            login = begin_login(
-                spec,
-                identity=wanted.identity,
-                known_hosts=wanted.known_hosts,
-                transfer=wanted.transfer,
-                trust_new_host=wanted.trust_new_host,
-            )
-            if login is not None:
-                started[spec.name] = login
-    return started
+    return begin_logins(specs, wanted, {})
 
 
 def _board(opts: dict):

@@ -242,6 +242,23 @@ def begin_login(
         return None
 
 
+def begin_logins(specs, opts, started: dict) -> dict:
+    """:func:`begin_login` for each of ``specs`` that ``started`` (host name → PendingLogin)
+    has none for, as ``opts`` (:class:`~.options.Options`) asks; returns ``started``."""
+    for spec in specs:
+        if spec.name not in started:
+            login = begin_login(
+                spec,
+                identity=opts.identity,
+                known_hosts=opts.known_hosts,
+                transfer=opts.transfer,
+                trust_new_host=opts.trust_new_host,
+            )
+            if login is not None:
+                started[spec.name] = login
+    return started
+
+
 class OpenSshBoard(BoardBase):
     """A connected board through one ``ssh`` master (see the module text)."""
 
