@@ -110,3 +110,14 @@ def test_crash_states_of_a_rollback(bench, builds, build_b, q25tok_aarch64, tmp_
         return reconciled(view, res.get("warnings", []))
 
     crash_campaign("rollback", bench, tmp_path, logged, next_run)
+
+
+def test_crash_states_of_the_boot_services_load(bench, builds, q25tok_aarch64, tmp_path):
+    """The boot is the logged operation: the boot service loads current's partitions into the
+    regions and records the load on the disk (.q25deploy-loaded); every crash state boots into
+    the same release, loaded again where its record of the load was lost."""
+    rt = ("--runtime-bin", str(q25tok_aarch64))
+    board = bench.boot()
+    release = _ok(bench, board, builds["qemu"], *rt)["release"]
+    logged = _logged(bench, board, tmp_path, lambda b: {"release": release})
+    crash_campaign("boot-load", bench, tmp_path, logged, lambda b, view: reconciled(view, []))
