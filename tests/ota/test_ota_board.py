@@ -238,3 +238,36 @@ def test_a_kept_copy_of_the_release_that_does_not_verify_is_replaced(tmp_path, b
     assert after["current"] == ("link", f"releases/{rid_a}") and after[".q25deploy-state.json"][1]["previous"]
     mine = lambda tree: {k: v for k, v in tree.items() if k.startswith(f"releases/{rid_a}")}  # noqa: E731
     assert mine(after) == mine(good)  # A whole again, byte for byte
+
+
+def test_a_cut_between_the_switch_and_the_state_write_is_settled_by_the_next_install(
+    tmp_path, bb, q25tok_bin, ota_builds
+):
+    """Found by the write-log campaign (issue 24; swupdate, seed 24019): the disk kept the
+    switch of current to the new release and lost the state file's write after it. SWUpdate
+    keeps no record of an interrupted update, so the board boots the new release with the old
+    state; the next install finishes that switch from the state the install recorded before it
+    (.q25-ota/state.new), says so, and goes on."""
+    board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
+    a = mender_tree(package(ota_builds["A"], "mender", tmp_path / "a.mender"), tmp_path / "tree-a")
+    b = mender_tree(package(ota_builds["B"], "mender", tmp_path / "b.mender"), tmp_path / "tree-b")
+    assert sh(bb, board, "install", str(a / "files")).returncode == 0
+    state = board / INSTALL / ".q25deploy-state.json"
+    before = state.read_bytes()
+    r = sh(bb, board, "install", str(b / "files"))
+    assert r.returncode == 0, r.stderr
+    new = os.readlink(board / INSTALL / "current").removeprefix("releases/")
+    state.write_bytes(before)  # the crash state: the switch on the disk, the state write lost
+    assert json.loads(state.read_text())["current"] != new
+    r = sh(bb, board, "install", str(b / "files"))
+    assert r.returncode == 0, r.stderr
+    assert f"finished the switch to releases/{new} that an earlier install was cut in" in r.stderr, r.stderr
+    doc = json.loads(state.read_text())
+    assert doc["current"] == new and os.readlink(board / INSTALL / "current") == f"releases/{new}"
+    assert doc["previous"] == json.loads(before)["current"]
+    # a state.new that is not what the script wrote is refused, not copied into place
+    state.write_bytes(before)
+    (board / INSTALL / ".q25-ota" / "state.new").write_text('{"format": "q25deploy-board-state/1", "current": "x"}')
+    r = sh(bb, board, "install", str(b / "files"))
+    assert r.returncode != 0 and "is not what q25-ota wrote there" in r.stderr, r.stderr
+    assert state.read_bytes() == before

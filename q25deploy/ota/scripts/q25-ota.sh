@@ -227,6 +227,11 @@ state_record() {  # RID DEPLOYED-AT IMAGE LAST(0|1)
 }
 
 write_state() {  # NEW-ID PREVIOUS-ID(or "") NOW
+    q_body=$(state_body "$@") || exit 1
+    printf '%s\n' "$q_body" | put "$STATE" || exit 1
+}
+
+state_body() {  # NEW-ID PREVIOUS-ID(or "") NOW -> the state file's text
     new=$1; prev=$2
     prev_at=''; prev_image=''
     if [ -n "$prev" ]; then
@@ -248,7 +253,24 @@ write_state() {  # NEW-ID PREVIOUS-ID(or "") NOW
         echo "  }"
         echo "}"
     ) || exit 1
-    printf '%s\n' "$body" | put "$STATE" || exit 1
+    printf '%s\n' "$body"
+}
+
+settle() {  # a cut between an install's switch and its state write (a disk's lost write cache leaves
+    # that): current names the release this script's records say it was installing, the state file
+    # the one before; the state that install recorded for after its switch becomes the state
+    [ -f "$OTA/new" ] && [ -f "$OTA/state.new" ] && [ -L "$BASE/current" ] || return 0
+    no_link "$OTA/state.new"
+    q_new=$(ota_get new rid) || exit 1
+    q_old=$(ota_get old rid-or-empty) || exit 1
+    q_link=$(current_release) || exit 1
+    q_cur=$(state_top current) || exit 1
+    { [ "$q_link" = "$q_new" ] && [ "$q_cur" = "$q_old" ] && [ "$q_cur" != "$q_new" ]; } || return 0
+    [ "$(json_value "$OTA/state.new" format)" = '"q25deploy-board-state/1"' ] &&
+        [ "$(json_value "$OTA/state.new" current)" = "\"$q_new\"" ] ||
+        die "$OTA/state.new: '$(head -c 80 "$OTA/state.new" | tr -d '\n')' is not what q25-ota wrote there"
+    put "$STATE" < "$OTA/state.new" || exit 1
+    say "finished the switch to releases/$q_new that an earlier install was cut in (the state file said ${q_old:-nothing})"
 }
 
 switch_current() {  # RID: one rename where mv has -T; BusyBox's mv falls back to ln -sfn
@@ -401,6 +423,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     check_reserved
     mkdir -p "$BASE/releases" "$OTA" || die "cannot create $BASE/releases"
     no_link "$BASE/releases" "$OTA"
+    settle
     old=$(state_top current) || exit 1
     staging="$BASE/releases/.incoming-ota"
     rm -rf "$staging" "$staging.files"; mkdir "$staging" || die "cannot create $staging"
@@ -433,8 +456,11 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     for q_rec in "old $old" "created $created" "new $RELEASE"; do
         echo "${q_rec#* }" | put "$OTA/${q_rec%% *}" || exit 1
     done
+    # the state after the switch, recorded before it: a cut between the two is settled from it
+    q_state=$(state_body "$RELEASE" "$old" "$(date -u +%Y-%m-%dT%H:%M:%SZ)") || exit 1
+    printf '%s\n' "$q_state" | put "$OTA/state.new" || exit 1
     switch_current "$RELEASE"
-    write_state "$RELEASE" "$old" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    printf '%s\n' "$q_state" | put "$STATE" || exit 1
     for rdir in "$BASE"/releases/*; do  # older releases go (only ours: release ids under releases/)
         rid=${rdir##*/}
         is_rid "$rid" && [ ! -L "$rdir" ] && [ -d "$rdir" ] && [ "$rid" != "$RELEASE" ] && [ "$rid" != "$old" ] &&
