@@ -163,10 +163,10 @@ def _fleet(a: argparse.Namespace):
         transfer=getattr(a, "transfer", "auto"),
         allow_unreserved=getattr(a, "allow_unreserved", False),
     )
-    # the first boards' logins start before the plugin manager and the deploy modules load
-    # (0.04 s each here, an OpenSSH login 0.13 s), with the board file the target will
-    # resolve to; a login whose user or port the resolved target changes is replaced
-    pending = _begin_logins(a, opts, _early_board(a), getattr(a, "early_logins", None))
+    # the program started the first boards' logins before it loaded the command line's modules
+    # (cli/early.py); they are this command's once the target is resolved, and the plugin
+    # manager and the deploy modules load while they go on
+    pending: dict = {}
     try:
         from ..plugin.manager import make_plugin_manager, resolve_target
 
@@ -179,7 +179,7 @@ def _fleet(a: argparse.Namespace):
                 f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)"
             )
         opts.build_dir = build_dir
-        pending = _begin_logins(a, opts, target.board, pending)
+        pending = _begin_logins(a, opts, target.board, getattr(a, "early_logins", None))
         from ..deploy.fleet import Fleet
 
         return Fleet(opts, target, pm, pending)
@@ -189,37 +189,21 @@ def _fleet(a: argparse.Namespace):
         raise
 
 
-def _early_board(a: argparse.Namespace):
-    """The board file ``--target-file`` or the built-in ``--target`` names, read without the
-    plugin manager, or None (resolving the target then says what is wrong)."""
-    from ..board.boardfile import load_board
-    from ..errors import Q25Error
-    from ..resources import data_dir
-
-    try:
-        if a.target_file:
-            return load_board(a.target_file)
-        path = data_dir("targets") / f"{a.target}.toml" if a.target else None
-        return load_board(path) if path and path.is_file() else None
-    except Q25Error:
-        return None
-
-
 def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = None) -> dict:
     """Logins (host name → :class:`~q25deploy.deploy.sshboard.PendingLogin`) to the first
-    ``--jobs`` boards with ``board``'s SSH defaults; of ``started``, those still wanted are
-    kept and the others ended. None while a check that needs no board would fail (a bad
-    ``--become`` or host list: the command reports it before any login) or with ``status
-    --svg`` (it reads the build before any board is contacted)."""
+    ``--jobs`` boards with ``board``'s SSH defaults; of ``started`` (the program's early ones,
+    emptied: they are this command's now), those still wanted are kept and the others ended.
+    None while a check that needs no board would fail (a bad ``--become`` or host list: the
+    command reports it before any login) or with ``status --svg`` (it reads the build before
+    any board is contacted)."""
     from ..deploy.become import prefix as become_prefix
     from ..deploy.options import host_list
     from ..deploy.sshboard import begin_logins
     from ..errors import Q25Error
 
-    mine: dict = {}
-    while started:  # taken over: from here on these are this command's to end
-        name, login = started.popitem()
-        mine[name] = login
+    mine = dict(started or {})  # taken over: from here on these are this command's to end
+    if started:
+        started.clear()
     started = mine
     wanted: dict = {}
     try:

@@ -9,6 +9,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import DeployError, HostKeyError
@@ -40,6 +41,11 @@ def lost_errors() -> tuple[type[BaseException], ...]:
     when paramiko carries the session (looked up, not imported: it may not be loaded at all)."""
     paramiko = sys.modules.get("paramiko")
     return (TimeoutError, OSError, EOFError) + ((paramiko.SSHException,) if paramiko is not None else ())
+
+
+def known_hosts_path(known_hosts: str | None) -> Path:
+    """The known_hosts file a session checks: ``known_hosts`` (``~`` expanded), else the user's."""
+    return Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
 
 
 def changed_key(spec: HostSpec, known_hosts: str) -> HostKeyError:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import BinaryIO
 
 import paramiko
@@ -25,7 +24,17 @@ from fabric import Connection
 
 from ..errors import DeployError, HostKeyError
 from . import openssh
-from .boardbase import COMMAND_TIMEOUT, HASH_FILES, HASHER, RECEIVE, UPLOAD_TIMEOUT, BoardBase, changed_key, unknown_key
+from .boardbase import (
+    COMMAND_TIMEOUT,
+    HASH_FILES,
+    HASHER,
+    RECEIVE,
+    UPLOAD_TIMEOUT,
+    BoardBase,
+    changed_key,
+    known_hosts_path,
+    unknown_key,
+)
 from .hosts import HostSpec
 from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
@@ -70,7 +79,7 @@ class Board(BoardBase):
             spec.host, user=spec.user, port=spec.port, connect_timeout=connect_timeout, connect_kwargs=kwargs
         )
         client = self.conn.client
-        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+        path = known_hosts_path(known_hosts)
         if path.is_file():
             client.load_host_keys(str(path))
         elif known_hosts:

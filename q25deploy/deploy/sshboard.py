@@ -34,7 +34,7 @@ from ..errors import DeployError, HostKeyError, Q25Error
 from . import openssh
 from .agent import PLAIN
 from .algorithms import CIPHERS, MACS
-from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, unknown_key
+from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, known_hosts_path, unknown_key
 from .hosts import HostSpec
 
 CHUNK = 1 << 16
@@ -181,7 +181,7 @@ class PendingLogin:
     :class:`OpenSshBoard`; :meth:`close` ends one that no board adopted."""
 
     def __init__(self, spec: HostSpec, client: str, identity: str | None, known_hosts: str | None, timeout: float):
-        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+        path = known_hosts_path(known_hosts)
         if known_hosts and not path.is_file():
             raise HostKeyError(f"{known_hosts}: no such known_hosts file")
         self.spec, self.client, self.known_hosts = spec, client, str(path)
@@ -204,7 +204,7 @@ class PendingLogin:
 
     def matches(self, identity: str | None, known_hosts: str | None) -> bool:
         """Whether this is the login a session with ``identity`` and ``known_hosts`` makes."""
-        path = Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+        path = known_hosts_path(known_hosts)
         return self.login.identity == identity and self.known_hosts == str(path)
 
     def wait(self) -> openssh._Login:
