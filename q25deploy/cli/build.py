@@ -104,7 +104,13 @@ def cmd_build(a: argparse.Namespace) -> int:
     if a.json:
         print(
             json.dumps(
-                {"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note, **result.summary},
+                {
+                    "out": str(result.out),
+                    "up_to_date": result.up_to_date,
+                    "note": result.note,
+                    **result.summary,
+                    **({"payload": result.payload} if result.payload else {}),
+                },
                 indent=2,
             )
         )

@@ -8,8 +8,10 @@ The driver of :mod:`q25deploy.packer.stages`. It owns what the stages do not:
   paths and mtimes) records the inputs; an unchanged build returns at once, and a stage whose
   content key did not change is hard-linked from the previous build instead of rewritten;
   tokenizer assets of a model built before come from the content cache;
-- **overlap**: the payload copy and its two digest passes run in worker threads
-  (``concurrent.futures``) while the main thread builds the tokenizer;
+- **one pass per byte**: the payload (:func:`~q25deploy.packer.payload.pack`: shared or
+  copied, and hashed in the same read) runs in a worker thread while the main thread builds
+  the tokenizer; digests the content cache (:mod:`~q25deploy.packer.digest_cache`) knows are
+  not computed again;
 - **progress**: one line per stage through the ``progress`` callback.
 
 Reproducible: artifacts depend only on content (model bytes, board file, tool version).
@@ -47,6 +49,7 @@ class BuildResult:
     summary: dict
     note: str
     failures: list[PluginFailure]
+    payload: dict | None = None  # how the partitions were made (Payload.report); None when up to date
 
 
 @dataclass(frozen=True)
@@ -147,9 +150,9 @@ def build(
             src.sha256 = old.get("model_sha256")
     progress(f"reading {src.reference}")
     with _short_switch_interval():
-        summary, keys = _run(pm, req, Previous(req.out, old), progress)
+        summary, keys, report = _run(pm, req, Previous(req.out, old), progress)
     (req.out / layout.STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": src.sha256}))
-    return BuildResult(req.out, False, summary, note, failures)
+    return BuildResult(req.out, False, summary, note, failures, report)
 
 
 @contextmanager
@@ -166,34 +169,54 @@ def _short_switch_interval():
 
 @dataclass
 class Payload:
-    """The partitions' and tensors' digests, from the worker threads or the last build."""
+    """The partitions' and tensors' digests, and how the partitions were made (``report``:
+    bytes shared with the GGUF, copied, hard-linked from the last build, read to hash, and
+    where the digests came from; in the summary, never in an artifact)."""
 
     tensor_sha: dict[str, str]
     part_sha: list[str]
+    report: dict
 
 
-def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) -> dict[str, Future]:
-    """Copy the tensors into the partitions and hash (tensors; partitions + file) in parallel."""
-    from .payload import digest_pass, write_outputs
+@dataclass
+class _Job:
+    """The payload pass under way in a worker thread, and the digests the cache already had."""
 
-    path, n = str(src.path), len(p.files)
-    return {
-        "copy": pool.submit(write_outputs, path, p.pieces, [str(o.path(f)) for f in p.files], p.sizes),
-        "tensors": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=False, streams="pieces"),
-        "outputs": pool.submit(
-            digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None, streams="outputs"
-        ),
-    }
+    future: Future
+    tensor_sha: dict[str, str] | None
+    part_sha: list[str] | None
 
 
-def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dict]:
+def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) -> _Job:
+    """Put the tensors into the partitions in one pass (payload.pack), hashing only what the
+    content cache does not know: nothing, the partitions (a new plan), or everything."""
+    from . import digest_cache
+    from .payload import pack
+
+    tensor_sha = part_sha = None
+    if src.sha256:
+        tensor_sha, part_sha = digest_cache.lookup(src.sha256, {t.name for t in p.memory.tensors}, p.key, len(p.files))
+    future = pool.submit(
+        pack,
+        str(src.path),
+        p.pieces,
+        [str(o.path(f)) for f in p.files],
+        p.sizes,
+        hash_pieces=tensor_sha is None,
+        hash_outputs=part_sha is None,
+        file_digest=src.sha256 is None,
+    )
+    return _Job(future, tensor_sha, part_sha)
+
+
+def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dict, dict]:
     from ..model.gguf import GGUFFile
     from . import stages
     from .probe import KIND as PROBE_KIND
     from .probe import probe_record
 
     src, target = req.src, req.target
-    with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=3) as pool:
+    with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=1) as pool:
         info = stages.model_info(f)
         lic = stages.licence(src, info, req.license_id, req.license_file)
         p = stages.plan(pm, target, f)
@@ -203,12 +226,13 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         reused = old_tensor_sha is not None and prev.reuse(o, "partitions", part_key, p.files)
         if not reused:
             progress("copying tensors into partitions")
-        futures = {} if reused else _start_payload(pool, src, p, o)
+        job = None if reused else _start_payload(pool, src, p, o)
         if src.sha256 is None:
-            src.sha256 = futures["outputs"].result().file
+            assert job is not None  # a reused stage has a known model digest
+            src.sha256 = job.future.result().file
             remember_digest(src.path, src.sha256)
         tok_key = _tokenizer_stage(o, prev, f, src.sha256, info, p, progress)
-        payload = _finish_payload(o, prev, p, futures, old_tensor_sha)
+        payload = _finish_payload(o, prev, p, job, old_tensor_sha, src.sha256)
         progress("writing the memory plan")
         pmap = stages.partition_map(target, p, src.sha256, info, payload.tensor_sha, payload.part_sha)
         o.write_json(layout.PARTITION_MAP, pmap, "partition-map")
@@ -221,7 +245,8 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         ids = _layer_stage(pm, o, req, summary, p, lic)
         progress("recording the tensor probe's digests")
         o.write_json(layout.PROBE_DIGESTS, probe_record(f, pmap, ids), PROBE_KIND)
-    return summary, {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
+    keys = {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
+    return summary, keys, payload.report
 
 
 def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, progress: Progress) -> str:
@@ -238,7 +263,7 @@ def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, p
         for entry in cached:  # the cache's manifest rows (dicts), not Assets
             rel = stages.tokenizer_path(p.layout, entry["path"])
             shutil.copyfile(cached_dir / entry["path"], o.path(rel))
-            o.record(rel, entry["kind"])
+            o.record(rel, entry["kind"], sha256=entry["sha256"])  # the lookup just checked these bytes
         return key
     progress("building the tokenizer assets and runtime image")
     assets = stages.tokenizer(f, model_sha, info, p.layout.alignment)
@@ -248,15 +273,33 @@ def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, p
     return key
 
 
-def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future], old_tensor_sha) -> Payload:
-    if not futures:  # reused from the last build
-        return Payload(old_tensor_sha, [prev.artifacts[rel]["sha256"] for rel in p.files])
-    for fut in futures.values():
-        fut.result()  # re-raises a worker's error here
-    payload = Payload(futures["tensors"].result().pieces, futures["outputs"].result().outputs)
-    for rel, sha in zip(p.files, payload.part_sha):
+def _finish_payload(o: OutputDir, prev: Previous, p, job: _Job | None, old_tensor_sha, model_sha: str) -> Payload:
+    from . import digest_cache
+
+    total = sum(piece.nbytes for piece in p.pieces if piece.dst >= 0)
+    if job is None:  # reused from the last build
+        last = {"tensors": "last build", "partitions": "last build"}
+        report = {"bytes": total, "linked": total, "shared": 0, "copied": 0, "hashed": 0, "digests": last}
+        return Payload(old_tensor_sha, [prev.artifacts[rel]["sha256"] for rel in p.files], report)
+    done = job.future.result()  # re-raises the worker's error here
+    tensor_sha = job.tensor_sha if job.tensor_sha is not None else done.pieces
+    part_sha = job.part_sha if job.part_sha is not None else done.outputs
+    for rel, sha in zip(p.files, part_sha):
         o.record(rel, "tensor-partition", sha256=sha)
-    return payload
+    if job.tensor_sha is None or job.part_sha is None:
+        digest_cache.store(model_sha, tensor_sha, p.key, part_sha)
+    report = {
+        "bytes": total,
+        "linked": 0,
+        "shared": done.shared,
+        "copied": done.copied,
+        "hashed": done.read,
+        "digests": {
+            "tensors": "computed" if job.tensor_sha is None else "cache",
+            "partitions": "computed" if job.part_sha is None else "cache",
+        },
+    }
+    return Payload(tensor_sha, part_sha, report)
 
 
 def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> list[list[int]]:
