@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, phases
 from ..common import json_bytes, json_digest
 from ..model.source import ModelSource, cached_digest, remember_digest, resolve
 from ..plugin.manager import PluginFailure, Target, make_plugin_manager, plugin_versions, resolve_target
@@ -142,6 +142,7 @@ def build(
     )
     inputs = _inputs(pm, req)
     old = read_json(req.out / layout.STAMP)
+    phases.mark("imports")  # Q25_PHASE_TIMES (bench/bench_build.py): the inputs read, the stamp checked
     if old and old.get("inputs") == inputs and _outputs_intact(req.out):
         return BuildResult(req.out, True, read_json(req.out / layout.BUILD_INFO) or {}, note, failures)
     if src.sha256 is None:  # known from the verified-digest cache or the last build?
@@ -151,6 +152,7 @@ def build(
     progress(f"reading {src.reference}")
     with _short_switch_interval():
         summary, keys, report = _run(pm, req, Previous(req.out, old), progress)
+    phases.mark("commit")
     (req.out / layout.STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": src.sha256}))
     return BuildResult(req.out, False, summary, note, failures, report)
 
@@ -220,6 +222,7 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         info = stages.model_info(f)
         lic = stages.licence(src, info, req.license_id, req.license_file)
         p = stages.plan(pm, target, f)
+        phases.mark("plan")  # the GGUF's reader (numpy, gguf) loaded, its header read, the plan made
         # partitions: the same model and plan give the same files
         part_key = json_digest([src.sha256, p.key, __version__]) if src.sha256 else None
         old_tensor_sha = prev.tensor_digests({t.name for t in p.memory.tensors})
@@ -232,7 +235,9 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
             src.sha256 = job.future.result().file
             remember_digest(src.path, src.sha256)
         tok_key = _tokenizer_stage(o, prev, f, src.sha256, info, p, progress)
+        phases.mark("tokenizer")
         payload = _finish_payload(o, prev, p, job, old_tensor_sha, src.sha256)
+        phases.mark("payload")  # the pass's end (its work overlapped the tokenizer stage)
         progress("writing the memory plan")
         pmap = stages.partition_map(target, p, src.sha256, info, payload.tensor_sha, payload.part_sha)
         o.write_json(layout.PARTITION_MAP, pmap, "partition-map")
@@ -241,10 +246,13 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         image_manifest = json.loads(o.path(layout.IMAGE_MANIFEST).read_text())
         summary = stages.summary(target, src, info, p, image_manifest)
         o.write_json(layout.BUILD_INFO, summary, "build-info")
+        phases.mark("board files")
         progress("writing the BitBake layer")
         ids = _layer_stage(pm, o, req, summary, p, lic)
+        phases.mark("layer")
         progress("recording the tensor probe's digests")
         o.write_json(layout.PROBE_DIGESTS, probe_record(f, pmap, ids), PROBE_KIND)
+        phases.mark("probe")
     keys = {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
     return summary, keys, payload.report
 
