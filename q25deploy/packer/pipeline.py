@@ -320,9 +320,13 @@ def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> list[
 
     rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
     artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
-    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
-    ids = smoke_ids(codec)
-    o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
+    image_sha = summary["image"]["sha256"]
+    key = json_digest([image_sha, __version__])  # the ids depend only on the image (and the codec)
+    ids = tokenizer_cache.smoke_lookup(image_sha, key)
+    if ids is None:
+        ids = smoke_ids(Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False)))
+        tokenizer_cache.smoke_store(smoke_record(image_sha, ids), key)
+    o.write_json(layout.SMOKE_IDS, smoke_record(image_sha, ids), "smoke-ids")
     write_layer(
         o,
         stages.layer(
