@@ -8,7 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
-STATE_HELP_DIR = "$XDG_STATE_HOME/q25deploy/qemu/TARGET"
+STATE_HELP_DIR = "~/.local/state/q25deploy/qemu/TARGET"  # or under $XDG_STATE_HOME
 
 
 def state_home() -> Path:
@@ -86,8 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--yocto-deploy",
         metavar="DIR",
         type=Path,
-        help="a Yocto image's deploy directory (tmp/deploy/images/qemuarm64) or one of its "
-        ".qemuboot.conf files: kernel, root filesystem and kernel arguments from its qemuboot.conf",
+        help="a Yocto image's deploy directory (tmp/deploy/images/qemuarm64) or .qemuboot.conf: "
+        "its kernel, root filesystem and arguments",
     )
     up.add_argument(
         "--virtio",
@@ -154,8 +154,7 @@ def _common(p: argparse.ArgumentParser, target_help: str) -> None:
         metavar="DIR",
         type=Path,
         default=None,
-        help=f"where the pidfile, serial log, monitor socket, known_hosts and device tree live "
-        f"(default {STATE_HELP_DIR}, else ~/.local/state/...)",
+        help=f"the board's files: pidfile, serial log, monitor, known_hosts (default {STATE_HELP_DIR})",
     )
     p.add_argument("--json", action="store_true", help="the result as JSON")
 

@@ -23,7 +23,7 @@ def add_commands(sub) -> None:
         "if present, else the built-in demo model.",
     )
     bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
-    add_model_argument(bd, required=False, default="Ollama's qwen2.5:0.5b if present, else the built-in demo model")
+    add_model_argument(bd, required=False, default="qwen2.5:0.5b if Ollama has it, else a demo model")
     bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
     bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
     bd.add_argument(
@@ -40,9 +40,8 @@ def add_commands(sub) -> None:
         "--reserve",
         metavar="SIZE",
         type=reserve_size,
-        help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this model needs: one image's "
-        "device tree then holds every later model that fits (overrides the board file's [layout] "
-        "reserve; 0: regions sized to this model; see docs/boards.md)",
+        help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this one needs; 0: sized to "
+        "it (details: docs/commands.md)",
     )
     _add_layer_options(bd.add_argument_group("the BitBake layer"))
     out = bd.add_argument_group("output")

@@ -139,8 +139,8 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--allow-unreserved",
         action="store_true",
-        help="let the board install a release whose regions its running device tree does not reserve "
-        "(a warning, the partitions not loaded; default: the board refuses it before staging anything)",
+        help="install even where the board's device tree does not reserve the regions (a warning; "
+        "the partitions not loaded)",
     )
     p.add_argument(
         "--out",
