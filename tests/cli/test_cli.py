@@ -226,3 +226,22 @@ def test_an_error_after_progress_starts_on_a_line_of_its_own(tmp_path, capsys, m
     assert "] reading " in err  # progress was shown
     before, _, message = err.rpartition("q25deploy: error:")
     assert before.endswith("\r\033[K") and "licence" in message and message.endswith("\n")
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["deplyo", "--host", "h"])
+    assert exc.value.code == 2
+    assert "unknown command 'deplyo': did you mean 'deploy'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["build", "--target", "kv26"], "unknown target 'kv26': did you mean 'kv260'? (known: "),
+        (["status", "--target", "zcu140", "--host", "h"], "unknown target 'zcu140': did you mean 'zcu104'?"),
+    ],
+)
+def test_a_mistyped_target_gets_a_suggestion(capsys, argv, said):
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
