@@ -85,8 +85,9 @@ class Progress:
     def sent(self, name: str, n: int) -> None:
         with self._mutex:
             t = self._get(name)
+            t.last = time.monotonic()
             if t.started is None:
-                t.started = time.monotonic()
+                t.started = t.last
             t.sent += n
             self._draw(force=False)
 

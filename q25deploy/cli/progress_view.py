@@ -24,6 +24,7 @@ class Task:
     sent: int = 0
     total: int = 0  # bytes planned (0: not known, or nothing to send)
     started: float | None = None  # first byte
+    last: float | None = None  # latest byte
     began: float | None = None  # first phase
     ended: float | None = None
     ok: bool | None = None
@@ -60,7 +61,8 @@ def task_line(t: Task, now: float, name_width: int) -> str:
     """``NAME  PHASE  SENT of TOTAL  PCT%  RATE  TIME left`` (or the elapsed time without bytes)."""
     end = t.ended if t.ended is not None else now
     phase = t.phase if t.ok is None else ("done" if t.ok else f"FAILED: {t.phase}")
-    fields = _bytes_fields(t.sent, t.total, _rate(t.sent, t.started, end))
+    sending = t.ended is None and t.sent < t.total  # else the rate is the transfer's own, to its last byte
+    fields = _bytes_fields(t.sent, t.total, _rate(t.sent, t.started, now if sending else (t.last or end)))
     if not fields and t.began is not None:
         fields = duration(end - t.began)
     return printable(f"{t.name:<{name_width}}  {phase[:PHASE]:<{PHASE}}  {fields}").rstrip()

@@ -216,7 +216,7 @@ def _stage(
     res.files_linked = len(transfer.links) - (len(uploads) - len(transfer.uploads))
 
     def one(f) -> tuple:
-        progress(f"sending {f.rel} ({f.size:,} bytes)")
+        progress(f"sending {f.rel}")  # the bytes: the sent callback
         with f.open() as src:
             digest = board.upload(src, f.size, staged(f.rel), progress=sent)
         res.bytes_sent += f.size

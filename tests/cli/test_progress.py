@@ -27,6 +27,12 @@ def test_a_board_line_has_phase_bytes_of_total_rate_and_time_left():
     assert "5.0 MB/s" in line and "0:15 left" in line  # 75 MB at 5 MB/s
 
 
+def test_after_the_last_byte_the_rate_is_the_transfers_own():
+    t = Task("h", phase="smoke test", sent=100_000_000, total=100_000_000, started=0.0, last=10.0, began=0.0)
+    (line,) = render([t], now=60.0, t0=0.0, width=120)  # the smoke test takes its time: still 10 MB/s
+    assert "100%  10.0 MB/s" in line
+
+
 def test_a_finished_board_shows_done_and_100_percent_and_a_failed_one_why():
     ok = Task("a", phase="smoke test", sent=10, total=10, started=0.0, began=0.0, ended=2.0, ok=True)
     bad = Task("b", phase="smoke test", began=0.0, ended=1.0, ok=False)
