@@ -126,3 +126,12 @@ def test_on_a_terminal_progress_reaches_100_percent_and_a_pipe_sees_only_the_res
     assert re.search(r"deploy: done in \d+\.\d s; 40\.0 MB sent at", shown) and "TABLE" in shown
     piped = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True)
     assert piped.stdout == "TABLE\n" and piped.stderr == ""
+
+
+def test_quiet_and_json_silence_it_on_a_terminal(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert progress.wanted()
+    assert not progress.wanted(quiet=True) and not progress.wanted(json=True)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # `q25deploy deploy ... | cat`: only the table
+    assert not progress.wanted()
