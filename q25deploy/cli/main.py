@@ -221,6 +221,6 @@ def run(early: dict | None = None) -> NoReturn:
 
 def _report(message: str, code: int) -> int:
     """The one line a failed command prints (on a line of its own: progress is wiped first)."""
-    progress.clear()
+    progress.stop()
     print(f"q25deploy: {message}", file=sys.stderr)
     return code

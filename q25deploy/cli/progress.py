@@ -23,6 +23,14 @@ TICK = 0.5
 MAX_HEIGHT = 20
 
 _shown: list = [0, None]  # [lines on the terminal now, their stream]
+_live: list = []  # the displays whose ticker runs
+
+
+def stop() -> None:
+    """End every display (a command failed: its error comes next) and wipe the lines."""
+    while _live:
+        _live.pop()._halt()
+    clear()
 
 
 def clear() -> None:
@@ -57,6 +65,7 @@ class Progress:
         if self.enabled:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
+            _live.append(self)
 
     def add(self, *names: str) -> None:
         """The boards, in the order to show them (before their first phase)."""
@@ -97,6 +106,11 @@ class Progress:
             t.ended, t.ok = time.monotonic(), ok
             self._draw(force=True)
 
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join()
+
     def _tick(self) -> None:
         while not self._stop.wait(TICK):
             with self._mutex:
@@ -130,9 +144,9 @@ class Progress:
     def done(self, verb: str = "") -> None:
         """Stop: the last frame (every board at its end) stays, and with ``verb`` (``deploy``,
         ``build``, ...) the summary line under it; without, the lines are wiped."""
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
+        self._halt()
+        if self in _live:
+            _live.remove(self)
         if not self.enabled:
             return
         with self._mutex:
