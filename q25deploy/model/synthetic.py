@@ -210,6 +210,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     write_model(a.out, a.preset, a.vocab, seed=a.seed)
+    size = os.path.getsize(a.out)
+    print(
+        f"wrote {a.out}: Qwen2.5-shaped {a.preset} model, {size:,} bytes (seed {a.seed}; inspect: q25deploy inspect {a.out})"
+    )
 
 
 if __name__ == "__main__":
