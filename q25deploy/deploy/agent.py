@@ -146,6 +146,8 @@ class Agent:
         with self._mutex:
             try:
                 if self._broken:  # the board may be blocked writing what was not read: not waited for
+                    if hasattr(self.chan, "abort"):
+                        self.chan.abort()
                     return None
                 self.chan.shutdown_write()
                 return self.chan.recv_exit_status()

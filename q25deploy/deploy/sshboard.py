@@ -106,6 +106,11 @@ class ProcessChannel:
         del self._err[:n]
         return data
 
+    def abort(self) -> None:
+        """End the command's ``ssh`` now (the board's end may be blocked writing to it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+
     def close(self) -> None:
         try:
             self._in.close()
