@@ -167,7 +167,9 @@ class Fleet:
 
     def _smoke(self, board, files, release_files, image: str, expected, quick: bool, residency=None) -> dict:
         q25tok = files.cur(RUNTIME_BIN) if RUNTIME_BIN in release_files else self.runtime
-        pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
+        pmap = board_release.partition_map(
+            files, self.partition_map if self.opts.build_dir else None, board=self.target.board
+        )
         return smoke_test(
             board,
             files,
@@ -272,7 +274,9 @@ class Fleet:
             return {}
         try:
             fallback = self.partition_map if self.opts.build_dir else None
-            pmap = board_release.partition_map(files, fallback, pmap_bytes) if pmap_bytes else fallback
+            pmap = (
+                board_release.partition_map(files, fallback, pmap_bytes, self.target.board) if pmap_bytes else fallback
+            )
             if pmap is None:
                 return {}
         except DeployError:
