@@ -93,6 +93,20 @@ class BuildDir:
             )
         return rows
 
+    def check_for(self, board) -> None:
+        """What a board command reads of the build before it contacts any board: the manifest,
+        ``build.json``, the partition map and the region table through the schema, and every
+        region ours on ``board`` (its node name, inside a bank, clear of the board file's
+        reservations: :mod:`q25deploy.board.ours`)."""
+        from .board.ours import foreign
+
+        _ = self.manifest, self.info
+        why = foreign(board, self.partition_map["regions"])
+        if why:
+            raise SchemaError(f"{self.path / layout.PARTITION_MAP}: {why} (not a build for {board.name})")
+        if layout.REGION_TABLE in self.manifest:
+            self.check_region_table()
+
     @cached_property
     def smoke_ids(self) -> tuple[str, list[tuple[bytes, bool, list[int]]]] | None:
         """The smoke prompts' ids the build recorded, or None (a build by an older q25deploy)."""

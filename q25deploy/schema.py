@@ -31,6 +31,12 @@ _PART = re.compile(r"[A-Za-z0-9_%@+,=~][A-Za-z0-9._%@+,=~-]{0,254}")  # one path
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")  # a plain file name (no hidden files)
 _PARTITION = re.compile(r"partitions/region_[0-9]{2,4}\.bin")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,127}")  # a device-tree node name
+#: every region q25deploy reserves is named ``q25-region<N>@<base in lower-case hex>``
+#: (board/plan.py): a node of another name (a remoteproc carve-out, a PL DMA buffer) is
+#: another owner's memory however it is reserved, and so is one named for another base
+#: (``q25tok load`` on the board applies the same rule)
+NODE_PREFIX = "q25-region"
+_OURS = re.compile(re.escape(NODE_PREFIX) + r"(?:0|[1-9][0-9]{0,3})@([0-9a-f]{1,16})")
 BUILD_FILES = frozenset(
     {
         layout.BUILD_INFO,
@@ -177,6 +183,22 @@ class BuildInfo:
     raw: dict  # the whole document, for people (not trusted beyond the fields above)
 
 
+def region_node_ours(node: Any, base: Any) -> bool:
+    """Whether ``node`` is the name q25deploy gives its region at ``base`` (see :data:`NODE_PREFIX`)."""
+    m = _OURS.fullmatch(node) if isinstance(node, str) else None
+    return m is not None and type(base) is int and int(m.group(1), 16) == base
+
+
+def _ours(node: Any, base: Any, where: str, field: str) -> None:
+    if not region_node_ours(node, base):
+        raise _fail(
+            where,
+            field,
+            f"{node!r:.80} is not a q25deploy region ({NODE_PREFIX}<N>@<its base in hex>): another "
+            "owner's reserved memory is never written",
+        )
+
+
 def parse_build_info(doc: Any, where: str) -> BuildInfo:
     d = obj(doc, where)
     model, image = obj(d.get("model"), where, "model"), obj(d.get("image"), where, "image")
@@ -214,6 +236,7 @@ def parse_partition_map(doc: Any, where: str) -> dict:
         name(r.get("bank"), where, f"{f}.bank")
         if not isinstance(r.get("node"), str) or not _NODE.fullmatch(r["node"]):
             raise _fail(where, f"{f}.node", f"{r.get('node')!r:.80} is not a device-tree node name")
+        _ours(r["node"], r["base"], where, f"{f}.node")
     for i, t in enumerate(array(d.get("tensors"), where, "tensors")):
         f = f"tensors[{i}]"
         t = obj(t, where, f)
@@ -455,6 +478,7 @@ def parse_region_table(data: bytes, where: str) -> list[dict]:
             "a byte count within SIZE",
         )
         hex64(digest, where, f"{field} SHA256")
+        _ours(node, int(base, 16), where, f"{field} NODE")
         if len(rows) == 64:
             raise _fail(where, "", "more than 64 regions")
         rows.append(

@@ -152,7 +152,14 @@ def test_intent_and_release_and_asset_index():
 def test_partition_map_files_and_nodes(builds, tmp_path):
     pmap = json.loads((builds["qemu"] / "partition_map.json").read_text())
     assert schema.parse_partition_map(pmap, "p") is pmap
-    for key, value in (("file", "../../../etc/passwd"), ("node", "x/../../y"), ("sha256", "0"), ("base", -4)):
+    for key, value in (
+        ("file", "../../../etc/passwd"),
+        ("node", "x/../../y"),
+        ("node", "rproc@70000000"),  # a foreign no-map node (issue 33, item 4)
+        ("node", pmap["regions"][0]["node"] + "0"),  # our prefix, another base
+        ("sha256", "0"),
+        ("base", -4),
+    ):
         bad = json.loads(json.dumps(pmap))
         bad["regions"][0][key] = value
         with pytest.raises(SchemaError, match=rf"regions\[0\]\.{key}"):
@@ -274,6 +281,8 @@ def test_region_table_rows():
     [
         ("q25-region0@13f800000 ", "../../../proc/self ", "NODE"),  # climbs out of /reserved-memory
         ("q25-region0@13f800000 ", "a/b ", "NODE"),
+        ("q25-region0@13f800000 ", "rproc@13f800000 ", "NODE"),  # another owner's node (issue 33, item 4)
+        ("q25-region0@13f800000 ", "q25-region0@70000000 ", "NODE"),  # ours by name, but of another place
         ("region_00.bin", "../../../etc/shadow", "FILE"),  # climbs out of partitions/
         ("region_00.bin", "tokenizer.q25tokrt", "FILE"),
         ("0x13f800000", "0x13f800004", "BASE"),  # not a whole 16-byte word

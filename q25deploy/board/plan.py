@@ -25,7 +25,9 @@ from typing import Protocol
 
 from ..common import format_size
 from ..errors import FitError
+from ..schema import NODE_PREFIX
 from .boardfile import Board, Span
+from .ours import why_not_ours
 
 
 class TensorLike(Protocol):
@@ -70,7 +72,7 @@ class Region:
 
     @property
     def node_name(self) -> str:
-        return f"q25-region{self.index}@{self.base:x}"
+        return f"{NODE_PREFIX}{self.index}@{self.base:x}"
 
     @property
     def end(self) -> int:
@@ -256,11 +258,9 @@ def assemble(
     ):
         raise FitError("a plugin returned regions that do not match the partitions")
     for i, a in enumerate(regions):
-        span = Span(a.label, a.base, a.size)
-        if not any(b.base <= a.base and a.end <= b.end for b in board.banks) or any(
-            span.overlaps(r) for r in board.reserved
-        ):
-            raise FitError(f"region {a.index} [{a.base:#x}, {a.end:#x}) is outside DDR or on memory the board reserves")
+        why = why_not_ours(board, {"node": a.node_name, "base": a.base, "size": a.size})
+        if why:
+            raise FitError(f"region {a.index} [{a.base:#x}, {a.end:#x}) is {why}")
         for b in regions[i + 1 :]:
             if a.base < b.end and b.base < a.end:
                 raise FitError(f"regions {a.index} and {b.index} overlap")

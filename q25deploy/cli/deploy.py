@@ -178,15 +178,24 @@ def _fleet(a: argparse.Namespace):
         target = resolve_target(pm, failures, a.target, a.target_file)
         report_failures(failures)
         build_dir = a.build or (Path("q25-build") / target.name if a.command == "deploy" else None)
-        if build_dir is not None and not (build_dir / "manifest.json").is_file():
-            raise UsageError(
-                f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)"
-            )
+        build = None
+        if build_dir is not None:  # the build through the schema, its regions ours: before any login
+            if not (build_dir / "manifest.json").is_file():
+                raise UsageError(
+                    f"{build_dir}: no build there (run q25deploy build --target {target.name}, or give --build)"
+                )
+            from ..builddir import BuildDir
+
+            build = BuildDir(build_dir)
+            build.check_for(target.board)
+        from ..deploy.boardbase import known_hosts_path
+
+        known_hosts_path(opts.known_hosts)  # a ~user that names nobody: one line, before any login
         opts.build_dir = build_dir
         pending = _begin_logins(a, opts, target.board, getattr(a, "early_logins", None))
         from ..deploy.fleet import Fleet
 
-        return Fleet(opts, target, pm, pending)
+        return Fleet(opts, target, pm, pending, build)
     except BaseException:
         for login in pending.values():
             login.close()

@@ -173,6 +173,8 @@ def main(argv: Sequence[str] | None = None, early: dict | None = None) -> int:
     finally:
         while early:
             early.popitem()[1].close()
+        if "q25deploy.deploy.options" in sys.modules:  # the hosts files it read: read once per command
+            sys.modules["q25deploy.deploy.options"].forget_hosts_files()
         phases.write()  # Q25_PHASE_TIMES (benchmarks): where the time went
 
 

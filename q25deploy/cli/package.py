@@ -30,6 +30,7 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
 
     image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
     build = BuildDir(a.build)  # build.json checked by the schema: a corrupt one is exit 1, not a crash
+    build.check_for(target.board)  # its regions ours on this board (board/ours.py)
     ids = BuildIds(build, build.info.image_path).get()  # the build's record (else the host codec)
     return plan_package(
         a.build,
@@ -41,6 +42,7 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
         device_tree=target.board.device_tree_path,
         memory=target.board.memory_device,
         allow_unreserved=a.allow_unreserved,
+        board=target.board,
     )
 
 

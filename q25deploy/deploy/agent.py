@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from ..errors import DeployError
 from .boardbase import lost_errors
+from .limits import CHUNK, MAX_ANSWER, MAX_LINE, too_large
 
 HEADER = b"@@q25 "
 _HEADER = re.compile(rb"@@q25 ([0-9]{1,3}) +([0-9]{1,15}) +([0-9]{1,15}) *")  # status, stdout and stderr bytes
@@ -87,10 +88,11 @@ class Agent:
         self.name, self.chan = name, chan
         self._buf = bytearray()
         self._mutex = threading.Lock()
+        self._broken = False  # a command's answer was not read in full (refused, cut): out of step
 
     def _read_exact(self, n: int) -> bytes:
         while len(self._buf) < n:
-            data = self.chan.recv(max(1 << 16, n - len(self._buf)))
+            data = self.chan.recv(CHUNK)  # never the length the board announced: it is input
             if not data:
                 raise EOFError("the board's agent ended")
             self._buf += data
@@ -100,11 +102,15 @@ class Agent:
 
     def _read_line(self) -> bytes:
         while b"\n" not in self._buf:
-            data = self.chan.recv(1 << 16)
+            if len(self._buf) > MAX_LINE:
+                raise too_large(self.name, "line", MAX_LINE)
+            data = self.chan.recv(CHUNK)
             if not data:
                 raise EOFError("the board's agent ended")
             self._buf += data
         i = self._buf.index(b"\n")
+        if i > MAX_LINE:
+            raise too_large(self.name, "line", MAX_LINE)
         line = bytes(self._buf[:i])
         del self._buf[: i + 1]
         return line
@@ -116,6 +122,9 @@ class Agent:
     def call(self, argv: Sequence[str], stdin: bytes, timeout: int) -> tuple[int, bytes, bytes]:
         """Run argv on the board; (status, stdout, stderr). A lost agent is a DeployError."""
         with self._mutex:
+            if self._broken:
+                raise DeployError(f"{self.name}: the board's agent is out of step after an earlier error")
+            self._broken = True  # until its answer was read in full: the stream is in step again
             try:
                 self.chan.settimeout(timeout + 30)
                 self.chan.sendall(command_line(argv, stdin, timeout))
@@ -124,14 +133,22 @@ class Agent:
                 if m is None:
                     raise DeployError(f"{self.name}: unexpected answer from the board: {header[:80]!r}")
                 status, n_out, n_err = (int(x) for x in m.groups())
-                return status, self._read_exact(n_out), self._read_exact(n_err)
+                if n_out + n_err > MAX_ANSWER:
+                    raise too_large(self.name, f"answer to {argv[0]}", MAX_ANSWER)
+                answer = status, self._read_exact(n_out), self._read_exact(n_err)
             except lost_errors() + (ValueError,) as e:
                 raise DeployError(f"{self.name}: connection lost during {argv[0]}: {e or 'closed'}") from None
+            self._broken = False
+            return answer
 
     def close(self) -> int | None:
         """End the agent (its standard input closes: it cleans up and exits); its status."""
         with self._mutex:
             try:
+                if self._broken:  # the board may be blocked writing what was not read: not waited for
+                    if hasattr(self.chan, "abort"):
+                        self.chan.abort()
+                    return None
                 self.chan.shutdown_write()
                 return self.chan.recv_exit_status()
             except lost_errors():

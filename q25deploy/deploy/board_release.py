@@ -9,6 +9,8 @@ import hashlib
 import os
 
 from .. import schema
+from ..board.boardfile import Board
+from ..board.ours import foreign
 from ..common import cache_dir
 from ..errors import DeployError, SchemaError
 from ..packer import layout
@@ -56,11 +58,14 @@ def image_record(files: BoardFiles, image_name: str) -> dict | None:
 CURRENT_MAP = f"current/{layout.PARTITION_MAP}"
 
 
-def partition_map(files: BoardFiles, fallback: dict | None = None, data: bytes | None = None) -> dict:
+def partition_map(
+    files: BoardFiles, fallback: dict | None = None, data: bytes | None = None, board: Board | None = None
+) -> dict:
     """The partition map of the release the board runs (its own copy, through the schema): after
     a tokenizer-only update, or with the build of another model of the same vocabulary, the
     board's partitions are those of its release, not of the build in hand. ``data``: its bytes,
-    read already (else they are read now)."""
+    read already (else they are read now); ``board``: the board file, on which every region of
+    the board's own map must be ours (:mod:`q25deploy.board.ours`)."""
     data = files.read(files.cur_rel(layout.PARTITION_MAP)) if data is None else data
     if data is None:
         if fallback is None:
@@ -68,9 +73,13 @@ def partition_map(files: BoardFiles, fallback: dict | None = None, data: bytes |
         return fallback
     where = f"{files.board.spec.name}: {files.cur(layout.PARTITION_MAP)}"
     try:
-        return schema.parse_partition_map(schema.loads(data, where), where)
+        pmap = schema.parse_partition_map(schema.loads(data, where), where)
     except SchemaError as e:
         raise DeployError(str(e)) from None
+    why = foreign(board, pmap["regions"]) if board is not None else None
+    if why:
+        raise DeployError(f"{where}: {why}")
+    return pmap
 
 
 def image_bytes(files: BoardFiles, record: dict) -> bytes:

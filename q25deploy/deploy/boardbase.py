@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import DeployError, HostKeyError
+from ..errors import DeployError, HostKeyError, UsageError
 from .become import hint as become_hint
 from .become import prefix as become_prefix
 from .hosts import HostSpec
@@ -44,8 +44,14 @@ def lost_errors() -> tuple[type[BaseException], ...]:
 
 
 def known_hosts_path(known_hosts: str | None) -> Path:
-    """The known_hosts file a session checks: ``known_hosts`` (``~`` expanded), else the user's."""
-    return Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+    """The known_hosts file a session checks: ``known_hosts`` (``~`` expanded), else the user's;
+    a ``~user`` that names nobody (or no home) is a usage error."""
+    try:
+        return Path(known_hosts).expanduser() if known_hosts else Path("~/.ssh/known_hosts").expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        raise UsageError(
+            f"--known-hosts {known_hosts or '~/.ssh/known_hosts'}: no such user's home directory to expand ~ to"
+        ) from None
 
 
 def changed_key(spec: HostSpec, known_hosts: str) -> HostKeyError:

@@ -279,6 +279,19 @@ class BoardFiles:
             )
         return state, warnings
 
+    def retract(self, state: dict, release_id: str) -> None:
+        """Undo the switch to ``release_id`` where ``state`` (the state before it) has no current
+        release: the state first (a cut after it leaves a ``current`` the state does not
+        record, which :meth:`reconcile` leaves alone and the next deploy replaces), then the
+        link, if it still points at the release, then the release."""
+        assert not state.get("current"), "a state with a current release is committed, not retracted"
+        self.write_state(state)
+        self.board.run(
+            ["sh", "-c", '[ "$(readlink "$1")" != "$2" ] || { rm -f "$1" && sync; }', "sh", self.path("current")]
+            + [f"releases/{schema.release_id(release_id, self.board.spec.name, 'release id')}"]
+        )
+        self.remove_release(release_id)
+
     def remove_release(self, *release_ids: str) -> None:
         """Delete ``releases/<id>`` of each id unless ``current`` points at it (checked on the board)."""
         if not release_ids:

@@ -36,6 +36,7 @@ from .boardbase import (
     unknown_key,
 )
 from .hosts import HostSpec
+from .limits import MAX_ANSWER, keep_tail, too_large
 from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
 __all__ = ["COMMAND_TIMEOUT", "HASHER", "HASH_FILES", "RECEIVE", "UPLOAD_TIMEOUT", "Board"]
@@ -150,6 +151,8 @@ class Board(BoardBase):
                 chan.sendall(stdin)
             chan.shutdown_write()
             out, err = _drain(chan)
+            if out is None:
+                raise too_large(self.spec.name, f"answer to {argv[0]}", MAX_ANSWER)
             return chan.recv_exit_status(), out, err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             raise DeployError(f"{self.spec.name}: connection lost during {argv[0]}: {e}") from None
@@ -212,6 +215,8 @@ class Board(BoardBase):
                     progress(n)
             chan.shutdown_write()
             out, err = _drain(chan)
+            if out is None:
+                raise too_large(self.spec.name, f"answer to uploading {os.path.basename(dest)}", MAX_ANSWER)
             return chan.recv_exit_status(), out, err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             raise DeployError(
@@ -221,16 +226,20 @@ class Board(BoardBase):
             _close(chan)
 
 
-def _drain(chan) -> tuple[bytes, bytes]:
+def _drain(chan) -> tuple[bytes | None, bytes]:
+    """A command's stdout and the end of its stderr; stdout None where the board sent more
+    than :data:`~.limits.MAX_ANSWER` (nothing more is read)."""
     out, err = bytearray(), bytearray()
     while True:
         data = chan.recv(CHUNK)
         if not data:
             break
         out += data
+        if len(out) > MAX_ANSWER:
+            return None, b""
     while chan.recv_stderr_ready() or not chan.exit_status_ready():
         data = chan.recv_stderr(CHUNK)
         if not data:
             break
-        err += data
+        keep_tail(err, data)
     return bytes(out), bytes(err)

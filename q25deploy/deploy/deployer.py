@@ -308,6 +308,14 @@ def _switch_and_test(
             files.remove_release(release.id)
         res.rolled_back = True
         res.error = f"smoke test failed, rolled back to {old_current}: {failure_reason(res.smoke)}"
+    elif not old_current and release.id not in state.get("releases", {}):
+        # a first deploy that failed: nothing to go back to, and the failed release must never
+        # become a later deploy's ``previous`` (a rollback target): the board goes back to no release
+        files.retract(state, release.id)
+        res.error = (
+            f"smoke test failed (no previous release to roll back to); removed {release.id} from the board: "
+            f"{failure_reason(res.smoke)}"
+        )
     else:
         res.error = f"smoke test failed (no previous release to roll back to): {failure_reason(res.smoke)}"
     return res

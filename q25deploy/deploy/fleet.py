@@ -43,10 +43,19 @@ def elf_arch(path: Path) -> str:
 
 
 class Fleet:
-    def __init__(self, opts: Options, target, pm, pending: dict[str, sshboard.PendingLogin] | None = None) -> None:
+    def __init__(
+        self,
+        opts: Options,
+        target,
+        pm,
+        pending: dict[str, sshboard.PendingLogin] | None = None,
+        build: BuildDir | None = None,
+    ) -> None:
         """``pending``: logins already under way (host name → :func:`sshboard.begin_login`),
-        adopted by those hosts' sessions; :meth:`run` ends any that is not."""
+        adopted by those hosts' sessions; :meth:`run` ends any that is not. ``build``: the
+        build directory as the command checked it before any login (else read on first use)."""
         self.opts, self.target, self.pm = opts, target, pm
+        self._build = build
         self.pending = dict(pending or {})
         # the one source of board paths: the layer installs there too
         image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
@@ -64,10 +73,13 @@ class Fleet:
         self.bugs: list[str] = []  # "host: error" of each board whose run raised an unexpected exception
 
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
-    @cached_property
+    @property
     def build(self) -> BuildDir:
         assert self.opts.build_dir is not None  # read only for a command given --build (or deploy's default)
-        return BuildDir(self.opts.build_dir)
+        if self._build is None:
+            self._build = BuildDir(self.opts.build_dir)
+            self._build.check_for(self.target.board)
+        return self._build
 
     @property
     def summary(self) -> BuildInfo:
@@ -175,7 +187,9 @@ class Fleet:
 
     def _smoke(self, board, files, release_files, image: str, expected, quick: bool, residency=None) -> dict:
         q25tok = files.cur(RUNTIME_BIN) if RUNTIME_BIN in release_files else self.runtime
-        pmap = board_release.partition_map(files, self.partition_map if self.opts.build_dir else None)
+        pmap = board_release.partition_map(
+            files, self.partition_map if self.opts.build_dir else None, board=self.target.board
+        )
         return smoke_test(
             board,
             files,
@@ -283,7 +297,9 @@ class Fleet:
             return {}
         try:
             fallback = self.partition_map if self.opts.build_dir else None
-            pmap = board_release.partition_map(files, fallback, pmap_bytes) if pmap_bytes else fallback
+            pmap = (
+                board_release.partition_map(files, fallback, pmap_bytes, self.target.board) if pmap_bytes else fallback
+            )
             if pmap is None:
                 return {}
         except DeployError:

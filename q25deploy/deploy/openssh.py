@@ -42,6 +42,7 @@ from functools import cache
 from typing import BinaryIO
 
 from ..common import cache_dir
+from .limits import MAX_ANSWER, MAX_LINE, keep_tail
 
 # paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
 # it hidden by Bulk.warm) from about this size
@@ -199,7 +200,7 @@ def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arri
     (a Condition) is notified of each block, and of the end."""
     try:
         while ready is not None and not ready.is_set():
-            line = stream.readline()
+            line = stream.readline(MAX_LINE)  # a board's endless line is read in bounded parts
             if not line:
                 return  # ended before it: ssh did not log in
             if line.rstrip(b"\n") == READY:
@@ -207,11 +208,13 @@ def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arri
         read = getattr(stream, "read1", stream.read)  # what has come, not a full block
         for block in iter(lambda: read(65536), b""):
             if arrived is None:
+                keep_tail(sink, block)  # stderr: its end says why
+                continue
+            with arrived:
+                if len(sink) + len(block) > MAX_ANSWER:
+                    return  # more than any answer the reader waits for: it sees the end
                 sink += block
-            else:
-                with arrived:
-                    sink += block
-                    arrived.notify_all()
+                arrived.notify_all()
     finally:
         if arrived is not None:
             with arrived:

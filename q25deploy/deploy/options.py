@@ -31,16 +31,39 @@ class Options:
     allow_unreserved: bool = False  # deploy: send a plan the board's device tree does not reserve (a warning)
 
 
-def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
-    texts = list(opts.hosts)
-    if opts.hosts_file:
+#: the most a hosts file may hold (a few thousand boards' lines)
+MAX_HOSTS_FILE = 1 << 20
+#: each hosts file this program read (path → its lines): read once, so that a pipe
+#: (``--hosts-file <(...)``, ``/dev/stdin``) gives the early logins and the command the same
+#: boards; :func:`forget_hosts_files` empties it when the command ends
+_HOSTS_FILES: dict[str, list[str]] = {}
+
+
+def hosts_file_lines(path: str) -> list[str]:
+    """The hosts named in ``path`` (comments and blank lines dropped), read once per command."""
+    if path not in _HOSTS_FILES:
         try:
-            for line in Path(opts.hosts_file).read_text().splitlines():
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    texts.append(line)
+            with open(path, "rb") as f:
+                data = f.read(MAX_HOSTS_FILE + 1)
         except OSError as e:
-            raise DeployError(f"{opts.hosts_file}: cannot read: {e.strerror}") from None
+            raise DeployError(f"{path}: cannot read: {e.strerror}") from None
+        if len(data) > MAX_HOSTS_FILE:
+            raise UsageError(f"--hosts-file {path}: larger than {MAX_HOSTS_FILE:,} bytes")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"--hosts-file {path}: not UTF-8 text") from None
+        lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        _HOSTS_FILES[path] = [line for line in lines if line]
+    return _HOSTS_FILES[path]
+
+
+def forget_hosts_files() -> None:
+    _HOSTS_FILES.clear()
+
+
+def host_list(opts: Options, user: str, port: int) -> list[HostSpec]:
+    texts = list(opts.hosts) + (hosts_file_lines(opts.hosts_file) if opts.hosts_file else [])
     if not texts:
         raise UsageError("give at least one --host or a --hosts-file")
     return [parse_host(t, user, port) for t in texts]

@@ -17,6 +17,8 @@ import re
 import struct
 from collections.abc import Sequence
 
+from ..schema import region_node_ours
+
 # $4: the device tree ("-": not asked). "tree none|empty|present", then per child of
 # /reserved-memory with a reg "node NAME NOMAP" and its reg as od prints it (lines of " xx"
 # bytes), then "end" (also when not asked). No subshell: one process per node, forks are dear
@@ -73,7 +75,11 @@ def parse_listing(data: bytes) -> dict | None:
 
 
 def why_not_held(region: dict, live: dict) -> str | None:
-    """None when ``live`` holds ``region`` (node, exact reg, no-map), else why not."""
+    """None when ``live`` holds ``region`` (node, exact reg, no-map) and the region is ours by
+    name (:func:`~q25deploy.schema.region_node_ours`: another owner's reservation is never
+    taken for ours), else why not."""
+    if not region_node_ours(region["node"], region["base"]):
+        return "not a q25deploy region"
     node = live["nodes"].get(region["node"])
     if node is None:
         return "absent"

@@ -36,8 +36,8 @@ from .agent import PLAIN
 from .algorithms import CIPHERS, MACS
 from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, known_hosts_path, unknown_key
 from .hosts import HostSpec
+from .limits import CHUNK, MAX_ANSWER, keep_tail, too_large
 
-CHUNK = 1 << 16
 # the master's own session: says it logged in, then holds the connection until its stdin closes
 # the master's own session: says it logged in, then serves the session's read-only commands
 # (the agent of :func:`~.boardlock.board_session`, see :meth:`OpenSshBoard.take_agent`) until
@@ -69,7 +69,7 @@ class ProcessChannel:
     def _collect_stderr(self) -> None:
         fd = self._errf.fileno()
         for block in iter(lambda: os.read(fd, CHUNK), b""):
-            self._err += block
+            keep_tail(self._err, block)  # what says why is at its end
 
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
@@ -77,7 +77,7 @@ class ProcessChannel:
     def recv(self, n: int) -> bytes:
         if self._timeout is not None and not select.select([self._out], [], [], self._timeout)[0]:
             raise TimeoutError(f"no answer in {self._timeout:g} s")
-        return os.read(self._out.fileno(), n)
+        return os.read(self._out.fileno(), min(n, CHUNK))  # n may be what a board announced
 
     def sendall(self, data: bytes) -> None:
         self._in.write(data)
@@ -105,6 +105,11 @@ class ProcessChannel:
         data = bytes(self._err[:n])
         del self._err[:n]
         return data
+
+    def abort(self) -> None:
+        """End the command's ``ssh`` now (the board's end may be blocked writing to it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
 
     def close(self) -> None:
         try:
@@ -326,6 +331,8 @@ class OpenSshBoard(BoardBase):
             out = bytearray()
             for block in iter(lambda: chan.recv(CHUNK), b""):
                 out += block
+                if len(out) > MAX_ANSWER:
+                    raise too_large(self.spec.name, f"answer to {argv[0]}", MAX_ANSWER)
             status, err = chan.recv_exit_status(), chan.stderr()
         except (TimeoutError, OSError) as e:
             raise DeployError(f"{self.spec.name}: connection lost during {argv[0]}: {e}") from None

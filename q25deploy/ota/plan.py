@@ -113,9 +113,11 @@ def smoke_expectations(ids: list[list[int]]) -> list[tuple[str, bytes, bool, lis
     ]
 
 
-def region_lines(build_dir: Path) -> list[dict]:
+def region_lines(build_dir: Path, board=None) -> list[dict]:
     """The build's regions (its region table, checked against its partition map): what the
-    board's running device tree must reserve before a full release is staged."""
+    board's running device tree must reserve before a full release is staged; with ``board``
+    (its board file), each region ours there (:mod:`q25deploy.board.ours`)."""
+    from ..board.ours import foreign
     from ..builddir import BuildDir
 
     try:
@@ -125,6 +127,9 @@ def region_lines(build_dir: Path) -> list[dict]:
     for r in rows:
         if not _NODE.fullmatch(str(r["node"])):
             raise PackageError(f"{build_dir}: region node {r['node']!r} is not a plain device-tree node name")
+    why = foreign(board, rows) if board is not None else None
+    if why:
+        raise PackageError(f"{build_dir}: {why} (not a build for {board.name})")
     return [{"node": r["node"], "base": r["base"], "size": r["size"]} for r in rows]
 
 
@@ -166,12 +171,15 @@ def plan_package(
     device_tree: str = "/proc/device-tree",
     memory: str = "/dev/mem",
     allow_unreserved: bool = False,
+    board=None,
 ) -> OtaPlan:
     """The payload of an artifact for ``build_dir`` (validated; digests checked on disk);
     ``smoke_ids``: what the board's smoke test must give for each smoke prompt;
     ``device_tree``, ``memory``: the board's running device tree and physical memory (its
     board file's); ``allow_unreserved``: the board installs a full release whose regions its
-    device tree does not reserve (a warning, like ``deploy --allow-unreserved``)."""
+    device tree does not reserve (a warning, like ``deploy --allow-unreserved``); ``board``: the
+    board file, whose banks and reservations every region must respect."""
+    regions = () if tokenizer_only else tuple(region_lines(build_dir, board))  # before hashing every file
     meta, files, description = _release_payload(build_dir, tokenizer_only)
     check_name(target, "target")
     _schema(schema.release_id, meta["id"], "release id")
@@ -202,7 +210,6 @@ def plan_package(
         f"memory {memory}",
         f"unreserved {'allow' if allow_unreserved else 'refuse'}",
     ]
-    regions = () if tokenizer_only else tuple(region_lines(build_dir))
     lines += [f"region {r['node']} {r['base']:016x} {r['size']:016x}" for r in regions]
     lines += [f"file {f.sha256} {f.size} {f.name} {f.rel}" for f in files]
     extra: list[PayloadFile] = []

@@ -105,3 +105,41 @@ def test_a_malformed_header_is_an_error_not_a_read(header):
     with pytest.raises(DeployError, match="unexpected answer from the board"):
         a.call(["true"], b"", 10)
     a.close()
+
+
+class Flood:
+    """A channel whose board answers every command with ``head`` then ``total`` bytes of ``x``
+    (no newline), counting what the host asked for and what it took."""
+
+    def __init__(self, head: bytes, total: int) -> None:
+        self.data, self.pos, self.asked = head, 0, 0
+        self.total = len(head) + total
+
+    def settimeout(self, t) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        self.asked = max(self.asked, n)
+        take = min(n, self.total - self.pos)
+        out = (self.data[self.pos : self.pos + take] if self.pos < len(self.data) else b"").ljust(take, b"x")
+        self.pos += take
+        return out
+
+
+@pytest.mark.parametrize(
+    ("head", "what"),
+    [(b"", "line"), (b"@@q25 0 99999999 0\n", "answer to cat"), (b"@@q25 0 999999999999999 0\n", "answer to cat")],
+)
+def test_what_a_board_sends_is_bounded(head, what):
+    """A header line that does not end, and a header that announces more than any answer, are
+    refused once the bound is passed (issue 33, item 6): never read to their end, never a
+    read of the size the board announced."""
+    from q25deploy.deploy.limits import CHUNK, MAX_LINE
+
+    chan = Flood(head, 20 << 20)
+    with pytest.raises(DeployError, match=f"board's {what} is larger than"):
+        Agent("b", chan).call(["cat", "f"], b"", 10)
+    assert chan.pos <= MAX_LINE + 2 * CHUNK and chan.asked <= CHUNK

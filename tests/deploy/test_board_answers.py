@@ -172,3 +172,29 @@ def test_a_bug_on_one_board_still_prints_every_result(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert code == 70 and "internal error: RuntimeError: root@127.0.0.1:2: ValueError: boom" in err
     assert "root@127.0.0.1:1" in out and "root@127.0.0.1:2" in out and "ValueError: boom" in out
+
+
+def test_a_board_cannot_make_the_workstation_buffer_what_it_announces(tmp_path, capsys, ssh):
+    """Every byte a board sends is bounded (issue 33, item 6): the lock holder's agent answers a
+    command with a header announcing 10^15 bytes (was os.read allocating them: MemoryError, exit
+    70, every other board's result lost). That board fails in one line, exit 13; the other
+    board's result is printed."""
+    # the count, and output enough that more is on its way after the host's first read
+    answer = 'f=$(readlink /proc/$$/fd/0); head -c 300000 /dev/zero >>"$f"; echo 999999999999999; exit 0'
+    good = ssh["servers"][0]
+    bad = wrapped_board(
+        tmp_path,
+        ssh,
+        "huge",
+        {"wc": f'case "$(readlink /proc/$$/fd/0)" in */o) {answer};; esac\nexec /usr/bin/wc "$@"\n'},
+    )
+    try:
+        install_dir(tmp_path, good)
+        install_dir(tmp_path, bad)
+        code, out, err = fleet_cli(capsys, ssh, tmp_path, [good, bad], "rollback", "--jobs", "2", "--json")
+    finally:
+        bad.stop()
+    assert code == 13 and "internal" not in err and not err.strip(), err
+    res = {r["host"]: r for r in json.loads(out)}
+    assert "larger than" in res[f"{USER}@127.0.0.1:{bad.port}"]["error"], res
+    assert "no previous release" in res[f"{USER}@127.0.0.1:{good.port}"]["error"], res

@@ -194,6 +194,39 @@ def test_failing_smoke_test_rolls_back(tmp_path, capsys, ssh, models, q25tok):
     assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
 
 
+def liar_q25tok(tmp_path: Path) -> Path:
+    """A q25tok whose ids are wrong: every smoke test with it fails."""
+    src = tmp_path / "liar.c"
+    src.write_text(
+        "#include <stdio.h>\n#include <string.h>\nint main(int c, char **v) {\n"
+        '  if (c > 1 && !strcmp(v[1], "encode")) { puts("1 2 3"); return 0; }\n'
+        '  puts("fingerprint ok"); return 0; }\n'
+    )
+    liar = tmp_path / "liar" / "q25tok"
+    liar.parent.mkdir()
+    subprocess.run(["cc", str(src), "-o", str(liar)], check=True)
+    return liar
+
+
+def test_a_failed_first_release_is_removed_and_never_becomes_previous(tmp_path, capsys, ssh, models, q25tok):
+    """A first deploy whose smoke test fails has nothing to roll back to (issue 33, item 11):
+    the failed release leaves the board (was: it stayed current, the next good deploy recorded
+    it as previous, and rollback returned to a release that never passed its smoke test)."""
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    base = root / "lib" / "firmware" / "q25"
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=liar_q25tok(tmp_path))
+    failed = res[0]["release"]
+    assert code == 13 and not res[0]["smoke"]["ok"] and not res[0]["rolled_back"], res
+    assert f"removed {failed}" in res[0]["error"], res
+    assert not (base / "current").is_symlink() and not (base / "releases" / failed).exists()
+    assert json.loads((base / ".q25deploy-state.json").read_text())["current"] is None
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0 and res[0]["previous"] is None, res
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="rollback")
+    assert code == 13 and "no previous release" in res[0]["error"], res
+    assert os.listdir(base / "releases") == [os.readlink(base / "current").split("/")[1]]
+
+
 def test_the_smoke_test_expects_the_ids_the_build_recorded(tmp_path, capsys, ssh, models, q25tok):
     """The deploy compares the board with the build's smoke_ids.json (no host codec is read):
     a record that disagrees with the board fails the smoke test and rolls back."""

@@ -66,6 +66,16 @@ def test_what_q25tok_load_would_refuse_is_not_held(tmp_path, kw, why):
     assert why_not_held(REGION, live) == why
 
 
+def test_another_owners_reservation_is_never_held_for_us(tmp_path):
+    """A region table naming a foreign no-map node (a remoteproc carve-out) that the live tree
+    reserves exactly as named is not held: the region is not ours (issue 33, item 4)."""
+    rproc = {"node": "rproc@70000000", "base": 0x70000000, "size": 0x200000}
+    make_node(tmp_path, rproc["node"], rproc["base"], rproc["size"])
+    live = parse_listing(listing(str(tmp_path)))
+    assert why_not_held(rproc, live) == "not a q25deploy region"
+    assert "rproc@70000000" in (refusal([rproc], live, "/proc/device-tree") or "")
+
+
 def test_no_device_tree_or_no_reserved_memory_answers_and_refuses(tmp_path):
     none = parse_listing(listing(str(tmp_path / "absent")))
     (tmp_path / "dt").mkdir()
