@@ -355,9 +355,8 @@ pick_q25tok() {  # the plan's q25tok, the image's: never a release's, never one 
 
 regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the board's memory
     q_rid=${2##*/}; q_tab="$2/partitions/regions.tab"
-    no_link "$2/partitions" "$q_tab"
+    no_link "$2/partitions" "$q_tab"; no_fifo "$q_tab"  # a FIFO there is refused, not "no table"
     [ -f "$q_tab" ] || { say "releases/$q_rid has no region table: nothing to $1"; return 0; }
-    no_fifo "$q_tab" "$LOADED"
     pick_q25tok
     if [ "$1" = load ]; then  # loaded this boot with this table (a tokenizer-only update): kept
         q_want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$q_tab" | cut -d' ' -f1)"
