@@ -158,22 +158,22 @@ class Fleet:
 
     @contextmanager
     def _q25tok(self, board: Board, files: BoardFiles, listed: dict | None, own: str | None = None) -> Iterator[str]:
-        """The q25tok this board's commands run (:mod:`.trusted_q25tok`): a private copy of the
-        current release's own whose digest is ``own`` (the sha256 this machine sent) or
-        --runtime-bin's (raises ``Unverified`` when it is not), else the one its root-written
-        record names (``listed``: the state file's record of current, or the image's assets);
-        else, and when that record is not root's, the image's."""
+        """The q25tok this board's commands run (:mod:`.trusted_q25tok`). When the current
+        release's record (``listed``: the state file's, or the image's assets) names a q25tok, a
+        private copy of it: of this machine's digest when it is that one (``own``, the file this
+        deploy sent, or --runtime-bin's; a board file that differs raises ``Unverified``), else
+        of the digest its record names when root wrote the record. Otherwise the image's."""
+        sha = ((listed or {}).get("files", {}).get(RUNTIME_BIN) or [None])[0]
         if own is None and self.opts.runtime_bin:
             own = file_sha256(Path(self.opts.runtime_bin))
-        sha = own or ((listed or {}).get("files", {}).get(RUNTIME_BIN) or [None])[0]
-        record = "-" if own else files.path(STATE_NAME if files.current else ASSETS_MANIFEST)
+        record = "-" if sha == own else files.path(STATE_NAME if files.current else ASSETS_MANIFEST)
         with ExitStack() as stack:
             q25tok = self.runtime
             if sha:
                 try:
                     q25tok = stack.enter_context(release_q25tok(board, files.cur(RUNTIME_BIN), sha, record))
                 except Unverified:
-                    if own:
+                    if record == "-":
                         raise
             yield q25tok
 
@@ -213,8 +213,8 @@ class Fleet:
                     )
                 notes += [f"sent anyway (--allow-unreserved): {refused}"] if refused else []
                 arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
-                # the release's own q25tok is run only as a private copy of what this machine sent,
-                # or of what the state file this deploy writes records (one kept on the board)
+                # the release's own q25tok runs only as a private copy of what this machine sent, or of
+                # what the state file this deploy writes records (one kept on the board): _q25tok
                 own = next((f.sha256 for f in rel.files if f.rel == RUNTIME_BIN and f.local is not None), None)
                 listed = {"files": {f.rel: [f.sha256, f.size] for f in rel.files}}
 
@@ -225,10 +225,10 @@ class Fleet:
                         rel,
                         expect_arch=arch,
                         state=state,
-                        load=self._load(board, files, listed, own),
+                        load=self._load(board, files, own),
                         verify_links=verify_links,
                         sent=self.sent(spec),
-                        receivers=[self.runtime],  # the image's; the release's own: receiver.choose
+                        receivers=[self.runtime],  # the image's only: never a q25tok of the install dir
                         sending=self.expected.warm,
                         smoke=lambda quick, resident: self._smoke(
                             board, files, rel.image, self.expected.get(), quick, resident, listed, own
@@ -299,15 +299,13 @@ class Fleet:
         why = unheld(pmap["regions"], files.live_reserved)
         return {"reserved": not why, "unreserved": [{"node": r["node"], "why": w} for r, w in why]}
 
-    def _load(self, board: Board, files: BoardFiles, listed: dict | None = None, own: str | None = None):
-        """``q25tok load`` with the q25tok :meth:`_q25tok` chooses for the release current is then
-        (``listed``: its record; None: read from the state after the switch, as a rollback has it)."""
+    def _load(self, board: Board, files: BoardFiles, own: str | None = None):
+        """``q25tok load`` with the q25tok :meth:`_q25tok` chooses for the release current is
+        then (after a switch, or after switching back: read from the state file)."""
 
         def load() -> dict:
-            record = listed
-            if record is None:
-                state = files.read_state()
-                record = state.get("releases", {}).get(state.get("current") or "")
+            state = files.read_state()
+            record = state.get("releases", {}).get(state.get("current") or "")
             try:
                 with self._q25tok(board, files, record, own) as q25tok:
                     return load_regions(board, files, q25tok, **self.board_paths)
