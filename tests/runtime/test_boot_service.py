@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -67,13 +68,21 @@ def boot(root: Path) -> subprocess.CompletedProcess:
     """`q25-regions start` as root in the chroot (a user namespace's root when not root)."""
     chroot = ["chroot"] if os.geteuid() == 0 else [need_program("unshare", "util-linux"), "-r", "chroot"]
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    return subprocess.run(
+    p = subprocess.Popen(
         [*chroot, str(root), "/bin/sh", "/usr/sbin/q25-regions", "start"],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
+        start_new_session=True,  # a hang is ended whole: the script, q25tok and sed
     )
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def resident(root: Path) -> bool:
