@@ -27,9 +27,10 @@ UPLOAD_TIMEOUT = 3600
 HASHER = 'if command -v openssl >/dev/null 2>&1; then h="openssl dgst -sha256 -r"; else h=sha256sum; fi; '
 # $1 the file: written and hashed in one pass (the digest first on stdout); a failed write (tee goes
 # on copying to the hash) is reported on stderr. A background loop flushes the file to the disk
-# every second while it arrives, so the sync before the switch finds little left to write.
+# every second while it arrives, so the sync before the switch finds little left to write. The
+# file is 0644 whatever the login's umask (as q25tok receive, run by sshd, makes it).
 RECEIVE = HASHER + (
-    '( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
+    'umask 022; ( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
     '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | $h; kill $f 2>/dev/null; :'
 )
 # each argument (a file) hashed: "<hex> <file>" lines; a file that cannot be read: no line

@@ -4,7 +4,9 @@ never stops the others."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Protocol
@@ -13,7 +15,7 @@ from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256, printable
 from ..errors import DeployError, Q25Error
-from ..packer.layout import PARTITION_MAP, RUNTIME_BIN
+from ..packer.layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
 from . import board_release, openssh, reach, sshboard
@@ -21,6 +23,7 @@ from .become import check as check_become
 from .become import prefix as become_prefix
 from .boardbase import BoardBase as Board
 from .boardbase import known_hosts_path
+from .boardfiles import STATE_NAME
 from .boardlock import board_session
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .expected import BuildIds
@@ -31,6 +34,7 @@ from .reserved import refusal, unheld
 from .residency import load as load_regions
 from .residency import verify as verify_regions
 from .smoke import smoke_test
+from .trusted_q25tok import Unverified, release_q25tok
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
 
@@ -185,25 +189,50 @@ class Fleet:
         )
         return BoardFiles(board, root, self.install_dir)
 
-    def _smoke(self, board, files, release_files, image: str, expected, quick: bool, residency=None) -> dict:
-        q25tok = files.cur(RUNTIME_BIN) if RUNTIME_BIN in release_files else self.runtime
+    @contextmanager
+    def _q25tok(self, board: Board, files: BoardFiles, listed: dict | None, own: str | None = None) -> Iterator[str]:
+        """The q25tok this board's commands run (:mod:`.trusted_q25tok`). When the current
+        release's record (``listed``: the state file's, or the image's assets) names a q25tok, a
+        private copy of it: of this machine's digest when it is that one (``own``, the file this
+        deploy sent, or --runtime-bin's; a board file that differs raises ``Unverified``), else
+        of the digest its record names when root wrote the record. Otherwise the image's."""
+        sha = ((listed or {}).get("files", {}).get(RUNTIME_BIN) or [None])[0]
+        if own is None and self.opts.runtime_bin:
+            own = file_sha256(Path(self.opts.runtime_bin))
+        record = "-" if sha == own else files.path(STATE_NAME if files.current else ASSETS_MANIFEST)
+        with ExitStack() as stack:
+            q25tok = self.runtime
+            if sha:
+                try:
+                    q25tok = stack.enter_context(release_q25tok(board, files.cur(RUNTIME_BIN), sha, record))
+                except Unverified:
+                    if record == "-":
+                        raise
+            yield q25tok
+
+    def _smoke(self, board, files, image: str, expected, quick: bool, residency=None, listed=None, own=None) -> dict:
+        """The smoke test with the q25tok :meth:`_q25tok` chooses; one it may not run fails it."""
         pmap = board_release.partition_map(
             files, self.partition_map if self.opts.build_dir else None, board=self.target.board
         )
-        return smoke_test(
-            board,
-            files,
-            expected=expected,
-            partition_map=pmap,
-            image_name=image,
-            q25tok=q25tok,
-            strict=self.opts.strict,
-            extra_checks=self.extra_checks,
-            board_paths=self.board_paths,
-            quick=quick,
-            residency=residency,
-            probe=self.build.probe_digests if self.opts.build_dir else None,
-        )
+        try:
+            with self._q25tok(board, files, listed, own) as q25tok:
+                return smoke_test(
+                    board,
+                    files,
+                    expected=expected,
+                    partition_map=pmap,
+                    image_name=image,
+                    q25tok=q25tok,
+                    strict=self.opts.strict,
+                    extra_checks=self.extra_checks,
+                    board_paths=self.board_paths,
+                    quick=quick,
+                    residency=residency,
+                    probe=self.build.probe_digests if self.opts.build_dir else None,
+                )
+        except Unverified as e:
+            return {"ok": False, "checks": [{"name": "q25tok", "ok": False, "detail": str(e)}], "warnings": []}
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
@@ -219,7 +248,10 @@ class Fleet:
                     )
                 notes += [f"sent anyway (--allow-unreserved): {refused}"] if refused else []
                 arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch
-                names = {f.rel for f in rel.files}
+                # the release's own q25tok runs only as a private copy of what this machine sent, or of
+                # what the state file this deploy writes records (one kept on the board): _q25tok
+                own = next((f.sha256 for f in rel.files if f.rel == RUNTIME_BIN and f.local is not None), None)
+                listed = {"files": {f.rel: [f.sha256, f.size] for f in rel.files}}
 
                 def run(verify_links: bool) -> HostResult:
                     return deploy(
@@ -228,15 +260,15 @@ class Fleet:
                         rel,
                         expect_arch=arch,
                         state=state,
-                        load=self._load(board, files),
+                        load=self._load(board, files, own),
                         verify_links=verify_links,
                         sent=self.sent(spec),
                         progress=lambda text: self.watch.phase(spec.name, text),
                         planned=lambda n: self.watch.total(spec.name, n),
-                        receivers=[files.path(f"current/{RUNTIME_BIN}"), self.runtime],
+                        receivers=[self.runtime],  # the image's only: never a q25tok of the install dir
                         sending=self.expected.warm,
                         smoke=lambda quick, resident: self._smoke(
-                            board, files, names, rel.image, self.expected.get(), quick, resident
+                            board, files, rel.image, self.expected.get(), quick, resident, listed, own
                         ),
                     )
 
@@ -277,7 +309,7 @@ class Fleet:
             else:
                 expected = smoke_ids(board_release.board_codec(files, cur))
             res.smoke = self._smoke(
-                board, files, cur["files"], cur.get("image") or "tokenizer.q25tokrt", expected, self.opts.quick
+                board, files, cur.get("image") or "tokenizer.q25tokrt", expected, self.opts.quick, listed=cur
             )
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
@@ -307,9 +339,20 @@ class Fleet:
         why = unheld(pmap["regions"], files.live_reserved)
         return {"reserved": not why, "unreserved": [{"node": r["node"], "why": w} for r, w in why]}
 
-    def _load(self, board: Board, files: BoardFiles):
-        # the release's own q25tok when it has one, else the image's
-        return lambda: load_regions(board, files, self.runtime, **self.board_paths)
+    def _load(self, board: Board, files: BoardFiles, own: str | None = None):
+        """``q25tok load`` with the q25tok :meth:`_q25tok` chooses for the release current is
+        then (after a switch, or after switching back: read from the state file)."""
+
+        def load() -> dict:
+            state = files.read_state()
+            record = state.get("releases", {}).get(state.get("current") or "")
+            try:
+                with self._q25tok(board, files, record, own) as q25tok:
+                    return load_regions(board, files, q25tok, **self.board_paths)
+            except Unverified as e:
+                return {"state": "failed", "regions": [], "detail": str(e)}
+
+        return load
 
     def sent(self, spec: HostSpec):
         watch = self.watch
@@ -330,14 +373,20 @@ class Fleet:
             result = status(board, files, self.board_paths["device_tree"], also=board_release.CURRENT_MAP)
             phases.mark("lock")
             pmap = files.also_read
+            listed = result.get("release")
             if not result["current"] and (image := board_release.image_record(files, self.image_name)):
                 files.current = ""  # nothing deployed: the board runs its image's own assets
+                listed = image
                 result["image"] = {k: image[k] for k in ("target", "model_sha256", "vocab_fingerprint")}
                 pmap = files.read(files.cur_rel(PARTITION_MAP))
             if result["current"] or result.get("image"):
                 # does the device tree reserve the current plan? does it hold the partitions?
                 result.update(self._reserved_status(files, pmap))
-                verified = verify_regions(board, files, self.runtime, **self.board_paths)
+                try:
+                    with self._q25tok(board, files, listed) as q25tok:
+                        verified = verify_regions(board, files, q25tok, **self.board_paths)
+                except Unverified as e:
+                    verified = {"state": "failed", "regions": [], "detail": str(e)}
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
             phases.mark("verify")
             return result

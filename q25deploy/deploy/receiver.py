@@ -6,13 +6,13 @@ hands the written ranges to the kernel's writeback as the file grows. Otherwise 
 ``tee`` into the board's fastest sha256 (:data:`.connection.RECEIVE`), which costs an extra
 pipe, small reads and a second process per byte.
 
-When the release brings its own ``q25tok`` and the board lacks it (a new runtime, or a kept
-copy found damaged), that goes first, through the shell, and once its digest matched the
-build's it receives the rest: the runtime being written is then never the one running.
-Otherwise the board's own: the current release's ``q25tok``, then the image's (the board
-file's runtime path). A candidate is used only after it received an empty input and
-printed the empty input's sha256: a ``q25tok`` older than ``receive``, or one built for
-another CPU, is passed over.
+The receiver runs as root (``--become``, a root login), so it is the image's ``q25tok`` (the
+board file's runtime path, the package manager's) and never one in the install directory:
+not the current release's, not the release's own just staged there (whoever can write the
+install directory could swap it between its digest and its run; docs/security.md, "the one
+rule"). A release's own ``q25tok`` travels through the shell like any file. A candidate is
+used only after it received an empty input and printed the empty input's sha256: a ``q25tok``
+older than ``receive``, or one built for another CPU, is passed over.
 """
 
 from __future__ import annotations
@@ -45,17 +45,12 @@ def probe(board: Board, candidates: Sequence[str]) -> str | None:
 def choose(
     board: Board, candidates: Sequence[str], uploads: list, staged: Callable[[str], str], send: Callable
 ) -> list[tuple]:
-    """Set ``board.receiver`` for this session's uploads; when ``uploads`` carry the runtime
-    it is sent first (``send(file) -> (file, digest)``, through the shell) and, its digest
-    matching, tried before ``candidates``. Returns what was sent here."""
+    """Set ``board.receiver`` for this session's uploads (the first of ``candidates``, the
+    image's, that receives); when ``uploads`` carry the runtime it is sent first
+    (``send(file) -> (file, digest)``) through the shell, never by a q25tok while it is being
+    written. Returns what was sent here. (``staged``: kept for the caller's signature.)"""
     board.receiver = None
     own = next((f for f in uploads if f.rel == RUNTIME_BIN), None)
     sent = [send(own)] if own is not None else []
-    if (
-        own is not None
-        and sent[0][1] == own.sha256
-        and board.run(["chmod", "0755", staged(own.rel)], check=False)[0] == 0
-    ):
-        candidates = [staged(own.rel), *candidates]
     board.receiver = probe(board, candidates)
     return sent

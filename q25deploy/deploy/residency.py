@@ -2,8 +2,9 @@
 
 ``q25tok load`` (after a deploy's switch, and after switching back) copies every partition
 of ``current/partitions/regions.tab`` into its no-map region through ``/dev/mem``;
-``q25tok verify`` (in the smoke test) reads them back. The q25tok used is the release's own
-(``--runtime-bin``) or the image's. Both refuse regions the running device tree does not
+``q25tok verify`` (in the smoke test) reads them back. The q25tok used is the one the caller
+names: the image's, or a private copy of the release's own (:mod:`.trusted_q25tok`), never one
+found in the install directory. Both refuse regions the running device tree does not
 reserve (the image predates the build's reserved memory): like the device-tree check, a
 warning, a failure with ``--strict``.
 
@@ -23,17 +24,19 @@ EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes
 
 
 LOADED = ".q25deploy-loaded"
-# $1 current, $2 the image's q25tok, $3 load|verify, $4 region table, $5 memory, $6 device tree,
-# $7 the loaded stamp ("-": none): the release's own q25tok when it has one
-SCRIPT = r"""[ -f "$4" ] || { echo no-table; exit 0; }; q="$1/q25tok"; [ -x "$q" ] || q="$2"
+# $1 current, $2 the q25tok to run (the caller's choice), $3 load|verify, $4 region table,
+# $5 memory, $6 device tree, $7 the loaded stamp ("-": none). A stamp that cannot be written
+# (a directory planted at its name) fails the load: it would otherwise fail silently
+SCRIPT = r"""[ -f "$4" ] || { echo no-table; exit 0; }; q="$2"
 if [ "$7" != - ]; then
   want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$4" | cut -d" " -f1)"
-  [ "$(cat "$7" 2>/dev/null)" = "$want" ] && { echo cached; exit 0; }
-  rm -f "$7"
+  [ -f "$7" ] && [ ! -L "$7" ] && [ "$(cat "$7" 2>/dev/null)" = "$want" ] && { echo cached; exit 0; }
+  if [ -e "$7" ] || [ -L "$7" ]; then rm -f "$7" || exit 1; fi
 fi
 "$q" "$3" --mem "$5" --dt "$6" "$4"; st=$?
-if [ $st = 0 ] && [ "$7" != - ] && [ ! -L "$7" ] && [ ! -d "$7" ] && t=$(mktemp "$7.XXXXXX"); then
-  echo "$want" > "$t" && mv -f "$t" "$7" || rm -f "$t"  # never through a planted name
+if [ $st = 0 ] && [ "$7" != - ]; then  # never through a planted name
+  t=$(mktemp "$7.XXXXXX") && { echo "$want" > "$t" && mv -f "$t" "$7" || { rm -f "$t"; false; }; } ||
+    { echo "q25tok: cannot write the load stamp $7" >&2; exit 1; }
 fi
 exit $st"""
 
@@ -69,7 +72,7 @@ def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, d
         for r in regions
         if r["state"] not in ("loaded", "resident")
     )
-    if not regions:
+    if not regions or (state == "failed" and not detail):  # each loaded, then the stamp failed
         detail = (err or out).decode("utf-8", "replace").strip()[-200:]
     detail += become_hint(board.spec.user, board.become, detail)  # /dev/mem is root's
     return {"state": state, "regions": regions, "detail": detail}

@@ -74,7 +74,9 @@ def test_every_command_runs_behind_sudo_n(tmp_path, capsys, ssh, models, q25tok)
     # the probe, the agent that holds the lock and runs every short command, one per file sent
     assert len(calls) == 2 + uploads(calls) and all(c.startswith("-n -- timeout ") for c in calls)
     assert any(".q25deploy.lock" in c and "serve" in c for c in calls)
-    assert any('tee "$1"' in c for c in calls) and any("/q25tok receive " in c for c in calls)  # runtime first
+    # every file through the shell: the release's own q25tok, staged in the install dir, never
+    # receives as root (issue 33; this board's image has no q25tok)
+    assert any('tee "$1"' in c for c in calls) and not any("/q25tok receive " in c for c in calls)
     assert calls[0].startswith("-n -- timeout 120 true")  # the probe comes first
 
 

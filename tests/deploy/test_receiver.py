@@ -1,7 +1,7 @@
 """Which board-side command receives each upload (q25deploy/deploy/receiver.py), against real
-sshd boards: the release's own q25tok sent first when the board lacks it, else the current
-release's, else the image's; a q25tok that predates ``receive`` is passed over for the
-shell's ``tee``; a kept q25tok found damaged is repaired, not run while it is rewritten."""
+sshd boards: the image's q25tok, never one in the install dir (the release's own, staged or
+current: issue 33, root runs only what it verified); a q25tok that predates ``receive`` is
+passed over for the shell's ``tee``; a kept q25tok found damaged is repaired by the shell."""
 
 from __future__ import annotations
 
@@ -29,19 +29,18 @@ def received(monkeypatch):
     return seen
 
 
-def test_the_releases_runtime_goes_first_then_receives_the_rest(tmp_path, capsys, ssh, models, q25tok, received):
+def test_no_q25tok_of_the_install_dir_receives(tmp_path, capsys, ssh, models, q25tok, received):
+    """Issue 33 (3): the release's own q25tok, staged, received the rest, and on the next
+    deploy the current release's did: files whoever can write the install dir controls, run
+    as root under --become. Without an image q25tok, the shell receives."""
     srv, root = ssh["servers"][0], tmp_path / "board"
     code, res, err = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
-    assert code == 0 and res[0]["ok"], err
-    (first, by), rest = received[0], received[1:]
-    assert first == "q25tok" and by is None  # nothing on the board could receive it: the shell did
-    assert rest and all(
-        r is not None and r.endswith(f"/releases/.incoming-{res[0]['release']}/q25tok") for _, r in rest
-    ), received
+    assert code == 0 and res[0]["ok"] and res[0]["smoke"]["ok"], err
+    assert received[0] == ("q25tok", None) and all(r is None for _, r in received), received
     received.clear()
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], runtime=q25tok)
     assert code == 0 and res[0]["ok"] and received
-    assert all(r is not None and r.endswith("/current/q25tok") for _, r in received), received
+    assert all(r is None for _, r in received), received
 
 
 def test_the_images_q25tok_receives_when_the_releases_predates_receive(tmp_path, capsys, ssh, models, q25tok, received):
@@ -72,7 +71,7 @@ def test_no_q25tok_that_receives_falls_back_to_the_shell(tmp_path, capsys, ssh, 
 
 def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path, capsys, ssh, models, q25tok, received):
     """--verify-board finds the kept q25tok damaged: it is sent again into the same inode
-    (through the shell: it must not be running), and then receives the rest."""
+    (through the shell), and nothing of the install dir receives."""
     srv, root = ssh["servers"][0], tmp_path / "board"
     assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
     kept = next((root / "lib/firmware/q25/releases").glob("*/q25tok"))
@@ -83,4 +82,4 @@ def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path,
     code, res, err = deploy(capsys, ssh, srv, root, models["B"], "--verify-board", runtime=q25tok)
     assert code == 0 and res[0]["ok"], (res, err)
     assert received[0] == ("q25tok", None) and kept.read_bytes() == q25tok.read_bytes()
-    assert all(r is not None and r.endswith("/q25tok") and "/current/" not in r for _, r in received[1:]), received
+    assert all(r is None for _, r in received[1:]), received

@@ -59,3 +59,43 @@ def test_the_loaded_stamp_is_never_written_through_a_planted_link(tmp_path, shel
         "passwd",
         "q25tok",
     ]  # no temporary left
+
+
+def residency(shell: str, tmp_path, command: str = "load", stamp: str | None = None) -> subprocess.CompletedProcess:
+    """SCRIPT on `tmp_path/current` with the image's q25tok (`tmp_path/image-q25tok`, a stand-in
+    that reports success); a q25tok planted in `current/` writes `tmp_path/pwned` if run."""
+    need_program(SHELLS[shell][0], "Debian: dash / busybox-static")
+    cur = tmp_path / "current"
+    cur.mkdir(exist_ok=True)
+    (cur / "regions.tab").write_text("q25-region0@100000000 0x100000000 0x200000 region_00.bin 1 " + "0" * 64 + "\n")
+    image = tmp_path / "image-q25tok"
+    image.write_text("#!/bin/sh\necho region q25-region0@100000000 base 0x100000000 size 0x200000 loaded\n")
+    planted = cur / "q25tok"
+    planted.write_text(f'#!/bin/sh\ntouch {tmp_path}/pwned\nexec {image} "$@"\n')
+    for q in (image, planted):
+        q.chmod(0o755)
+    argv = [str(cur), str(image), command, str(cur / "regions.tab"), "/dev/null", "/nonexistent", stamp or "-"]
+    return subprocess.run([*SHELLS[shell], SCRIPT, "sh", *argv], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+@pytest.mark.parametrize("command", ["load", "verify"])
+def test_the_q25tok_run_is_the_callers_never_one_found_in_current(tmp_path, shell, command):
+    """Issue 33 (3): `status` and `smoke` ran `<current>/q25tok verify` (and a deploy's load
+    `<current>/q25tok load`) whenever one was there, as root under --become: a file whoever can
+    write the install dir controls. The script runs the q25tok it is given (the image's, or a
+    private copy of the release's own whose digest the workstation checked: trusted_q25tok)."""
+    r = residency(shell, tmp_path, command, str(tmp_path / ".q25deploy-loaded") if command == "load" else None)
+    assert r.returncode == 0 and " loaded" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "pwned").exists(), "ran the q25tok found in current/"
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_a_stamp_that_cannot_be_written_fails_the_load(tmp_path, shell):
+    """Issue 33 (10): a directory planted at .q25deploy-loaded made the stamp write fail and the
+    load still succeed (exit 0): the step fails, saying why."""
+    stamp = tmp_path / ".q25deploy-loaded"
+    stamp.mkdir()
+    r = residency(shell, tmp_path, "load", str(stamp))
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert stamp.is_dir()

@@ -120,9 +120,12 @@ def mender_tree(art: Path, tree: Path) -> Path:
     return tree
 
 
-def mender_install(bb: str, root: Path, art: Path, tree: Path) -> list[subprocess.CompletedProcess]:
-    """Download → ArtifactInstall → ArtifactCommit (→ ArtifactRollback on failure) → Cleanup."""
+def mender_install(bb: str, root: Path, art: Path, tree: Path, edit=None) -> list[subprocess.CompletedProcess]:
+    """Download → ArtifactInstall → ArtifactCommit (→ ArtifactRollback on failure) → Cleanup;
+    ``edit(tree)`` changes the payload's file tree first (a crafted artifact)."""
     mender_tree(art, tree)
+    if edit:
+        edit(tree)
     runs = [sh(bb, root, "SupportsRollback", str(tree)), sh(bb, root, "Download", str(tree))]
     for state in ("ArtifactInstall", "NeedsArtifactReboot", "ArtifactCommit"):
         runs.append(sh(bb, root, state, str(tree)))

@@ -10,8 +10,10 @@ Inside the namespace (``unshare --mount``, propagation private), as a board imag
   directory replaces it);
 - ``/usr/share/mender/modules/v3`` is our update module only (``q25-release``);
 - ``/lib/firmware`` is the board's (the install dir ``/lib/firmware/q25`` is under it).
-The clients' PATH holds BusyBox applets and our ``q25tok`` (the board's userland); the
-update module and SWUpdate's script run under ``/bin/sh``. Every directory lives under
+The clients' PATH holds BusyBox applets (the board's userland); the image's ``q25tok``, the
+only one the update module runs, is at ``/lib/firmware/q25-test-board/usr/bin/q25tok`` (the
+board file's runtime path, outside the install dir). The update module and SWUpdate's script
+run under ``/bin/sh``. Every directory lives under
 ``root``, so :func:`ota_helpers.layout` reads the board's install dir as with the file trees.
 The board's running device tree and physical memory are a directory and a sparse file under
 ``/lib/firmware/q25-test-board`` (so under ``root``): the artifacts are packaged with a board
@@ -33,6 +35,7 @@ from requirements import need, need_program
 from q25deploy.ota.scripts import SCRIPT
 
 STAND_IN = "/lib/firmware/q25-test-board"  # the device tree and memory in the namespace
+RUNTIME = f"{STAND_IN}/usr/bin/q25tok"  # the image's q25tok (the plan's)
 
 QEMU_TOML = Path(__file__).resolve().parents[2] / "targets" / "qemu.toml"
 MODULES = "/usr/share/mender/modules/v3"
@@ -104,15 +107,18 @@ class ClientBoard:
         module.chmod(0o755)
         for applet in Path(busybox_path).iterdir():
             (root / "bin" / applet.name).symlink_to(os.readlink(applet))
-        shutil.copy2(q25tok, root / "bin" / "q25tok")
+        (root / RUNTIME.lstrip("/")).parent.mkdir(parents=True)
+        shutil.copy2(q25tok, root / RUNTIME.lstrip("/"))
         self.memory = root / STAND_IN.lstrip("/") / "mem"
         stand_in(self.memory.parent / "device-tree", self.memory, reserving)
         self.board_file = root.parent / f"{root.name}-qemu.toml"
         self.board_file.write_text(
-            QEMU_TOML.read_text().replace(
+            QEMU_TOML.read_text()
+            .replace(
                 'arch = "aarch64"',
                 f'arch = "aarch64"\ndevice_tree = "{STAND_IN}/device-tree"\nmemory_device = "{STAND_IN}/mem"',
             )
+            .replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{RUNTIME}"')
         )
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:
@@ -145,12 +151,11 @@ def current_release(root: Path) -> Path:
 
 def break_q25tok(root: Path) -> None:
     """The board's q25tok answers ``info`` but gives wrong ids: the smoke test fails."""
-    real = root / "bin" / "q25tok.real"
-    (root / "bin" / "q25tok").rename(real)
-    (root / "bin" / "q25tok").write_text(
-        f'#!/bin/sh\nif [ "$1" = encode ]; then echo 1 2 3; exit 0; fi\nexec {real} "$@"\n'
-    )
-    (root / "bin" / "q25tok").chmod(0o755)
+    q25tok = root / RUNTIME.lstrip("/")
+    real = q25tok.with_name("q25tok.real")
+    q25tok.rename(real)
+    q25tok.write_text(f'#!/bin/sh\nif [ "$1" = encode ]; then echo 1 2 3; exit 0; fi\nexec {real} "$@"\n')
+    q25tok.chmod(0o755)
 
 
 def said(r: subprocess.CompletedProcess) -> str:

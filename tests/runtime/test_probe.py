@@ -144,3 +144,23 @@ def test_the_schema_refuses_a_bad_record(builds, change):
     doc = {**BuildDir(builds["qemu"]).probe_digests, **change}
     with pytest.raises(SchemaError, match="probe_digests.json"):
         parse_probe_digests(doc, "probe_digests.json")
+
+
+@pytest.mark.parametrize("what", ["fifo", "foreign"])
+def test_probe_never_blocks_on_a_fifo_and_reads_only_our_regions(builds, san_q25tok, tmp_path, what):  # noqa: F811
+    """Issue 33 (4, 5): a FIFO as a partition file held `probe --files` in open(2); a region
+    whose node is not q25-region<N>@<base> is not read."""
+    import os
+
+    b = copy_build(builds["qemu"], tmp_path / "b")
+    region = BuildDir(b).partition_map["regions"][0]
+    if what == "fifo":
+        (b / region["file"]).unlink()
+        os.mkfifo(b / region["file"])
+        r = probe([san_q25tok], b, "--files")
+        assert r.returncode == 1 and "not a regular file" in r.stderr, r.stderr
+    else:
+        table = b / REGIONS
+        table.write_text(table.read_text().replace(region["node"], f"rproc@{region['base']:x}"))
+        r = probe([san_q25tok], b, "--files")
+        assert r.returncode == 6 and f"rproc@{region['base']:x}: not a q25deploy region" in r.stderr, r.stderr

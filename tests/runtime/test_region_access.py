@@ -140,6 +140,6 @@ def test_the_boot_service_reaches_the_regions_only_through_q25tok():
     files = runtime_sources().parent.parent / "q25-regions" / "files"
     script = (files / "q25-regions").read_text()
     code = "\n".join(ln.split("#", 1)[0] for ln in script.splitlines())
-    assert '"$q" "$1" "$t"' in code and "q=q25tok" in code  # q25tok load|verify TABLE
+    assert '"$Q25TOK" "$1" "$t"' in code and "Q25TOK=/usr/bin/q25tok" in code  # q25tok load|verify TABLE
     assert not re.search(r"/dev/mem|\bdevmem\b|\bdd\b|\bmmap\b", code)
     assert "ExecStart=/usr/sbin/q25-regions start" in (files / "q25-regions.service").read_text()

@@ -5,6 +5,7 @@ file standing in for /dev/mem (``--mem``) and a device-tree directory for the ru
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -176,3 +177,53 @@ def test_a_missing_partition_is_reported_as_missing(tmp_path, q25tok):
     (tmp_path / "region_00.bin").write_bytes(b"weights!")  # and one of another size than the table's
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 1 and "wrong size: 8 bytes, the table says 7" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("what", ["partition", "table"])
+def test_a_fifo_where_a_file_should_be_never_blocks_load(tmp_path, q25tok, what):
+    """Issue 33 (5): a FIFO at current/partitions/region_00.bin (or at the table) held
+    `q25tok load` in open(2) forever (fopen before the regular-file check) and, in the boot
+    service, the board's boot. Every file q25tok reads is opened O_NONBLOCK|O_NOFOLLOW and
+    checked regular by fstat: refused at once, nothing written."""
+    table = one_region_table(tmp_path, b"weights")
+    target = tmp_path / ("region_00.bin" if what == "partition" else "regions.tab")
+    target.unlink()
+    os.mkfifo(target)
+    if what == "table":
+        table = target
+    mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)  # run()'s timeout: a block fails the test
+    assert r.returncode == 1 and "not a regular file" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not mem.read_bytes().strip(b"\0")
+
+
+def test_a_symlinked_partition_is_not_followed(tmp_path, q25tok):
+    table = one_region_table(tmp_path, b"weights")
+    (tmp_path / "elsewhere.bin").write_bytes(b"weights")
+    (tmp_path / "region_00.bin").unlink()
+    (tmp_path / "region_00.bin").symlink_to(tmp_path / "elsewhere.bin")
+    mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
+    r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 1 and "a symlink: not followed" in r.stdout, r.stdout + r.stderr
+    assert not mem.read_bytes().strip(b"\0")
+
+
+@pytest.mark.parametrize(
+    "node,base",
+    [
+        ("rproc@70000000", 0x70000000),  # a remoteproc carve-out, reserved no-map by the board's tree
+        ("q25-region0@1000", 0x100000),  # our name at another place
+        ("q25-region0x@100000", 0x100000),
+        ("xq25-region0@100000", 0x100000),
+    ],
+)
+def test_load_writes_only_regions_that_are_ours_by_name_and_place(tmp_path, q25tok, node, base):
+    """Issue 33 (4): the loader asked only whether a node was reserved no-map, so a table naming
+    a foreign reservation (rproc@70000000, a PL DMA buffer) had it overwritten. A region is ours
+    when its node is q25-region<N>@<its base in hex>; any other is refused, nothing written."""
+    table = one_region_table(tmp_path, b"weights", node=node, base=base)
+    mem, dt = fake_board(tmp_path, {"regions": [{"node": node, "base": base, "size": 0x10000}]})
+    for command in ("load", "verify"):
+        r = run(q25tok, command, "--mem", mem, "--dt", dt, table)
+        assert r.returncode == 6 and f"region {node} " in r.stdout and " FOREIGN " in r.stdout, r.stdout
+    assert not mem.read_bytes().strip(b"\0")

@@ -17,12 +17,16 @@
 # and a rollback loads the previous release's again.
 # Q25_ROOT prefixes every board path (tests, chroots), like deploy's --remote-root.
 # Everything under the install dir is input: a `--become none` deploy user, or anything else
-# that can write there, may have planted a symlink or a crafted `.q25-ota/*` or state file.
-# Every name the script derives is checked as a plain name before it is used; a symlink it
-# did not create is refused, never followed; its own files are written through a fresh
-# temporary (mktemp: O_EXCL) renamed over the name; only 16-hex directories under releases/
-# are ever removed. (A writer racing the script between a check and its use is not stopped:
-# the install dir should be writable by root only; docs/security.md.)
+# that can write there, may have planted a symlink, a FIFO, a q25tok or a crafted `.q25-ota/*`,
+# release.json or state file. The one rule (docs/security.md): this script, run as root, executes
+# no program from the install dir; the only q25tok it runs is the plan's, the image's packaged
+# /usr/bin/q25tok, outside the install dir (load_plan) and owned by the user running the script
+# (pick_q25tok). Every name it derives is checked as a plain name before it is used; a symlink
+# it did not create is refused, never followed; a file it reads is first checked to be a regular
+# file (a FIFO would block the read); its own files are written through a fresh temporary
+# (mktemp: O_EXCL) renamed over the name; only 16-hex directories under releases/ are ever
+# removed. (A writer racing the script between a check and its use is not stopped; what it can
+# then do is bounded: no code runs, q25tok writes only q25 regions: docs/security.md.)
 set -u
 umask 022  # what it creates is the same whatever the engine's umask (the release's modes: set_modes)
 LC_ALL=C; export LC_ALL  # the name checks' [A-Za-z0-9] ranges are ASCII only in the C locale
@@ -54,6 +58,13 @@ is_name() {  # a plain file name: [A-Za-z0-9][A-Za-z0-9._+-]*, at most 128 chara
     case "$1" in [A-Za-z0-9]*) ;; *) return 1 ;; esac
     case "$1" in *[!A-Za-z0-9._+-]*) return 1 ;; esac; [ ${#1} -le 128 ]
 }
+is_region_node() {  # NODE BASE(16 hex): ours by name and place, q25-region<N>@<BASE, lower-case hex>
+    # (q25deploy/board/plan.py's node names; q25tok load applies the same rule): another node of
+    # the board's /reserved-memory (rproc@70000000, a PL DMA buffer) is never written
+    case "$1" in q25-region[0-9]*@*) ;; *) return 1 ;; esac
+    q_i=${1#q25-region}; q_i=${q_i%%@*}; q_a=${1#*@}; q_b=$(echo "$2" | sed 's/^0*//')
+    is_digits "$q_i" && [ ${#q_i} -le 4 ] && case "$q_i" in 0?*) false ;; esac && [ "$q_a" = "${q_b:-0}" ]
+}
 is_rel() {  # a plain relative path: parts [A-Za-z0-9_][A-Za-z0-9._+-]* (never '', '.', '..', hidden)
     case "$1" in ''|/*|*/|*//*) return 1 ;; esac
     q_rest=$1
@@ -68,6 +79,10 @@ is_rel() {  # a plain relative path: parts [A-Za-z0-9_][A-Za-z0-9._+-]* (never '
 safe_rel() { is_rel "$1" || die "unsafe path '$1' in the plan"; }
 no_link() {  # PATH...: refuse a symlink (one this script did not create)
     for q_p; do [ -L "$q_p" ] && die "$q_p is a symlink: refusing to follow it"; done; return 0
+}
+no_fifo() {  # PATH...: what exists there is a regular file (a FIFO or device would block a read)
+    for q_p; do { [ ! -e "$q_p" ] || [ -f "$q_p" ]; } || die "$q_p is not a regular file: refusing to read it"; done
+    return 0
 }
 no_link_in() {  # DIR REL: no part of REL under DIR is a symlink
     q_r=$2
@@ -131,6 +146,8 @@ check_plan_lines() {  # file and smoke lines: exactly their fields, plain names,
     grep '^region ' "$PLAN" | while read -r _ node base size extra; do
         is_node "$node" && is_hex16 "$base" && is_hex16 "$size" && [ -z "$extra" ] ||
             die "bad region line '$node' in the plan"
+        is_region_node "$node" "$base" ||
+            die "refusing region '$node' in the plan: not a q25deploy region (q25-region<N>@<its base>), not ours to write"
     done || exit 1
     [ "$MODE" = full ] || [ -z "$(grep '^region ' "$PLAN")" ] || die "region lines in a tokenizer-only plan"
 }
@@ -143,7 +160,7 @@ payload() {  # NAME -> the path of a payload file (a regular file, not a link)
 
 # -- reading our own JSON (always written with indent=2, sort_keys): checked, never trusted ------
 release_files() {  # RELEASE.JSON -> "sha256 size path" lines, each checked (die on anything else)
-    no_link "$1"
+    no_link "$1"; no_fifo "$1"
     awk '/^      "path": /{p=$2} /^      "sha256": /{s=$2} /^      "size": /{z=$2;
          gsub(/[",]/,"",p); gsub(/[",]/,"",s); gsub(/[",]/,"",z); print s, z, p}' "$1" |
     while read -r sha size rel extra; do
@@ -167,14 +184,14 @@ json_checked() {  # FILE KEY KIND(hex64|name) NULL-OK(0|1) -> a JSON string of t
 }
 
 state_field() {  # RID FIELD -> a field of that release's record in the state file
-    [ -f "$STATE" ] || return 0
+    no_fifo "$STATE"; [ -f "$STATE" ] || return 0
     awk -v rid="$1" -v key="$2" '
         /^    "[0-9a-f]+": \{$/ { cur = $1; gsub(/[":]/, "", cur) }
         cur == rid && $1 == "\"" key "\":" { v = $2; gsub(/[",]/, "", v); print v; exit }' "$STATE"
 }
 
 state_top() {  # KEY -> "current"/"previous" of the state file ("" when null or absent)
-    [ -f "$STATE" ] || return 0
+    no_fifo "$STATE"; [ -f "$STATE" ] || return 0
     q_v=$(json_value "$STATE" "$1")
     case "$q_v" in ''|null) return 0 ;; esac
     q_in=${q_v#\"}; q_in=${q_in%\"}
@@ -295,7 +312,9 @@ current_release() {  # -> the id current points at (releases/<id>, a directory, 
 
 verify_release() {  # DIR: every file of DIR/release.json is a regular file (no link) of its sha256
     files=$(release_files "$1/release.json") || exit 1
-    for rel in $(printf '%s\n' "$files" | awk '{ print $3 }'); do no_link_in "$1" "$rel"; done
+    for rel in $(printf '%s\n' "$files" | awk '{ print $3 }'); do
+        no_link_in "$1" "$rel"; [ -f "$1/$rel" ] || { echo "q25-ota: $1/$rel: not a regular file" >&2; return 1; }
+    done
     (cd "$1" && printf '%s\n' "$files" | awk 'NF { print $1 "  " $3 }' | sha256sum -c - >/dev/null)
 }
 
@@ -325,27 +344,33 @@ check_reserved() {  # a full plan: refused before staging when the board cannot 
     die "refusing release $RELEASE: $q_why: boot an image whose device tree includes the build's reserved-memory.dtsi, or package with --allow-unreserved; nothing was staged"
 }
 
-pick_q25tok() {  # RELEASE-DIR: the release's own q25tok (listed in its release.json), else the plan's, else PATH's
-    if [ -f "$1/q25tok" ] && [ -x "$1/q25tok" ] && release_files "$1/release.json" | grep -q ' q25tok$'; then Q25TOK="$1/q25tok"
-    elif [ ! -x "$Q25TOK" ]; then Q25TOK=$(command -v q25tok) || die "no q25tok at $Q25TOK nor on PATH"; fi
+pick_q25tok() {  # the plan's q25tok, the image's: never a release's, never one found on PATH
+    # (a release's q25tok lies in the install dir, which the deploy user can write; the plan's path
+    # is outside it, load_plan; the package manager installed it: owned by root, who runs this)
+    no_link "$Q25TOK"
+    [ -f "$Q25TOK" ] && [ -x "$Q25TOK" ] ||
+        die "no q25tok at $Q25TOK (the image's q25-tokenizer-runtime package installs it): root runs no other"
+    [ -O "$Q25TOK" ] || die "$Q25TOK is not owned by the user running q25-ota: refusing to run it"
 }
 
 regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the board's memory
     q_rid=${2##*/}; q_tab="$2/partitions/regions.tab"
-    no_link "$2/partitions" "$q_tab"
+    no_link "$2/partitions" "$q_tab"; no_fifo "$q_tab"  # a FIFO there is refused, not "no table"
     [ -f "$q_tab" ] || { say "releases/$q_rid has no region table: nothing to $1"; return 0; }
-    pick_q25tok "$2"
+    pick_q25tok
     if [ "$1" = load ]; then  # loaded this boot with this table (a tokenizer-only update): kept
         q_want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$q_tab" | cut -d' ' -f1)"
         if [ -f "$LOADED" ] && [ "$(cat "$LOADED")" = "$q_want" ]; then
             say "the reserved regions already hold the partitions of releases/$q_rid's region table"; return 0
         fi
-        rm -f "$LOADED"  # a load cut half-way leaves no stamp: the next load copies again
+        # a load cut half-way leaves no stamp: the next load copies again (what cannot be removed,
+        # a planted directory, fails the step: the stamp would say nothing true)
+        if [ -e "$LOADED" ] || [ -L "$LOADED" ]; then rm -f "$LOADED" || die "cannot remove $LOADED"; fi
     fi
     q_out=$("$Q25TOK" "$1" --mem "$MEM_LIVE" --dt "$DT_LIVE" "$q_tab"); q_st=$?
     printf '%s\n' "$q_out" | grep '^region ' | sed 's/^/q25-ota: /' >&3
     if [ "$q_st" = 0 ]; then
-        if [ "$1" = load ]; then echo "$q_want" | put "$LOADED"; fi
+        if [ "$1" = load ]; then echo "$q_want" | put "$LOADED" || die "loaded releases/$q_rid, but cannot record it in $LOADED"; fi
         say "$1: the reserved regions hold the partitions of releases/$q_rid"; return 0
     fi
     q_bad=$(printf '%s\n' "$q_out" | grep '^region ' | grep -v ' loaded$' | grep -v ' resident$')
@@ -438,7 +463,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     sync
     created=0
     kept="$BASE/releases/$RELEASE"
-    if [ -d "$kept" ] && [ ! -L "$kept/release.json" ] && cmp -s "$staging/release.json" "$kept/release.json" &&
+    if [ -d "$kept" ] && [ ! -L "$kept/release.json" ] && [ -f "$kept/release.json" ] && cmp -s "$staging/release.json" "$kept/release.json" &&
         (verify_release "$kept") 2>/dev/null; then
         rm -rf "$staging"  # kept from before, the same release.json, and it verifies: used as it is
         set_modes "$BASE/releases/$RELEASE"  # kept from an install that may have left other modes
@@ -476,8 +501,8 @@ smoke() {  # DIR: every file's sha256 of the current release, then q25tok info a
     rid=$(current_release) || exit 1
     cur="$BASE/releases/$rid"
     verify_release "$cur" || die "smoke: a file of the current release fails its sha256"
-    pick_q25tok "$cur"  # the release's own (just verified), else the plan's, else the one on PATH
-    no_link "$cur/$IMAGE"
+    pick_q25tok  # the image's (never the release's: the install dir is not root's alone)
+    no_link "$cur/$IMAGE"; no_fifo "$cur/$IMAGE"
     "$Q25TOK" info "$cur/$IMAGE" >/dev/null || die "smoke: q25tok info failed on $cur/$IMAGE"
     grep '^smoke ' "$PLAN" | while read -r _ name special ids; do
         flag=''; [ "$special" = 1 ] && flag=--special
@@ -490,7 +515,7 @@ smoke() {  # DIR: every file's sha256 of the current release, then q25tok info a
 }
 
 ota_get() {  # NAME KIND(rid|rid-or-empty|flag): a rollback record, as strictly as the plan
-    no_link "$OTA/$1"
+    no_link "$OTA/$1"; no_fifo "$OTA/$1"
     q_v=$(cat "$OTA/$1" 2>/dev/null)
     case "$2" in
         rid) is_rid "$q_v" ;;

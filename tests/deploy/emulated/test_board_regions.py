@@ -137,7 +137,8 @@ def test_after_a_power_cycle_the_boot_service_loads_the_regions_again(
     build = builds["qemu"]
     service = (build / "meta-q25" / "recipes-q25" / "q25-regions" / "files" / "q25-regions").read_bytes()
     disk = eb.make_disk(tmp_path / "disk.img", 64)
-    extra = {"etc/init.d/S20q25-regions": service}
+    # the image's q25tok (q25-regions RDEPENDS on q25-tokenizer-runtime): the one the service runs
+    extra = {"etc/init.d/S20q25-regions": service, "usr/bin/q25tok": q25tok_aarch64.read_bytes()}
     first = boot_board("dropbear", build / "reserved-memory.dtsi", disk=disk, extra_files=extra)
     assert "no region table" in first.qemu.serial()  # the service ran on an empty disk
     code, res = q25(capsys, first.q25("deploy", build, "--strict", "--runtime-bin", str(q25tok_aarch64)))

@@ -15,6 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* cli_load.c: the one way this program opens a file it reads */
+FILE *q25tok_fopen_regular(const char *path, struct stat *st);
+const char *q25tok_open_why(int e);
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INPUT = 3, EXIT_UNSUPPORTED = 7, EXIT_NOT_FOUND = 8 };
 
@@ -44,9 +49,10 @@ static int cmd_dequant(int argc, char **argv)
         fprintf(stderr, "q25tok: dequant: type %s: %s\n", argv[0], q25_strerror(Q25_ERR_UNSUPPORTED));
         return EXIT_UNSUPPORTED;
     }
-    FILE *f = fopen(argv[1], "rb");
+    struct stat st;
+    FILE *f = q25tok_fopen_regular(argv[1], &st);
     if (!f) {
-        fprintf(stderr, "q25tok: %s: %s\n", argv[1], strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", argv[1], q25tok_open_why(errno));
         return EXIT_IO;
     }
     static uint8_t in[1 << 18];
@@ -80,9 +86,10 @@ static int cmd_tensor(int argc, char **argv)
 {
     if (argc != 2)
         return EXIT_USAGE;
-    FILE *f = fopen(argv[0], "rb");
+    struct stat fst;
+    FILE *f = q25tok_fopen_regular(argv[0], &fst);
     if (!f) {
-        fprintf(stderr, "q25tok: %s: %s\n", argv[0], strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", argv[0], q25tok_open_why(errno));
         return EXIT_IO;
     }
     static char text[16 << 20]; /* a 7B model's table is ~40 KB */

@@ -8,6 +8,7 @@
 #include "q25tok.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,72 @@
 int q25tok_region_command(int argc, char **argv);
 int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen);
 void q25tok_table_dir(const char *table, char dir[1024]);
+int q25tok_open_regular(const char *path, struct stat *st);
+FILE *q25tok_fopen_regular(const char *path, struct stat *st);
+int q25tok_region_ours(const q25_region *r);
+const char *q25tok_open_why(int e);
+
+/* A file root reads (a table, a partition, a device-tree property, an image, a prompt): opened
+ * without following a last-component link and without blocking (a FIFO or a device planted
+ * where a file should be would hold open(2) forever), then checked to be a regular file by
+ * fstat; only then read. -1 with errno (ELOOP: a link, EINVAL: not a regular file). */
+int q25tok_open_regular(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        int e = S_ISREG(st->st_mode) ? errno : EINVAL;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);  /* a regular file: blocking reads from here on */
+    if (flags >= 0)
+        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+/* what q25tok_open_regular's errno means, worded */
+const char *q25tok_open_why(int e)
+{
+    return e == EINVAL ? "not a regular file" : e == ELOOP ? "a symlink: not followed" : strerror(e);
+}
+
+FILE *q25tok_fopen_regular(const char *path, struct stat *st)
+{
+    int fd = q25tok_open_regular(path, st);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+/* A region is ours by name and place: its node is q25-region<N>@<base in lower-case hex>, the
+ * name q25deploy's plan gives every region it reserves (q25deploy/board/plan.py), at the very
+ * base the table gives. Another no-map reservation (a remoteproc carve-out, a PL DMA buffer) is
+ * someone else's memory, however it is reserved: never written, never read. */
+int q25tok_region_ours(const q25_region *r)
+{
+    static const char prefix[] = "q25-region";
+    const char *p = r->node;
+    if (strncmp(p, prefix, sizeof prefix - 1) != 0)
+        return 0;
+    p += sizeof prefix - 1;
+    const char *digits = p;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (p == digits || p - digits > 4 || (*digits == '0' && p - digits > 1) || *p++ != '@')
+        return 0;
+    char want[24];
+    snprintf(want, sizeof want, "%llx", (unsigned long long)r->base);
+    return strcmp(p, want) == 0;
+}
 
 static void hex32(const uint8_t d[32], char out[65])
 {
@@ -46,7 +113,8 @@ int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t
     char path[1024];
     uint8_t reg[16];
     snprintf(path, sizeof path, "%.800s/reserved-memory/%.127s/reg", dt, r->node);
-    FILE *f = fopen(path, "rb");
+    struct stat st;
+    FILE *f = q25tok_fopen_regular(path, &st);
     if (!f) {
         snprintf(why, whylen, "the running device tree has no %.127s (boot with the build's reserved-memory.dtsi)",
                  r->node);
@@ -80,14 +148,13 @@ static int read_file(const char *path, uint8_t **data, size_t *size)
 {
     *data = NULL;
     *size = 0;
-    FILE *f = fopen(path, "rb");
+    struct stat st;
+    FILE *f = q25tok_fopen_regular(path, &st);
     if (!f)
         return -1;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        int e = errno;
+    if (st.st_size > (1 << 20)) {  /* a region table is a few lines */
         fclose(f);
-        errno = e;
+        errno = EFBIG;
         return -1;
     }
     size_t want = (size_t)st.st_size;
@@ -174,17 +241,14 @@ HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FIL
 /* the partition file, checked against the table's size before anything is written */
 static FILE *open_partition(const char *path, uint64_t want, char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "rb");
     struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        snprintf(why, whylen, "%s: %s", path, strerror(errno));
-        if (f)
-            fclose(f);
+    FILE *f = q25tok_fopen_regular(path, &st);
+    if (!f) {
+        snprintf(why, whylen, "%s: %s", path, q25tok_open_why(errno));
         return NULL;
     }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != want) {
-        snprintf(why, whylen, "%s: %s %llu bytes, the table says %llu", path,
-                 S_ISREG(st.st_mode) ? "wrong size:" : "not a regular file,", (unsigned long long)st.st_size,
+    if ((uint64_t)st.st_size != want) {
+        snprintf(why, whylen, "%s: wrong size: %llu bytes, the table says %llu", path, (unsigned long long)st.st_size,
                  (unsigned long long)want);
         fclose(f);
         return NULL;
@@ -216,7 +280,7 @@ int q25tok_region_command(int argc, char **argv)
     uint8_t *text;
     size_t len;
     if (read_file(table, &text, &len) != 0) {
-        fprintf(stderr, "q25tok: %s: %s\n", table, strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", table, q25tok_open_why(errno));
         return EXIT_IO;
     }
     q25_region regions[64];
@@ -238,6 +302,13 @@ int q25tok_region_command(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         q25_region *r = &regions[i];
         char why[1600] = "";
+        if (!q25tok_region_ours(r)) {
+            printf("region %s base 0x%llx size 0x%llx FOREIGN not a q25deploy region (q25-region<N>@<base>): "
+                   "not ours to %s\n", r->node, (unsigned long long)r->base, (unsigned long long)r->size,
+                   load ? "write" : "read");
+            worst = EXIT_REGION;
+            continue;
+        }
         if (!q25tok_reserved_in_dt(dt, r, why, sizeof why)) {
             printf("region %s base 0x%llx size 0x%llx REFUSED %s\n", r->node, (unsigned long long)r->base,
                    (unsigned long long)r->size, why);

@@ -36,6 +36,10 @@ int q25tok_probe_command(int argc, char **argv);
 /* cli_load.c */
 int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen);
 void q25tok_table_dir(const char *table, char dir[1024]);
+int q25tok_open_regular(const char *path, struct stat *st);
+FILE *q25tok_fopen_regular(const char *path, struct stat *st);
+int q25tok_region_ours(const q25_region *r);
+const char *q25tok_open_why(int e);
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_ID = 4, EXIT_REGION = 6 };
 enum { MAX_REGIONS = 64, MAX_IDS = 4096 };
@@ -59,7 +63,8 @@ typedef struct probe {
 
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
+    struct stat st;
+    FILE *f = q25tok_fopen_regular(path, &st);
     if (!f)
         return NULL;
     size_t cap = 1 << 16, n = 0;
@@ -104,13 +109,13 @@ static void *map_file(q25_region *r, const char *dir)
 {
     char path[1400];
     snprintf(path, sizeof path, "%.1023s%.255s", dir, r->file);
-    int fd = open(path, O_RDONLY);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != r->file_size
+    int fd = q25tok_open_regular(path, &st);
+    if (fd < 0 || (uint64_t)st.st_size != r->file_size
         || r->file_size == 0) {
         if (fd >= 0)
             close(fd);
-        fprintf(stderr, "q25tok: %s: missing, or not the table's %llu bytes\n", path,
+        fprintf(stderr, "q25tok: %s: missing, not a regular file, or not the table's %llu bytes\n", path,
                 (unsigned long long)r->file_size);
         return NULL;
     }
@@ -125,7 +130,7 @@ static int open_regions(probe *p, const char *table, const char *mem, const char
     size_t len;
     char *text = slurp(table, &len);
     if (!text) {
-        fprintf(stderr, "q25tok: %s: %s\n", table, strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", table, q25tok_open_why(errno));
         return EXIT_IO;
     }
     int st = q25_region_table_parse(text, len, p->regions, MAX_REGIONS, &p->n_regions);
@@ -139,6 +144,11 @@ static int open_regions(probe *p, const char *table, const char *mem, const char
     for (size_t i = 0; i < p->n_regions; i++) {
         q25_region *r = &p->regions[i];
         char why[1600];
+        if (!q25tok_region_ours(r)) {
+            fprintf(stderr, "q25tok: region %s: not a q25deploy region (q25-region<N>@<base>): not ours to read\n",
+                    r->node);
+            return EXIT_REGION;
+        }
         if (!p->files && !q25tok_reserved_in_dt(dt, r, why, sizeof why)) {
             fprintf(stderr, "q25tok: region %s: %s\n", r->node, why);
             return EXIT_REGION;

@@ -25,6 +25,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* cli_load.c: the one way this program opens a file it reads */
+int q25tok_open_regular(const char *path, struct stat *st);
+FILE *q25tok_fopen_regular(const char *path, struct stat *st);
+const char *q25tok_open_why(int e);
+
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_IMAGE = 3, EXIT_ID = 4, EXIT_CAPACITY = 5 };
 
 static const char *usage_text =
@@ -54,15 +59,10 @@ typedef struct mapped {
 
 static int map_image(const char *path, mapped *m)
 {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        fprintf(stderr, "q25tok: %s: %s\n", path, strerror(errno));
-        return EXIT_IO;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "q25tok: %s: not a regular file\n", path);
-        close(fd);
+    int fd = q25tok_open_regular(path, &st);  /* cli_load.c: never blocks, never follows a link */
+    if (fd < 0) {
+        fprintf(stderr, "q25tok: %s: %s\n", path, q25tok_open_why(errno));
         return EXIT_IO;
     }
     m->size = (size_t)st.st_size;
@@ -281,9 +281,10 @@ static int cmd_encode(int argc, char **argv)
     for (int i = 1; !rc && i < (argc > 1 ? argc : 2); i++) {
         uint8_t *text;
         size_t len;
-        FILE *f = argc > 1 ? fopen(argv[i], "rb") : stdin;
+        struct stat st;
+        FILE *f = argc > 1 ? q25tok_fopen_regular(argv[i], &st) : stdin;
         if (!f) {
-            fprintf(stderr, "q25tok: %s: %s\n", argv[i], strerror(errno));
+            fprintf(stderr, "q25tok: %s: %s\n", argv[i], q25tok_open_why(errno));
             rc = EXIT_IO;
             break;
         }
