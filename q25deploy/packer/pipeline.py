@@ -217,8 +217,10 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         image_manifest = json.loads(o.path(layout.IMAGE_MANIFEST).read_text())
         summary = stages.summary(target, src, info, p, image_manifest)
         o.write_json(layout.BUILD_INFO, summary, "build-info")
+        ids = _smoke_ids(o, summary)
+        _forward_stage(o, f, src.sha256, ids, progress)
         progress("writing the BitBake layer")
-        ids = _layer_stage(pm, o, req, summary, p, lic)
+        _layer_stage(pm, o, req, summary, p, lic, ids)
         progress("recording the tensor probe's digests")
         o.write_json(layout.PROBE_DIGESTS, probe_record(f, pmap, ids), PROBE_KIND)
     return summary, {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
@@ -259,23 +261,44 @@ def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future],
     return payload
 
 
-def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> list[list[int]]:
-    """The layer, and the smoke prompts' ids it and ``smoke_ids.json`` expect (returned)."""
+def _smoke_ids(o: OutputDir, summary: dict) -> list[list[int]]:
+    """The smoke prompts' ids (host codec of the built image), also written to ``smoke_ids.json``."""
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import read_image_file
     from ..tokenizer.prompts import smoke_ids, smoke_record
+
+    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
+    ids = smoke_ids(codec)
+    o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
+    return ids
+
+
+def _forward_stage(o: OutputDir, f, model_sha: str, ids: list[list[int]], progress: Progress) -> None:
+    """``model_hparams.txt`` and ``forward_record.json`` (from the content cache when this
+    model and these prompts were run before); neither for a model the forward pass cannot run."""
+    from ..errors import GGUFError
+    from . import forward_record
+
+    try:
+        hp_text = forward_record.hparams_bytes(f)
+    except GGUFError as e:
+        progress(f"no forward record: {e}")
+        return
+    o.write(layout.HPARAMS, hp_text, forward_record.HPARAMS_KIND)
+    o.write(layout.FORWARD_RECORD, forward_record.record_bytes(f, model_sha, ids, progress), forward_record.RECORD_KIND)
+
+
+def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic, ids: list[list[int]]) -> None:
+    """The BitBake layer (``ids``: the smoke prompts' ids its oeqa test expects)."""
     from . import stages
     from .layer import write_layer
 
     rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
+    rels = [rel for rel in rels if rel in o.artifacts or rel not in layout.OPTIONAL_RELEASE_FILES]
     artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
-    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
-    ids = smoke_ids(codec)
-    o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
     write_layer(
         o,
         stages.layer(
             pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release, maintainer=req.layer_maintainer
         ),
     )
-    return ids
