@@ -1,18 +1,40 @@
 #!/usr/bin/env python3
-"""`q25deploy build` benchmark, side by side in one run on Qwen2.5-shaped Q4_K_M models
-(0.5B ~398 MB and 1.5B ~986 MB, written first unless given):
+"""`q25deploy build` against `cp`, side by side in one run, at every model size: the 0.5B-,
+1.5B- and 3B-shaped Qwen2.5 Q4_K_M models (q25deploy.model.synthetic presets, ~398 MB, ~1 GB,
+~2 GB; written into --dir first unless there, deleted at the end if written).
 
-- the build (whole command, fresh output directory, model digest already cached as after a
-  first build or an Ollama pull) against `cp` of the same file (goal: build <= cp + 1 s);
-- a no-op rebuild (goal <= 0.3 s);
-- peak RSS of the build (goal <= 200 MB and not growing with model size).
+Every figure is a fresh process, as a user types it (`q25deploy build --target T --model M
+--out DIR --json`, the tree under test first on PYTHONPATH), timed by this script around
+fork/exec/wait4, with the process's peak RSS from wait4. Rows per model:
 
-    python3 bench/bench_build.py [--target kv260] [--skip-1.5b]
+- `cp` of the model (page cache warm: the build reads the same cached bytes), best of N,
+  interleaved with the warm build so both see the same load;
+- the warm build: a fresh output directory, the model built before (its digest, tokenizer
+  assets and payload digests in the content caches): what an engineer's rebuild costs when only
+  the output directory is new. Goal: <= 2x `cp`;
+- a new plan: the model known, this plan's partition digests not (another board, a board file
+  that moves regions): the partitions are hashed in the copy's one pass;
+- the first build: every cache empty (the model's digest, the tokenizer, every digest), once;
+- the no-op rebuild (goal <= 0.3 s), best of 5;
+- peak RSS over all these builds (goal <= 200 MB at every size).
+
+Content-keyed cached stages get their own row, cold and warm, out of the warm build's figure:
+the tokenizer assets (cold = the first build), the payload digests (cold = first build / new
+plan). A reference forward pass for the smoke test (issue 36) belongs here the same way once it
+exists.
+
+    python3 bench/bench_build.py [--dir /work/tmp-bench] [--sizes 0.5b,1.5b,3b] [--repeat 3]
+                                 [--alignment 4096] [--keep-models]
+
+On XFS or Btrfs, `cp` shares the file's blocks (coreutils >= 9: --reflink=auto) and the build
+shares every tensor's whole blocks when the GGUF's tensors are block aligned (--alignment 4096);
+the summary line under the table says how many bytes were shared and copied.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -23,84 +45,157 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from q25deploy.model.demo import vocab_path  # noqa: E402
-from q25deploy.model.source import file_sha256  # noqa: E402
 from q25deploy.model.synthetic import write_model  # noqa: E402
 
+VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
 
-def run(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of a command."""
+
+PHASES = ("imports", "plan", "tokenizer", "payload", "board files", "layer", "probe", "commit", "end")
+STARTS: dict[str, float] = {}  # Q25_PHASE_TIMES file -> time.monotonic() at the fork
+
+
+def run(cmd: list[str], env: dict, stdout: Path | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of a fresh process, from fork to wait4."""
+    if env.get("Q25_PHASE_TIMES"):
+        STARTS[env["Q25_PHASE_TIMES"]] = time.monotonic()
     t0 = time.perf_counter()
     pid = os.fork()
-    if pid == 0:
-        os.execvp(cmd[0], cmd)
+    if pid == 0:  # the child: stdout to a file (or nowhere), then the command
+        try:
+            fd = os.open(stdout or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.execvpe(cmd[0], cmd, env)
+        finally:
+            os._exit(127)
     _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - t0
     if status:
-        raise SystemExit(f"{cmd} failed ({status})")
-    return wall, usage.ru_maxrss
+        raise SystemExit(f"{' '.join(cmd)} failed (wait status {status})")
+    return wall, usage.ru_maxrss * 1024
 
 
-def best(cmd, n=3, prep=None):
-    results = []
-    for _ in range(n):
-        if prep:
-            prep()
-        results.append(run(cmd))
-    return min(r[0] for r in results), max(r[1] for r in results)
+def drop_plans(cache: Path) -> None:
+    """Forget every plan's partition digests (the tensors' stay): the next build hashes its partitions."""
+    for entry in (cache / "q25deploy" / "payload").glob("*.json"):
+        doc = json.loads(entry.read_text())
+        doc["partitions"] = []
+        entry.write_text(json.dumps(doc))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", type=Path, help="where models and builds go (default: a temporary directory)")
+    ap.add_argument("--sizes", default="0.5b,1.5b,3b", help="synthetic presets, comma-separated")
     ap.add_argument("--target", default="kv260")
-    ap.add_argument("--skip-1.5b", dest="skip15", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--alignment",
+        type=int,
+        help="the models' general.alignment (default GGUF's 32; 4096 lets a build on XFS/Btrfs share blocks)",
+    )
+    ap.add_argument("--keep-models", action="store_true", help="keep the models this run wrote")
     a = ap.parse_args()
     exe = shutil.which("q25deploy")
-    if not exe:
-        raise SystemExit("install q25deploy first (pip install .)")
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        cache = tmp / "cache"
-        os.environ["XDG_CACHE_HOME"] = str(cache)  # the builds' cache, not the user's
-        rows = []
-        for preset in ("0.5b",) + (() if a.skip15 else ("1.5b",)):
-            model = tmp / f"qwen25-{preset}.gguf"
-            write_model(model, preset, str(vocab_path()))
-            file_sha256(model, cache / "q25deploy")  # the digest a first build or an Ollama pull leaves
-            out = tmp / "out"
-            cp_t, _ = best(
-                ["cp", str(model), str(tmp / "copy.gguf")], prep=lambda: (tmp / "copy.gguf").unlink(missing_ok=True)
-            )
-            build_cmd = [exe, "build", "--target", a.target, "--model", str(model), "--out", str(out)]
+    cmd0 = [exe] if exe else [sys.executable, "-m", "q25deploy"]
+    work = a.dir or Path(tempfile.mkdtemp(prefix="q25-bench-build-"))
+    work.mkdir(parents=True, exist_ok=True)
+    cache, out, copy = work / "cache", work / "out", work / "copy.gguf"
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(cache),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    rows, phase_rows = [], []
+    for preset in a.sizes.split(","):
+        model = work / f"qwen25-{preset}{f'-a{a.alignment}' if a.alignment else ''}.gguf"
+        wrote = not model.exists()
+        if wrote:
+            t0 = time.perf_counter()
+            write_model(model, preset, str(VOCAB), alignment=a.alignment)
+            print(f"(wrote {model.name} in {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        build = [*cmd0, "build", "--target", a.target, "--model", str(model), "--out", str(out), "--json"]
+        report = work / "report.json"
 
-            def cold(out=out):  # a fresh output directory and an empty tokenizer cache
-                shutil.rmtree(out, ignore_errors=True)
-                shutil.rmtree(cache / "q25deploy" / "tokenizer", ignore_errors=True)
-
-            with open(os.devnull, "w") as nul:
-                saved = os.dup(1)
-                os.dup2(nul.fileno(), 1)
-                c_t, c_rss = best(build_cmd, prep=cold)
-                w_t, w_rss = best(build_cmd, prep=lambda out=out: shutil.rmtree(out, ignore_errors=True))
-                n_t, n_rss = best(build_cmd, n=5)
-                os.dup2(saved, 1)
-            size = model.stat().st_size / 1e6
-            rows.append((preset, size, cp_t, c_t, w_t, n_t, max(c_rss, w_rss) / 1024))
-            model.unlink()
-            (tmp / "copy.gguf").unlink(missing_ok=True)
+        def fresh() -> None:
             shutil.rmtree(out, ignore_errors=True)
-    print(f"target {a.target}; best of 3 (no-op: of 5); model digest cached (as after a first build or an Ollama pull)")
-    print("cold: empty tokenizer cache (first build of this model); warm: tokenizer assets in the cache")
-    print(
-        f"{'model':<6} {'size':>8} {'cp':>7} {'cold':>7} {'cold-cp':>8} {'warm':>7} {'warm-cp':>8} {'no-op':>7} "
-        f"{'peak RSS':>9}"
-    )
-    for preset, size, cp_t, c_t, w_t, n_t, rss in rows:
+            copy.unlink(missing_ok=True)
+
+        fresh()
+        shutil.rmtree(cache, ignore_errors=True)
+        first, rss = run(build, env, report)  # every cache empty
+        first_rep = json.loads(report.read_text())["payload"]
+        cps, warms = [], []
+        best_phases: dict[str, float] = {}
+        for _ in range(a.repeat):  # interleaved: cp, build, cp, build...
+            fresh()
+            cps.append(run(["cp", str(model), str(copy)], env)[0])
+            fresh()
+            marks = work / "phases.json"
+            t, r = run(build, {**env, "Q25_PHASE_TIMES": str(marks)}, report)
+            if t <= min(warms, default=t):  # the phases of the best run
+                at = json.loads(marks.read_text())
+                ends = [STARTS[str(marks)]] + [at.get(ph) for ph in PHASES]
+                best_phases = {}
+                for ph, k in zip(PHASES, range(1, len(ends))):
+                    if ends[k] is not None:
+                        best_phases[ph] = ends[k] - max(e for e in ends[:k] if e is not None)
+            warms.append(t)
+            rss = max(rss, r)
+        warm_rep = json.loads(report.read_text())["payload"]
+        plans = []
+        for _ in range(a.repeat):
+            fresh()
+            drop_plans(cache)
+            t, r = run(build, env, report)
+            plans.append(t)
+            rss = max(rss, r)
+        plan_rep = json.loads(report.read_text())["payload"]
+        noops = []
+        for _ in range(5):
+            t, r = run(build, env)
+            noops.append(t)
+            rss = max(rss, r)
+        fresh()
+        size = model.stat().st_size
+        if wrote and not a.keep_models:
+            model.unlink()
+        rows.append((preset, size, min(cps), first, min(plans), min(warms), min(noops), rss))
+        phase_rows.append((preset, best_phases))
         print(
-            f"{preset:<6} {size:>6.0f}MB {cp_t:>6.2f}s {c_t:>6.2f}s {c_t - cp_t:>+7.2f}s {w_t:>6.2f}s "
-            f"{w_t - cp_t:>+7.2f}s {n_t:>6.3f}s {rss:>7.0f}MB"
+            f"({preset}: first build {first_rep['digests']}, {first_rep['hashed'] / 1e6:.0f} MB read to hash; "
+            f"new plan {plan_rep['digests']}; warm {warm_rep['digests']}, {warm_rep['shared'] / 1e6:.0f} MB shared "
+            f"(reflink), {warm_rep['copied'] / 1e6:.0f} MB copied, of {warm_rep['bytes'] / 1e6:.0f} MB of tensors)",
+            file=sys.stderr,
         )
-    print("goals: build <= cp + 1 s; no-op <= 0.3 s; peak RSS <= 200 MB, flat with model size")
+    shutil.rmtree(cache, ignore_errors=True)
+    for scratch in ("report.json", "phases.json"):
+        (work / scratch).unlink(missing_ok=True)
+    if not a.dir:
+        shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()[0]
+    print(
+        f"target {a.target}; fresh processes; best of {a.repeat} (first build: once; no-op: best of 5); "
+        f"load average {load:.1f} at the end"
+    )
+    print("| model | file | cp | warm build (x cp) | new plan (x cp) | first build (x cp) | no-op | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for preset, size, cp_t, first, plan, warm, noop, rss in rows:
+        print(
+            f"| {preset} | {size / 1e6:.0f} MB | {cp_t:.2f} s | {warm:.2f} s ({warm / cp_t:.2f}x) | "
+            f"{plan:.2f} s ({plan / cp_t:.2f}x) | {first:.2f} s ({first / cp_t:.2f}x) | {noop:.3f} s | "
+            f"{rss / 1e6:.0f} MB |"
+        )
+    print(
+        "| reference forward pass (issue 36) | - | - | not in the build yet: its own row, cold and warm, "
+        "out of the warm build's figure | | | | |"
+    )
+    print("goals: warm build <= 2x cp; no-op <= 0.3 s; peak RSS <= 200 MB at every size")
+    print()
+    print("where the warm build's time goes (its best run; s from the fork to each phase's end, Q25_PHASE_TIMES):")
+    print("| model | " + " | ".join(PHASES) + " |")
+    print("|---|" + "---|" * len(PHASES))
+    for preset, ph in phase_rows:
+        print(f"| {preset} | " + " | ".join(f"{ph[p]:.3f}" if p in ph else "-" for p in PHASES) + " |")
 
 
 if __name__ == "__main__":

@@ -335,6 +335,28 @@ def parse_asset_index(doc: Any, where: str) -> list[dict]:
     return doc
 
 
+PAYLOAD_DIGESTS_FORMAT = "q25deploy-payload-digests/1"
+
+
+def parse_payload_digests(doc: Any, where: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The payload-digest cache's entry for one model: (tensor name -> sha256, plan key ->
+    [partition sha256], oldest plan first)."""
+    d = obj(doc, where)
+    if d.get("format") != PAYLOAD_DIGESTS_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {PAYLOAD_DIGESTS_FORMAT}")
+    tensors = obj(d.get("tensors"), where, "tensors")
+    for k, v in tensors.items():
+        hex64(v, where, f"tensors[{k!r:.80}]")
+    plans = {}
+    for i, e in enumerate(array(d.get("partitions"), where, "partitions")):
+        e = obj(e, where, f"partitions[{i}]")
+        shas = array(e.get("sha256"), where, f"partitions[{i}].sha256")
+        for j, sha in enumerate(shas):
+            hex64(sha, where, f"partitions[{i}].sha256[{j}]")
+        plans[hex64(e.get("plan"), where, f"partitions[{i}].plan")] = shas
+    return tensors, plans
+
+
 def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, list[int]]]]:
     """A build's ``smoke_ids.json``: (the image's sha256, [(prompt, special, ids)])."""
     d = obj(doc, where)

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 # the pages whose console examples run after the README's, in this order (they use its model and builds)
 PAGES = ["docs/models.md", "docs/building.md", "docs/commands.md", "docs/ota.md"]
+VENV = "python3 -m venv .venv && . .venv/bin/activate && "  # PEP 668: the distribution's Python wants a venv
 SETUP = [
-    "python3 -m pip install . && q25deploy build --target kv260",
-    "python3 -m pip install '.[test,reference]' && python3 -m pytest -q",
+    VENV + "pip install . && q25deploy build --target kv260",
+    VENV + "pip install '.[test,reference]' && python -m pytest -q",
 ]
 WALK_THROUGH = "\n## Walk-through"
 BOARD_PORT = "2222"  # the qemu board file's ssh.port, as the README's commands use it
@@ -58,7 +60,8 @@ def run(cmd: str, cwd: Path, env: dict, timeout: float = 600) -> subprocess.Comp
 
 
 def test_the_setup_commands_are_the_ones_ci_runs():
-    """The README's two set-up commands, unchanged, and .ci/run installs and tests exactly so."""
+    """The README's two set-up commands, unchanged, and .ci/run installs and tests exactly so
+    (CI's root is a throw-away container: it installs without the venv)."""
     blocks = console_blocks(README.read_text().split(WALK_THROUGH, 1)[0])
     assert [c for b in blocks for c in b.commands] == SETUP
     ci = (ROOT / ".ci" / "run").read_text()
@@ -86,7 +89,7 @@ def test_examples_run(tmp_path):
                 continue
             for cmd in block.commands:
                 # installing and the full test suite / benchmarks are what CI itself runs
-                cmd = re.sub(r"^python3 -m pip install [^&]*&& ", "", cmd)
+                cmd = re.sub(r"^python3 -m venv .*?pip install [^&]*&& ", "", cmd)
                 if "pytest" in cmd or cmd.startswith("python3 bench/"):
                     continue
                 run(cmd, cwd, env, timeout=300)
@@ -95,6 +98,34 @@ def test_examples_run(tmp_path):
     assert (cwd / "q25-out" / "qemu-64k" / "tokenizer" / "tokenizer.q25tokrt").is_file()
     assert (cwd / "q25-out" / "qwen25-tokenizer" / "tokenizer.q25tokrt").is_file()
     shutil.rmtree(cwd / "q25-out")
+
+
+def test_the_first_command_runs_with_the_distributions_python(tmp_path):
+    """The README's first command as written, on a stock Debian's own Python (PEP 668: it
+    refuses pip outside a venv): a copy of the tracked files, a fresh HOME, PATH and
+    environment without this test run's venv or PIP_BREAK_SYSTEM_PACKAGES; pip uses the
+    machine's configured index (offline here). It must reach the build's output. ~20 s."""
+    need_program("/usr/bin/python3", "the distribution's Python (Debian: python3-venv)")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    clone = tmp_path / "clone"
+    for name in filter(None, files.decode().split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, clone / name)
+    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in ("LANG", "TERM")}
+    env.pop("PIP_BREAK_SYSTEM_PACKAGES", None)
+    env.pop("PIP_REQUIRE_VIRTUALENV", None)
+    env.update(HOME=str(tmp_path / "home"), PATH="/usr/bin:/bin", PIP_QUIET="1")
+    r = run(SETUP[0], clone, env, timeout=300)
+    assert "built: kv260" in r.stdout
+    assert (clone / "q25-build" / "kv260" / "manifest.json").is_file()
+    assert (clone / ".venv" / "bin" / "q25deploy").is_file()
 
 
 @pytest.mark.board
@@ -108,7 +139,7 @@ def test_walk_through_on_the_emulated_board(tmp_path, board_root):
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
     need_program("ssh-keygen", "Debian: openssh-client")
     cwd = scratch(tmp_path / "work")
-    home = tmp_path / "home"
+    home = Path(tempfile.mkdtemp(prefix="q25h-"))  # short: the board's monitor socket lives under it
     (home / ".ssh").mkdir(parents=True)
     keygen(home / ".ssh" / "id_ed25519")
     env = {
@@ -118,6 +149,7 @@ def test_walk_through_on_the_emulated_board(tmp_path, board_root):
         "XDG_CACHE_HOME": str(home / ".cache"),
         "Q25_BOARD_CACHE": str(BOARD_CACHE),
     }
+    env.pop("XDG_STATE_HOME", None)  # the README's known_hosts: ~/.local/state/q25deploy/qemu/qemu
     port = str(free_port())
     blocks = console_blocks(walk_through(README.read_text()))
     assert sum(b.board for b in blocks) >= 3
@@ -132,4 +164,6 @@ def test_walk_through_on_the_emulated_board(tmp_path, board_root):
         subprocess.run(["q25deploy", "qemu", "down"], cwd=cwd, env=env, capture_output=True, timeout=120)
     svg = (cwd / "q25-out" / "qemu-board.svg").read_text()  # every region as the board reported it
     assert "used, resident" in svg and not re.search(r"used, (differs|missing|unknown)", svg)
-    assert not (cwd / "q25-qemu" / "state.json").exists()  # qemu down stopped it
+    assert not (home / ".local/state/q25deploy/qemu/qemu/state.json").exists()  # qemu down stopped it
+    assert not (cwd / "q25-qemu").exists()  # nothing of the board in the working tree
+    shutil.rmtree(home)

@@ -16,11 +16,17 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import emulated_board as eb  # noqa: E402
+
+
+def say(text: str) -> None:
+    """What the script does, on stderr (stdout is the options for ``qemu up``)."""
+    print(f"board_image: {text}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("public_key", type=Path, help="the OpenSSH public key to authorize for root")
     p.add_argument("--flavour", choices=eb.FLAVOURS, default="dropbear", help="the SSH server (default dropbear)")
     a = p.parse_args(argv)
+    t0 = time.monotonic()
     try:
-        root = eb.fetch_packages(eb.default_cache_dir())  # both flavours: the same cache as the test suite
+        cache = eb.default_cache_dir()
+        say(f"fetching and unpacking Debian's arm64 packages into {cache} (cached after the first time)")
+        root = eb.fetch_packages(cache)  # both flavours: the same cache as the test suite
+        say(f"assembling the initramfs ({a.flavour}, root's key from {a.public_key})")
         spec = eb.InitramfsSpec(a.flavour, a.public_key.read_text())
         initrd = eb.assemble_initramfs(root, a.out / f"initramfs-{a.flavour}.cpio", spec)
         kernel = a.out / "vmlinuz"
@@ -38,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, eb.BoardError) as e:
         print(f"board_image: {e}", file=sys.stderr)
         return 1
+    say(
+        f"wrote {kernel} ({kernel.stat().st_size:,} bytes) and {initrd} ({initrd.stat().st_size:,} bytes) "
+        f"in {time.monotonic() - t0:.1f} s; boot them with q25deploy qemu up and:"
+    )
     print(f"--kernel {kernel} --initrd {initrd}")
     return 0
 

@@ -5,9 +5,33 @@ handlers import the machinery they use."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-DEFAULT_STATE_DIR = Path("q25-qemu")
+STATE_HELP_DIR = "~/.local/state/q25deploy/qemu/TARGET"  # or under $XDG_STATE_HOME
+
+
+def state_home() -> Path:
+    """Where the emulated boards keep their state: ``$XDG_STATE_HOME`` (when absolute, as the
+    XDG base directory spec says), else ``~/.local/state``; then ``q25deploy/qemu``."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "q25deploy" / "qemu"
+
+
+def state_dir(a: argparse.Namespace) -> Path:
+    """The command's state directory: ``--state-dir``, else one per board name under
+    :func:`state_home` (outside any working tree)."""
+    if a.state_dir is not None:
+        return a.state_dir
+    name = a.target
+    if not name or "/" in name or name in (".", "..") or not name.isprintable():
+        from q25deploy.errors import UsageError
+
+        raise UsageError(f"--target {name!r}: not a board name")
+    return state_home() / name
+
+
 EPILOG = """\
 exit codes:
     0  success (`down` of a board that is not running, too)
@@ -33,10 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _common(up)
-    up.add_argument(
-        "--target", metavar="NAME", default="qemu", help="the board: its [qemu] table and SSH defaults (default qemu)"
-    )
+    _common(up, "the board: its [qemu] table, SSH defaults and state directory (default qemu)")
     up.add_argument("--target-file", metavar="FILE", help="your own board file with a [qemu] table")
     up.add_argument(
         "--build",
@@ -65,8 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--yocto-deploy",
         metavar="DIR",
         type=Path,
-        help="a Yocto image's deploy directory (tmp/deploy/images/qemuarm64) or one of its "
-        ".qemuboot.conf files: kernel, root filesystem and kernel arguments from its qemuboot.conf",
+        help="a Yocto image's deploy directory (tmp/deploy/images/qemuarm64) or .qemuboot.conf: "
+        "its kernel, root filesystem and arguments",
     )
     up.add_argument(
         "--virtio",
@@ -107,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _common(down)
+    _common(down, "the board whose QEMU to stop: its state directory (default qemu)")
     down.add_argument(
         "--timeout",
         metavar="SECONDS",
@@ -122,17 +143,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Say whether the QEMU that `up` started from this state directory still runs, "
         "its pid, SSH port and serial log, and whether its SSH server answers.",
     )
-    _common(st)
+    _common(st, "the board to look at: its state directory (default qemu)")
     st.set_defaults(qemu_run="status")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, target_help: str) -> None:
+    p.add_argument("--target", metavar="NAME", default="qemu", help=target_help)
     p.add_argument(
         "--state-dir",
         metavar="DIR",
         type=Path,
-        default=DEFAULT_STATE_DIR,
-        help=f"where the pidfile, serial log, monitor socket and device tree live (default {DEFAULT_STATE_DIR})",
+        default=None,
+        help=f"the board's files: pidfile, serial log, monitor, known_hosts (default {STATE_HELP_DIR})",
     )
     p.add_argument("--json", action="store_true", help="the result as JSON")
 

@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from q25deploy.errors import BoardFileError, DeployError, UsageError
 
 from . import vm
+from .cli import state_dir as state_dir_of
+from .cli import state_home
+from .image import matching_identity, read_initramfs
 from .machine import Boot, Files, Machine, dtb_files, kernel_cmdline, make_dtb, need_tool
 from .state import STATE_FILE, State, read_state, remove_files, write_state
 
 KNOWN_HOSTS = "known_hosts"  # the board's host key, recorded by the first deploy --trust-new-host
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
+RUNTIME_OUT = "q25-out/runtime-aarch64"  # where the printed `runtime build` puts a q25tok for the board
 
 
 @dataclass(frozen=True)
@@ -89,9 +95,11 @@ def up(a: argparse.Namespace, context) -> int:
     what = payload(a)
     dtsi = build_fragment(a.build or Path("q25-build") / target.name, target.name)
     port = a.ssh_port if a.ssh_port is not None else target.board.ssh_port
-    state_dir = a.state_dir
-    made = _take_state_dir(state_dir)
+    state_dir = state_dir_of(a)
     files = Files.in_dir(state_dir)
+    if len(os.fsencode(files.monitor)) > MAX_SOCKET_PATH:
+        raise UsageError(f"{files.monitor}: too long for a unix socket: give a shorter --state-dir")
+    made = _take_state_dir(state_dir)
     known_hosts = files.pidfile.with_name(KNOWN_HOSTS)
     written = [*dtb_files(state_dir / "board.dtb"), files.pidfile, files.serial_log, files.monitor, known_hosts]
     try:
@@ -114,10 +122,22 @@ def up(a: argparse.Namespace, context) -> int:
         cmdline=what.cmdline,
         dtb=str(dtb),
     )
+    result.update(image_needs(what.initrd, target.board.runtime_path, Path.home() / ".ssh"))
     if a.wait:
         result["ssh_seconds"] = round(vm.wait_for_ssh(board, a.timeout), 1)
         result["ssh"] = True
-    return _emit(a, result, _up_text(result, target.name, a.build))
+    return _emit(a, result, up_text(result, target.name, a.build))
+
+
+def image_needs(initrd: Path | None, runtime_path: str, ssh_dir: Path) -> dict:
+    """What a deploy to the booted image needs besides the build: ``has_runtime`` (True, False,
+    or None when the image cannot be read: a disk, a compressed initramfs) and ``identity``,
+    the private key in ``ssh_dir`` whose public key the image authorizes for root (or None)."""
+    contents = read_initramfs(initrd) if initrd else None
+    if contents is None:
+        return {"has_runtime": None, "identity": None}
+    key = matching_identity(contents.authorized_keys, ssh_dir)
+    return {"has_runtime": contents.has(runtime_path), "identity": str(key) if key else None}
 
 
 def _take_state_dir(state_dir: Path) -> bool:
@@ -151,27 +171,47 @@ def describe(state_dir: Path, state: State, *, running: bool) -> dict:
     }
 
 
-def _up_text(r: dict, target: str, build: Path | None) -> str:
+def up_text(r: dict, target: str, build: Path | None) -> str:
+    """What ``up`` says: where things are and the next commands, each runnable as printed on
+    this image (``--runtime-bin`` when it has no q25tok, ``--identity`` when a key of yours is
+    the one it authorizes)."""
+    q = shlex.quote
     waited = f", SSH up after {r['ssh_seconds']} s" if "ssh_seconds" in r else " (booting: add --wait to wait for SSH)"
-    opts = (
-        f"--target {target} --host {r['host']}{f' --build {build}' if build else ''} --known-hosts {r['known_hosts']}"
+    opts = f"--target {q(target)} --host {r['host']}{f' --build {q(str(build))}' if build else ''}"
+    opts += f" --known-hosts {q(r['known_hosts'])}"
+    key = r.get("identity")
+    opts += f" --identity {q(key)}" if key else ""
+    is_default = Path(r["state_dir"]) == state_home() / target
+    where = (f" --target {q(target)}" if target != "qemu" else "") + (
+        "" if is_default else f" --state-dir {q(r['state_dir'])}"
     )
-    state_opt = "" if Path(r["state_dir"]) == Path("q25-qemu") else f" --state-dir {r['state_dir']}"
     user, port = r["host"].split("@")[0], r["port"]
-    return "\n".join(
-        [
-            f"QEMU runs (pid {r['pid']}){waited}",
-            f"  serial log  {r['serial_log']}",
-            f"  monitor     {r['monitor']} (HMP)",
-            f"  ssh         ssh -p {port} -o UserKnownHostsFile={r['known_hosts']} {user}@127.0.0.1",
-            f"  deploy      q25deploy deploy {opts} --trust-new-host",
-            f"  smoke       q25deploy smoke {opts} --strict",
-            f"  stop        q25deploy qemu down{state_opt}",
-        ]
-    )
+    lines = [
+        f"QEMU runs (pid {r['pid']}){waited}",
+        f"  state       {r['state_dir']}",
+        f"  serial log  {r['serial_log']}",
+        f"  monitor     {r['monitor']} (HMP)",
+        f"  ssh         ssh -p {port}{f' -i {q(key)}' if key else ''} -o UserKnownHostsFile={q(r['known_hosts'])} "
+        f"{user}@127.0.0.1",
+    ]
+    runtime = ""
+    if r.get("has_runtime") is False:  # the image has no q25tok: the release brings one
+        bin_path = f"{RUNTIME_OUT}/q25tok"
+        if not Path(bin_path).is_file():
+            lines.append(f"  runtime     q25deploy runtime build --cross aarch64 --static --out {RUNTIME_OUT}")
+        runtime = f" --runtime-bin {bin_path}"
+    lines += [
+        f"  deploy      q25deploy deploy {opts} --trust-new-host{runtime}",
+        f"  smoke       q25deploy smoke {opts} --strict",
+        f"  stop        q25deploy qemu down{where}",
+    ]
+    if r.get("has_runtime") is None:
+        lines.append("  (whether the image has q25tok is not known: if it has none, deploy with --runtime-bin FILE)")
+    return "\n".join(lines)
 
 
 def down(a: argparse.Namespace, context) -> int:
+    a.state_dir = state_dir_of(a)
     state = read_state(a.state_dir)
     if state is None:
         return _emit(
@@ -194,18 +234,22 @@ def down(a: argparse.Namespace, context) -> int:
 
 
 def status(a: argparse.Namespace, context) -> int:
+    a.state_dir = state_dir_of(a)
     state = read_state(a.state_dir)
     if state is None:
         return _emit(a, {"state_dir": str(a.state_dir), "running": False}, f"no board recorded in {a.state_dir}")
     running = state.board(a.state_dir).alive()
     result = {**describe(a.state_dir, state, running=running), "ssh": running and vm.ssh_banner(state.port)}
     if not running:
-        return _emit(a, result, f"not running (QEMU pid {state.pid} has ended; q25deploy qemu down cleans up)")
+        return _emit(
+            a, result, f"not running (QEMU pid {state.pid} has ended; q25deploy qemu down cleans up {a.state_dir})"
+        )
     return _emit(
         a,
         result,
         f"running: QEMU pid {state.pid}, SSH on 127.0.0.1:{state.port} "
-        f"({'answers' if result['ssh'] else 'no answer yet'}), serial log {result['serial_log']}",
+        f"({'answers' if result['ssh'] else 'no answer yet'}), serial log {result['serial_log']}, "
+        f"state in {a.state_dir}",
     )
 
 

@@ -256,10 +256,13 @@ def _legend(y: float, plan: MemoryPlan, residency: dict[int, str] | None) -> tup
     return out, (row + 1) * LANE_H + 6 + 14 * len(lines) + 4
 
 
-def memory_svg(board: Board, plan: MemoryPlan, residency: dict[int, str] | None = None) -> str:
+def memory_svg(
+    board: Board, plan: MemoryPlan, residency: dict[int, str] | None = None, heading: str | None = None
+) -> str:
     """The picture of ``plan`` on ``board``; ``residency`` (region index → "resident", "missing"
-    or "differs", as a board reports it) colours the regions instead of the plain plan colours."""
-    title = fit(f"{board.name}: {board.description}" if board.description else board.name, 15, BAR_W)
+    or "differs", as a board reports it) colours the regions instead of the plain plan colours;
+    ``heading`` replaces the title (a board's status: its host, release and time)."""
+    title = fit(heading or (f"{board.name}: {board.description}" if board.description else board.name), 15, BAR_W)
     summary = fit(
         f"{len(plan.regions)} model region(s): {format_size(plan.reserved_bytes)} reserved of "
         f"{format_size(plan.budget)} allowed ({format_size(board.ddr_bytes)} DDR); "

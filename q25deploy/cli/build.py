@@ -23,7 +23,7 @@ def add_commands(sub) -> None:
         "if present, else the built-in demo model.",
     )
     bd.add_argument("--target", metavar="NAME", help="target board (see `q25deploy targets`)")
-    add_model_argument(bd, required=False, default="Ollama's qwen2.5:0.5b if present, else the built-in demo model")
+    add_model_argument(bd, required=False, default="qwen2.5:0.5b if Ollama has it, else a demo model")
     bd.add_argument("--out", metavar="DIR", type=Path, help="output directory (default q25-build/TARGET)")
     bd.add_argument("--target-file", metavar="FILE", help="your own board file (TOML, see docs/boards.md)")
     bd.add_argument(
@@ -40,12 +40,13 @@ def add_commands(sub) -> None:
         "--reserve",
         metavar="SIZE",
         type=reserve_size,
-        help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this model needs: one image's "
-        "device tree then holds every later model that fits (overrides the board file's [layout] "
-        "reserve; 0: regions sized to this model; see docs/boards.md)",
+        help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this one needs; 0: sized to "
+        "it (details: docs/commands.md)",
     )
     _add_layer_options(bd.add_argument_group("the BitBake layer"))
-    bd.add_argument("--json", action="store_true", help="print the build summary as JSON")
+    out = bd.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the build summary as JSON (no progress)")
+    out.add_argument("--quiet", action="store_true", help="no live progress on the terminal")
     bd.set_defaults(func=cmd_build)
 
     tg = sub.add_parser(
@@ -84,27 +85,33 @@ def reserve_size(text: str) -> int:
 
 def cmd_build(a: argparse.Namespace) -> int:
     from ..packer.pipeline import build
-    from .progress import Progress
+    from .progress import Progress, wanted
 
-    prog = Progress()
-    result = build(
-        a.target,
-        model=a.model,
-        out=a.out,
-        target_file=a.target_file,
-        model_license=a.model_license,
-        model_license_file=a.model_license_file,
-        layer_release=a.layer_release,
-        layer_maintainer=a.layer_maintainer,
-        reserve=a.reserve,
-        progress=prog.step,
-    )
-    prog.done()
+    prog = Progress(enabled=wanted(quiet=a.quiet, json=a.json), task=a.target or "build")
+    with prog.running("build"):
+        result = build(
+            a.target,
+            model=a.model,
+            out=a.out,
+            target_file=a.target_file,
+            model_license=a.model_license,
+            model_license_file=a.model_license_file,
+            layer_release=a.layer_release,
+            layer_maintainer=a.layer_maintainer,
+            reserve=a.reserve,
+            progress=prog.step,
+        )
     report_failures(result.failures)
     if a.json:
         print(
             json.dumps(
-                {"out": str(result.out), "up_to_date": result.up_to_date, "note": result.note, **result.summary},
+                {
+                    "out": str(result.out),
+                    "up_to_date": result.up_to_date,
+                    "note": result.note,
+                    **result.summary,
+                    **({"payload": result.payload} if result.payload else {}),
+                },
                 indent=2,
             )
         )

@@ -17,53 +17,69 @@ from .early import DEFAULT_JOBS, TRANSFERS
 EXIT_DEPLOY = 13
 
 
-def add_commands(sub) -> None:
-    """Add deploy, smoke, status and rollback to the CLI's sub-parsers."""
+#: the option groups of the board commands, in the order --help lists them
+WHAT, WHERE, HOW, OUTPUT = "what to deploy", "where: the boards", "how: login and checks", "output"
+
+
+def group(parser: argparse.ArgumentParser, title: str):
+    """``parser``'s option group ``title`` (copied from the parent parser), made if missing."""
+    found = next((g for g in parser._action_groups if g.title == title), None)
+    return found or parser.add_argument_group(title)
+
+
+def add_output_options(g) -> None:
+    """``--json`` and ``--quiet``: the output options of a command with live progress."""
+    g.add_argument("--json", action="store_true", help="results as JSON (no progress)")
+    g.add_argument("--quiet", action="store_true", help="no live progress on the terminal")
+
+
+def _common_parent() -> argparse.ArgumentParser:
+    """The options deploy, smoke, status and rollback share (each explained in docs/commands.md)."""
     conn = argparse.ArgumentParser(add_help=False)
-    c = conn.add_argument_group("boards and connection")
-    c.add_argument("--target", metavar="NAME", help="target board (its SSH defaults, install paths, hooks)")
-    c.add_argument("--target-file", metavar="FILE", help="your own board file")
-    c.add_argument("--host", action="append", metavar="[USER@]HOST[:PORT]", help="a board (repeatable)")
-    c.add_argument("--hosts-file", metavar="F", help="boards, one [user@]host[:port] per line (# comments)")
-    c.add_argument(
+    what = conn.add_argument_group(WHAT)
+    what.add_argument(
         "--build",
         metavar="DIR",
         type=Path,
-        help="the build to deploy (default q25-build/TARGET); smoke and status work from the board's "
-        "own release without it, and with it also compare the board with that build",
+        help="the build (deploy: default q25-build/TARGET; smoke, status: also compare the board with it)",
     )
-    c.add_argument("--identity", metavar="KEY", help="SSH private key")
-    c.add_argument(
-        "--known-hosts", metavar="FILE", help="known_hosts to check host keys against (default ~/.ssh/known_hosts)"
-    )
-    c.add_argument(
-        "--trust-new-host",
-        action="store_true",
-        help="record an unknown host key in the known_hosts file (a changed key is always refused)",
-    )
-    c.add_argument(
+    what.add_argument("--runtime-bin", metavar="FILE", help="send this q25tok with the release and test with it")
+    where = conn.add_argument_group(WHERE)
+    where.add_argument("--target", metavar="NAME", help="the board type: its SSH defaults, paths, hooks")
+    where.add_argument("--target-file", metavar="FILE", help="your own board file")
+    where.add_argument("--host", action="append", metavar="[USER@]HOST[:PORT]", help="a board (repeatable)")
+    where.add_argument("--hosts-file", metavar="F", help="boards, one [user@]host[:port] per line (# comments)")
+    where.add_argument(
         "--remote-root",
         metavar="DIR",
         default="",
-        help="put the install directory under DIR on the board (a data partition, a chroot, tests); the "
-        "board file's q25tok and /proc/device-tree stay at their system paths; {host}, {port} and "
-        "{user} are replaced per board",
+        help="install under DIR on the board ({host} {port} {user} replaced)",
     )
-    c.add_argument(
-        "--become",
-        metavar="sudo|doas|none",
-        help="a login that is not root gains root with sudo -n or doas -n for every board command "
-        "(needs a NOPASSWD rule for it on the board; default: the board file's [ssh] become, else none)",
+    how = conn.add_argument_group(HOW)
+    how.add_argument("--identity", metavar="KEY", help="SSH private key")
+    how.add_argument("--known-hosts", metavar="FILE", help="host keys to check against (default ~/.ssh/known_hosts)")
+    how.add_argument(
+        "--trust-new-host",
+        action="store_true",
+        help="record an unknown host key (creating FILE if missing); a changed key is always refused",
     )
-    c.add_argument("--runtime-bin", metavar="FILE", help="upload this q25tok with the release and smoke-test with it")
-    c.add_argument(
+    how.add_argument(
+        "--become", metavar="sudo|doas|none", help="gain root with sudo -n or doas -n (default: the board file's)"
+    )
+    how.add_argument(
         "--jobs",
         type=positive_int,
         default=DEFAULT_JOBS,
         metavar="N",
         help=f"boards in parallel (default {DEFAULT_JOBS})",
     )
-    c.add_argument("--json", action="store_true", help="per-host results as JSON")
+    add_output_options(conn.add_argument_group(OUTPUT))
+    return conn
+
+
+def add_commands(sub) -> None:
+    """Add deploy, smoke, status and rollback to the CLI's sub-parsers."""
+    conn = _common_parent()
     dp = sub.add_parser(
         "deploy",
         parents=[conn],
@@ -72,37 +88,25 @@ def add_commands(sub) -> None:
         "what the board lacks, staged and sha256-verified on the board, switched by one rename, "
         "smoke-tested, and rolled back automatically when the smoke test fails.",
     )
-    dp.add_argument(
-        "--tokenizer-only",
-        action="store_true",
-        help="update only the tokenizer image (refused when its vocabulary differs from the deployed model's)",
+    group(dp, WHAT).add_argument(
+        "--tokenizer-only", action="store_true", help="only the tokenizer image (same vocabulary as deployed)"
     )
-    dp.add_argument(
-        "--strict", action="store_true", help="a live device tree without the planned regions fails the smoke test"
-    )
-    dp.add_argument(
+    how = group(dp, HOW)
+    how.add_argument("--strict", action="store_true", help="fail the smoke test when the device tree lacks the regions")
+    how.add_argument(
         "--allow-unreserved",
         action="store_true",
-        help="send a plan the board's live device tree does not reserve (its new image comes later), "
-        "with a warning; without it such a board is refused before anything is sent",
+        help="send even when the board's device tree does not reserve the plan",
     )
-    dp.add_argument(
-        "--verify-board",
-        action="store_true",
-        help="also hash the files the board already holds (linked from kept releases) and send again "
-        "any that differs: repairs a board whose kept files were damaged",
+    how.add_argument(
+        "--verify-board", action="store_true", help="also hash the files the board already holds; resend what differs"
     )
-    dp.add_argument(
+    how.add_argument(
         "--transfer",
         choices=TRANSFERS,
         default="auto",
-        help="how the session and its files reach the board: auto (default) runs the whole session "
-        "through one login of OpenSSH's ssh client, shared by every command and file (no paramiko "
-        "loaded: start-up), where ssh is installed, logs in, and there is no --trust-new-host and no "
-        "~/.ssh/config; else the paramiko session, with files of 16 MiB and more through ssh logged "
-        "in with the session's address, user, key and known_hosts (a third of paramiko's CPU per "
-        "byte); openssh: the paramiko session, every such file through ssh (a login each), or fail; "
-        "paramiko: everything through the paramiko session",
+        help="auto (default): OpenSSH's ssh where it can carry the session, else paramiko; "
+        "openssh; paramiko (details: docs/commands.md)",
     )
     dp.set_defaults(func=cmd_fleet)
     sm = sub.add_parser(
@@ -114,8 +118,9 @@ def add_commands(sub) -> None:
         "partitions. Without --build the host codec reads the board's own image (fetched once, "
         "cached by sha256) and the board's partition map: any workstation can check a board.",
     )
-    sm.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
-    sm.add_argument("--quick", action="store_true", help="skip hashing the partition files on the board")
+    how = group(sm, HOW)
+    how.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
+    how.add_argument("--quick", action="store_true", help="skip hashing the partition files on the board")
     sm.set_defaults(func=cmd_fleet)
     st = sub.add_parser(
         "status",
@@ -124,12 +129,11 @@ def add_commands(sub) -> None:
         description="Show each board's current and previous release and whether its state file "
         "and current link agree; exit 13 when a board cannot be read or they disagree.",
     )
-    st.add_argument(
+    group(st, OUTPUT).add_argument(
         "--svg",
         metavar="FILE",
-        help="also write the build's memory map coloured with what each board "
-        "reports of its regions (resident, differs, missing, unknown); with several boards FILE must "
-        "contain {host}: one file per board (needs --build)",
+        help="also draw the build's memory map as the board reports it (needs --build; several "
+        "boards: FILE has {host})",
     )
     st.set_defaults(func=cmd_fleet)
     rb2 = sub.add_parser(
@@ -219,16 +223,17 @@ def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = Non
 
 
 def cmd_fleet(a: argparse.Namespace) -> int:
-    from .progress import Progress
+    from .progress import Progress, wanted
 
     fleet = _fleet(a)  # imports the fleet while the first logins go on
     phases.mark("imports")
     try:
         svgs = _svg_paths(a, fleet)
-        prog = Progress()
-        fleet.on_bytes = prog.sent if prog.enabled else None
-        results = fleet.run(a.command, progress=prog.step)
-        prog.done()
+        prog = Progress(enabled=wanted(quiet=a.quiet, json=a.json))
+        if prog.enabled:
+            fleet.watch = prog
+        with prog.running(a.command):
+            results = fleet.run(a.command)
     finally:
         fleet.close_pending()
     if a.command == "status":
@@ -236,7 +241,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
             from ..deploy.status_svg import write_status_svgs
 
             write_status_svgs(svgs, results, fleet.target.board, fleet.partition_map)
-        print(json.dumps(results, indent=2) if a.json else "\n".join(map(_status_line, results)))
+        print(json.dumps(results, indent=2) if a.json else render_status(results))
         _raise_bugs(fleet)
         return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
     if a.json:
@@ -269,25 +274,31 @@ def _svg_paths(a: argparse.Namespace, fleet) -> dict:
     return paths
 
 
-def _status_line(r: dict) -> str:
-    """One board's status for the terminal (board text escaped: :func:`~q25deploy.common.printable`)."""
+def render_status(results: list[dict]) -> str:
+    """The status table, with a header as deploy's has (board text escaped:
+    :func:`~q25deploy.common.printable`)."""
     from ..common import printable
 
-    if "error" in r:
-        return printable(f"{r['host']:<28} error: {r['error']}")
-    return printable(
-        f"{r['host']:<28} current {r['current'] or '-'} previous {r['previous'] or '-'}"
-        f"{' image assets ' + r['image']['model_sha256'][:12] if r.get('image') else ''}"
-        f"{_reserved_words(r)}"
-        f"{' regions ' + r['residency'] if r.get('residency') else ''}{' map ' + r['svg'] if r.get('svg') else ''}"
-        f"{'' if r['consistent'] else ' (state and current link disagree)'}"
-    )
-
-
-def _reserved_words(r: dict) -> str:
-    """`` reserved yes``, or ``reserved NO (node why, ...)`` when the device tree cannot hold the plan."""
-    if "reserved" not in r:
-        return ""
-    return " reserved " + (
-        "yes" if r["reserved"] else "NO (" + ", ".join(f"{u['node']} {u['why']}" for u in r["unreserved"]) + ")"
-    )
+    lines = [f"{'host':<28} {'ok':<4} {'current':<17} {'previous':<17} {'reserved':<8} {'regions':<9} detail"]
+    for r in results:
+        if "error" in r:
+            lines.append(printable(f"{r['host']:<28} {'NO':<4} {'-':<17} {'-':<17} {'-':<8} {'-':<9} {r['error']}"))
+            continue
+        current = r["current"] or ("image" if r.get("image") else "-")
+        reserved = "-" if "reserved" not in r else ("yes" if r["reserved"] else "NO")
+        detail = [] if r["consistent"] else ["state and current link disagree"]
+        if r.get("image"):
+            detail.append(f"the image's own assets (model {r['image']['model_sha256'][:12]})")
+        if r.get("reserved") is False:
+            detail.append("unreserved: " + ", ".join(f"{u['node']} {u['why']}" for u in r["unreserved"]))
+        if r.get("svg"):
+            detail.append(f"map {r['svg']}")
+        lines.append(
+            printable(
+                f"{r['host']:<28} {'yes' if r['consistent'] else 'NO':<4} {current:<17} {r['previous'] or '-':<17} "
+                f"{reserved:<8} {r.get('residency') or '-':<9} {'; '.join(detail)}"
+            )
+        )
+    failed = sum(1 for r in results if "error" in r or not r["consistent"])
+    lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
+    return "\n".join(lines)

@@ -139,6 +139,18 @@ def wants_plugin_commands(argv: Sequence[str], core: Iterable[str] | None = None
     return word not in (core_commands() if core is None else frozenset(core))
 
 
+def _suggest_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A mistyped command word: a usage error (exit 2) that names the nearest command."""
+    import difflib
+
+    word = next((a for a in argv if not a.startswith("-")), None)
+    choices = list(_choices(parser))
+    if word is not None and word not in choices:
+        close = difflib.get_close_matches(word, choices, n=1)
+        if close:
+            parser.error(f"unknown command {printable(word)!r}: did you mean {close[0]!r}?")
+
+
 def exit_code_for(err: Q25Error) -> int:
     for cls, code in EXIT_CODES:
         if isinstance(err, cls):
@@ -169,6 +181,7 @@ def _main(argv: Sequence[str] | None, early: dict) -> int:
     parser = build_parser(plugin_commands=False)  # built once for a core command (0.03-0.05 s each)
     if wants_plugin_commands(argv, _choices(parser)):
         parser = build_parser(plugin_commands=True)
+        _suggest_command(parser, argv)
     args = parser.parse_args(argv)
     args.early_logins = early  # a board command adopts (pops) the logins it wants
     validate(args)  # usage errors argparse cannot see (MODEL and --model differ): exit 2
@@ -208,6 +221,6 @@ def run(early: dict | None = None) -> NoReturn:
 
 def _report(message: str, code: int) -> int:
     """The one line a failed command prints (on a line of its own: progress is wiped first)."""
-    progress.clear()
+    progress.stop()
     print(f"q25deploy: {message}", file=sys.stderr)
     return code

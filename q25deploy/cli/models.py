@@ -118,9 +118,9 @@ def cmd_export_tokenizer(a: argparse.Namespace) -> int:
     from ..packer.outputs import OutputDir
     from ..tokenizer.assets import tokenizer_assets, write_assets
     from ..tokenizer.vocab import vocab_from_gguf
-    from .progress import Progress
+    from .progress import Progress, wanted
 
-    prog = Progress()
+    prog = Progress(enabled=wanted(json=a.json), task="export")
     prog.step(f"reading {a.model}")
     src, f = _open_model(a.model)
     with f:
@@ -146,9 +146,9 @@ def cmd_export_tokenizer(a: argparse.Namespace) -> int:
 
 def cmd_export_tensors(a: argparse.Namespace) -> int:
     from ..packer.tensors import export_tensors
-    from .progress import Progress
+    from .progress import Progress, wanted
 
-    prog = Progress()
+    prog = Progress(enabled=wanted(json=a.json), task="export")
     prog.step(f"exporting tensors of {a.model}")
     src, f = _open_model(a.model)
     with f:
@@ -160,9 +160,9 @@ def cmd_export_tensors(a: argparse.Namespace) -> int:
 
 def cmd_export_fixtures(a: argparse.Namespace) -> int:
     from ..packer.fixtures import export_fixtures
-    from .progress import Progress
+    from .progress import Progress, wanted
 
-    prog = Progress()
+    prog = Progress(enabled=wanted(json=a.json), task="export")
     prog.step(f"exporting fixtures of {a.model}")
     src, f = _open_model(a.model)
     with f:

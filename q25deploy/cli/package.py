@@ -86,10 +86,16 @@ def cmd_package(a: argparse.Namespace) -> int:
     a.build = a.build or Path("q25-build") / target.name
     if not (a.build / "build.json").is_file():
         raise UsageError(f"{a.build}: no build there (run q25deploy build --target {target.name}, or give --build)")
-    plan = _plan(a, target, pm)
-    kind = "tokenizer" if a.tokenizer_only else "release"
-    out = a.out or Path(f"q25-{target.name}-{kind}-{plan.build_release}{EXTENSIONS[a.format]}")
-    info = _write(a, plan, ota_settings(target.board), out)
+    from .progress import Progress, wanted
+
+    prog = Progress(enabled=wanted(quiet=a.quiet, json=a.json), task=target.name)
+    with prog.running("package"):
+        prog.step("reading the build and planning the artifact")
+        plan = _plan(a, target, pm)
+        kind = "tokenizer" if a.tokenizer_only else "release"
+        out = a.out or Path(f"q25-{target.name}-{kind}-{plan.build_release}{EXTENSIONS[a.format]}")
+        prog.step(f"writing the {a.format} artifact")
+        info = _write(a, plan, ota_settings(target.board), out)
     result = {
         "artifact": str(out),
         "format": a.format,
@@ -133,8 +139,8 @@ def add_commands(sub) -> None:
     p.add_argument(
         "--allow-unreserved",
         action="store_true",
-        help="let the board install a release whose regions its running device tree does not reserve "
-        "(a warning, the partitions not loaded; default: the board refuses it before staging anything)",
+        help="install even where the board's device tree does not reserve the regions (a warning; "
+        "the partitions not loaded)",
     )
     p.add_argument(
         "--out",
@@ -161,5 +167,7 @@ def add_commands(sub) -> None:
         metavar="REV",
         help="SWUpdate hardware-compatibility (repeatable; default [ota] swupdate_hw_revision)",
     )
-    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    from .deploy import add_output_options
+
+    add_output_options(p.add_argument_group("output"))
     p.set_defaults(func=cmd_package)

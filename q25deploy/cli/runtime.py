@@ -45,9 +45,9 @@ def add_commands(sub) -> None:
 
 def cmd_runtime_build(a: argparse.Namespace) -> int:
     from ..packer.runtime import build_runtime
-    from .progress import Progress
+    from .progress import Progress, wanted
 
-    prog = Progress()
+    prog = Progress(enabled=wanted(json=a.json), task="runtime")
     prog.step("compiling the C runtime")
     manifest = build_runtime(a.out, cross=a.cross, sanitize=a.sanitize, static=a.static)
     prog.done()

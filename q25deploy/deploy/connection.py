@@ -23,7 +23,7 @@ import paramiko
 from fabric import Connection
 
 from ..errors import DeployError, HostKeyError
-from . import openssh
+from . import openssh, reach
 from .boardbase import (
     COMMAND_TIMEOUT,
     HASH_FILES,
@@ -94,7 +94,10 @@ class Board(BoardBase):
                 raise unknown_key(spec, str(path)) from None
             raise DeployError(f"{spec.name}: SSH failed: {e}") from None
         except (TimeoutError, OSError, EOFError) as e:
-            raise DeployError(f"{spec.name}: cannot connect: {e}") from None
+            why = reach.why_not(e)
+            raise (
+                reach.cannot_connect(spec, why) if why else DeployError(f"{spec.name}: cannot connect: {e}")
+            ) from None
         self.transport = client.get_transport()
         # large files through OpenSSH's ssh where it logs in as this session did (see openssh.py)
         self.bulk = (

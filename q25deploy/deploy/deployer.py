@@ -131,6 +131,7 @@ def deploy(
     sent: Callable[[int], None] | None = None,
     receivers: Sequence[str] = (),
     sending: Callable[[], None] = lambda: None,
+    planned: Callable[[int], None] = lambda n: None,
 ) -> HostResult:
     """Deploy ``release`` (call under ``files.lock()``; ``state`` as ``files.reconcile()`` gave it):
     stage what the board lacks (hashed on the board as it is written), promote it, switch,
@@ -141,7 +142,8 @@ def deploy(
     also hashes the files it links from kept releases and any that differ is sent again.
     ``receivers``: the board's q25tok paths to try as the uploads' receiver. ``sending()`` is
     called once the release's files are on their way: the caller's own work then waits on
-    nothing (a large file goes through an ``ssh`` process)."""
+    nothing (a large file goes through an ``ssh`` process). ``planned(n)``: the bytes it is
+    about to send (more may follow: files ``verify_links`` finds damaged)."""
     res = HostResult(board.spec.name, release=release.id)
     if state is None:
         state, res.warnings = files.reconcile()
@@ -155,6 +157,7 @@ def deploy(
             progress("already deployed: nothing to send")
             return _check_deployed(res, state, smoke, load)
         transfer = plan_transfer(release, state)
+        planned(sum(f.size for f in transfer.uploads))
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
@@ -213,7 +216,7 @@ def _stage(
     res.files_linked = len(transfer.links) - (len(uploads) - len(transfer.uploads))
 
     def one(f) -> tuple:
-        progress(f"sending {f.rel} ({f.size:,} bytes)")
+        progress(f"sending {f.rel}")  # the bytes: the sent callback
         with f.open() as src:
             digest = board.upload(src, f.size, staged(f.rel), progress=sent)
         res.bytes_sent += f.size

@@ -4,10 +4,10 @@ never stops the others."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
+from typing import Protocol
 
 from .. import phases
 from ..builddir import BuildDir
@@ -16,10 +16,11 @@ from ..errors import DeployError, Q25Error
 from ..packer.layout import PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
-from . import board_release, openssh, sshboard
+from . import board_release, openssh, reach, sshboard
 from .become import check as check_become
 from .become import prefix as become_prefix
 from .boardbase import BoardBase as Board
+from .boardbase import known_hosts_path
 from .boardlock import board_session
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .expected import BuildIds
@@ -59,7 +60,7 @@ class Fleet:
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
         self.become = opts.become or target.board.ssh_become
         become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
-        self.on_bytes: Callable[[str, int], None] | None = None  # (host, bytes) as an upload goes
+        self.watch: Watch = NoWatch()  # each board's phases, planned and sent bytes, end (the CLI's progress)
         self.bugs: list[str] = []  # "host: error" of each board whose run raised an unexpected exception
 
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
@@ -104,6 +105,8 @@ class Fleet:
         board: Board | None = None
         why = ""
         pending = self.pending.pop(spec.name, None)
+        if pending is None:
+            self._known_hosts_first(spec)
         client = (
             pending.client
             if pending
@@ -141,7 +144,24 @@ class Fleet:
             board.close()
             raise
         phases.mark("login")
+        self.watch.phase(spec.name, "logged in")
         return board
+
+    def _known_hosts_first(self, spec: HostSpec) -> None:
+        """Before a login that finds no known_hosts file: an unreachable board is said to be so
+        (not the file's absence), and ``--trust-new-host`` creates the file (and its directory),
+        empty, for the key it is about to record."""
+        path = known_hosts_path(self.opts.known_hosts)
+        if path.is_file() or not (self.opts.known_hosts or self.opts.trust_new_host):
+            return
+        reach.probe(spec)
+        if self.opts.trust_new_host:
+            try:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                with open(path, "a", encoding="ascii"):
+                    pass
+            except OSError as e:
+                raise DeployError(f"{path}: cannot create the known_hosts file: {e.strerror}") from None
 
     def _files(self, board: Board) -> BoardFiles:
         # {host} {port} {user} give each board its own root when several share a machine
@@ -197,6 +217,8 @@ class Fleet:
                         load=self._load(board, files),
                         verify_links=verify_links,
                         sent=self.sent(spec),
+                        progress=lambda text: self.watch.phase(spec.name, text),
+                        planned=lambda n: self.watch.total(spec.name, n),
                         receivers=[files.path(f"current/{RUNTIME_BIN}"), self.runtime],
                         sending=self.expected.warm,
                         smoke=lambda quick, resident: self._smoke(
@@ -221,6 +243,7 @@ class Fleet:
 
     def smoke_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board, board_session(board):
+            self.watch.phase(spec.name, "smoke test")
             files = self._files(board)
             state = files.read_state()
             cur = board_release.current_record(files, state, self.image_name)  # or the image's own assets
@@ -273,16 +296,19 @@ class Fleet:
         return lambda: load_regions(board, files, self.runtime, **self.board_paths)
 
     def sent(self, spec: HostSpec):
-        return (lambda n: self.on_bytes(spec.name, n)) if self.on_bytes else None
+        watch = self.watch
+        return None if isinstance(watch, NoWatch) else (lambda n: watch.sent(spec.name, n))
 
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
             files = self._files(board)
             with files.lock():
+                self.watch.phase(spec.name, "switching back and loading the regions")
                 return rollback(board, files, load=self._load(board, files))
 
     def status_one(self, spec: HostSpec) -> dict:
         with self._connect(spec) as board, board_session(board):
+            self.watch.phase(spec.name, "reading the board's state and regions")
             files = self._files(board)
             # the partition map in the same command: what reserves and holds it is asked next
             result = status(board, files, self.board_paths["device_tree"], also=board_release.CURRENT_MAP)
@@ -301,16 +327,24 @@ class Fleet:
             return result
 
     # -- all hosts ------------------------------------------------------------------------
-    def run(self, action: str, progress: Callable[[str], None] = lambda s: None) -> list:
+    def run(self, action: str) -> list:
         release = self.build_release() if action == "deploy" else None
         if action in ("deploy", "smoke") and self.opts.build_dir:
             _ = self.summary, self.partition_map, self.expected  # read once, before the worker threads
         if action == "smoke" and self.opts.build_dir:
             self.expected.warm()
 
+        self.watch.add(*(h.name for h in self.hosts))
+
         def one(spec: HostSpec):
+            result = run_one(spec)
+            ok = result.ok if isinstance(result, HostResult) else "error" not in result
+            self.watch.finish(spec.name, ok)
+            return result
+
+        def run_one(spec: HostSpec):
             try:
-                progress(f"{spec.name}: {action}")
+                self.watch.phase(spec.name, "connecting")
                 if action == "deploy":
                     assert release is not None
                     return self.deploy_one(spec, release)
@@ -342,6 +376,35 @@ class Fleet:
         """End the logins started ahead that no session adopted."""
         while self.pending:
             self.pending.popitem()[1].close()
+
+
+class Watch(Protocol):
+    """Who follows the boards' progress (the CLI's live display; called from worker threads)."""
+
+    def add(self, *names: str) -> None: ...
+    def phase(self, name: str, text: str) -> None: ...
+    def total(self, name: str, n: int) -> None: ...
+    def sent(self, name: str, n: int) -> None: ...
+    def finish(self, name: str, ok: bool) -> None: ...
+
+
+class NoWatch:
+    """Nobody watches."""
+
+    def add(self, *names: str) -> None:
+        pass
+
+    def phase(self, name: str, text: str) -> None:
+        pass
+
+    def total(self, name: str, n: int) -> None:
+        pass
+
+    def sent(self, name: str, n: int) -> None:
+        pass
+
+    def finish(self, name: str, ok: bool) -> None:
+        pass
 
 
 def _mismatch(res: HostResult) -> bool:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import DeployError, HostKeyError, Q25Error
-from . import openssh
+from . import openssh, reach
 from .agent import PLAIN
 from .algorithms import CIPHERS, MACS
 from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, known_hosts_path, unknown_key
@@ -131,6 +131,9 @@ def _login_error(spec: HostSpec, known_hosts: str, said: str) -> Q25Error | open
         return changed_key(spec, known_hosts)
     if "host key verification failed" in low or "host key is known" in low:
         return unknown_key(spec, known_hosts)
+    why = reach.from_ssh(said)
+    if why:
+        return reach.cannot_connect(spec, why)
     if any(w in low for w in ("connection refused", "timed out", "no route to host", "could not resolve")):
         return DeployError(f"{spec.name}: cannot connect: {last}")
     return openssh.Unavailable(last)

@@ -76,10 +76,15 @@ def write_svg(path: Path, text: str) -> None:
 
 def write_status_svgs(paths: dict[str, Path], results: list[dict], board: Board, pmap: dict) -> None:
     """Each board's picture; its result gains ``svg`` (the file written)."""
+    import time
+
     from ..board.svg import memory_svg
 
     plan = plan_from_map(pmap, board)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     for result in results:
         path = paths[result["host"]]
-        write_svg(path, memory_svg(board, plan, region_residency(pmap, result)))
+        release = result.get("current") or ("the image's own" if result.get("image") else "none")
+        heading = f"{result['host']} ({board.name}): release {release}, {when}"
+        write_svg(path, memory_svg(board, plan, region_residency(pmap, result), heading))
         result["svg"] = str(path)

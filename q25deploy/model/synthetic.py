@@ -169,7 +169,10 @@ def write_model(
     name: str | None = None,
     license: str | None = "apache-2.0",
     tokenizer: tuple[list[bytes], list[int], list[bytes]] | None = None,
+    alignment: int | None = None,
 ) -> None:
+    """``alignment``: ``general.alignment`` (tensor data offsets; GGUF's default is 32, 4096
+    puts every tensor on a filesystem block, so a build can share its blocks)."""
     shape = PRESETS[preset]
     tokens, types, merges = tokenizer or qwen25_tokenizer(vocab_gguf)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -178,6 +181,8 @@ def write_model(
     if license:
         w.add_license(license)
     w.add_file_type(15)  # MOSTLY_Q4_K_M
+    if alignment:
+        w.add_custom_alignment(alignment)
     w.add_block_count(shape.layers)
     w.add_context_length(32768)
     w.add_embedding_length(shape.n_embd)
@@ -227,6 +232,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     write_model(a.out, a.preset, a.vocab, seed=a.seed)
+    size = os.path.getsize(a.out)
+    print(
+        f"wrote {a.out}: Qwen2.5-shaped {a.preset} model, {size:,} bytes (seed {a.seed}; inspect: q25deploy inspect {a.out})"
+    )
 
 
 if __name__ == "__main__":

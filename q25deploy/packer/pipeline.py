@@ -8,8 +8,10 @@ The driver of :mod:`q25deploy.packer.stages`. It owns what the stages do not:
   paths and mtimes) records the inputs; an unchanged build returns at once, and a stage whose
   content key did not change is hard-linked from the previous build instead of rewritten;
   tokenizer assets of a model built before come from the content cache;
-- **overlap**: the payload copy and its two digest passes run in worker threads
-  (``concurrent.futures``) while the main thread builds the tokenizer;
+- **one pass per byte**: the payload (:func:`~q25deploy.packer.payload.pack`: shared or
+  copied, and hashed in the same read) runs in a worker thread while the main thread builds
+  the tokenizer; digests the content cache (:mod:`~q25deploy.packer.digest_cache`) knows are
+  not computed again;
 - **progress**: one line per stage through the ``progress`` callback.
 
 Reproducible: artifacts depend only on content (model bytes, board file, tool version).
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, phases
 from ..common import json_bytes, json_digest
 from ..model.source import ModelSource, cached_digest, remember_digest, resolve
 from ..plugin.manager import PluginFailure, Target, make_plugin_manager, plugin_versions, resolve_target
@@ -47,6 +49,7 @@ class BuildResult:
     summary: dict
     note: str
     failures: list[PluginFailure]
+    payload: dict | None = None  # how the partitions were made (Payload.report); None when up to date
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ def build(
     )
     inputs = _inputs(pm, req)
     old = read_json(req.out / layout.STAMP)
+    phases.mark("imports")  # Q25_PHASE_TIMES (bench/bench_build.py): the inputs read, the stamp checked
     if old and old.get("inputs") == inputs and _outputs_intact(req.out):
         return BuildResult(req.out, True, read_json(req.out / layout.BUILD_INFO) or {}, note, failures)
     if src.sha256 is None:  # known from the verified-digest cache or the last build?
@@ -147,9 +151,10 @@ def build(
             src.sha256 = old.get("model_sha256")
     progress(f"reading {src.reference}")
     with _short_switch_interval():
-        summary, keys = _run(pm, req, Previous(req.out, old), progress)
+        summary, keys, report = _run(pm, req, Previous(req.out, old), progress)
+    phases.mark("commit")
     (req.out / layout.STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": src.sha256}))
-    return BuildResult(req.out, False, summary, note, failures)
+    return BuildResult(req.out, False, summary, note, failures, report)
 
 
 @contextmanager
@@ -166,49 +171,73 @@ def _short_switch_interval():
 
 @dataclass
 class Payload:
-    """The partitions' and tensors' digests, from the worker threads or the last build."""
+    """The partitions' and tensors' digests, and how the partitions were made (``report``:
+    bytes shared with the GGUF, copied, hard-linked from the last build, read to hash, and
+    where the digests came from; in the summary, never in an artifact)."""
 
     tensor_sha: dict[str, str]
     part_sha: list[str]
+    report: dict
 
 
-def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) -> dict[str, Future]:
-    """Copy the tensors into the partitions and hash (tensors; partitions + file) in parallel."""
-    from .payload import digest_pass, write_outputs
+@dataclass
+class _Job:
+    """The payload pass under way in a worker thread, and the digests the cache already had."""
 
-    path, n = str(src.path), len(p.files)
-    return {
-        "copy": pool.submit(write_outputs, path, p.pieces, [str(o.path(f)) for f in p.files], p.sizes),
-        "tensors": pool.submit(digest_pass, path, p.pieces, n, p.sizes, file_digest=False, streams="pieces"),
-        "outputs": pool.submit(
-            digest_pass, path, p.pieces, n, p.sizes, file_digest=src.sha256 is None, streams="outputs"
-        ),
-    }
+    future: Future
+    tensor_sha: dict[str, str] | None
+    part_sha: list[str] | None
 
 
-def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dict]:
+def _start_payload(pool: ThreadPoolExecutor, src: ModelSource, p, o: OutputDir) -> _Job:
+    """Put the tensors into the partitions in one pass (payload.pack), hashing only what the
+    content cache does not know: nothing, the partitions (a new plan), or everything."""
+    from . import digest_cache
+    from .payload import pack
+
+    tensor_sha = part_sha = None
+    if src.sha256:
+        tensor_sha, part_sha = digest_cache.lookup(src.sha256, {t.name for t in p.memory.tensors}, p.key, len(p.files))
+    future = pool.submit(
+        pack,
+        str(src.path),
+        p.pieces,
+        [str(o.path(f)) for f in p.files],
+        p.sizes,
+        hash_pieces=tensor_sha is None,
+        hash_outputs=part_sha is None,
+        file_digest=src.sha256 is None,
+    )
+    return _Job(future, tensor_sha, part_sha)
+
+
+def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dict, dict]:
     from ..model.gguf import GGUFFile
     from . import stages
     from .probe import KIND as PROBE_KIND
     from .probe import probe_record
 
     src, target = req.src, req.target
-    with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=3) as pool:
+    with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=1) as pool:
         info = stages.model_info(f)
         lic = stages.licence(src, info, req.license_id, req.license_file)
         p = stages.plan(pm, target, f)
+        phases.mark("plan")  # the GGUF's reader (numpy, gguf) loaded, its header read, the plan made
         # partitions: the same model and plan give the same files
         part_key = json_digest([src.sha256, p.key, __version__]) if src.sha256 else None
         old_tensor_sha = prev.tensor_digests({t.name for t in p.memory.tensors})
         reused = old_tensor_sha is not None and prev.reuse(o, "partitions", part_key, p.files)
         if not reused:
             progress("copying tensors into partitions")
-        futures = {} if reused else _start_payload(pool, src, p, o)
+        job = None if reused else _start_payload(pool, src, p, o)
         if src.sha256 is None:
-            src.sha256 = futures["outputs"].result().file
+            assert job is not None  # a reused stage has a known model digest
+            src.sha256 = job.future.result().file
             remember_digest(src.path, src.sha256)
         tok_key = _tokenizer_stage(o, prev, f, src.sha256, info, p, progress)
-        payload = _finish_payload(o, prev, p, futures, old_tensor_sha)
+        phases.mark("tokenizer")
+        payload = _finish_payload(o, prev, p, job, old_tensor_sha, src.sha256)
+        phases.mark("payload")  # the pass's end (its work overlapped the tokenizer stage)
         progress("writing the memory plan")
         pmap = stages.partition_map(target, p, src.sha256, info, payload.tensor_sha, payload.part_sha)
         o.write_json(layout.PARTITION_MAP, pmap, "partition-map")
@@ -217,13 +246,18 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         image_manifest = json.loads(o.path(layout.IMAGE_MANIFEST).read_text())
         summary = stages.summary(target, src, info, p, image_manifest)
         o.write_json(layout.BUILD_INFO, summary, "build-info")
+        phases.mark("board files")
         ids = _smoke_ids(o, summary)
         _forward_stage(o, f, src.sha256, ids, progress)
+        phases.mark("forward record")
         progress("writing the BitBake layer")
         _layer_stage(pm, o, req, summary, p, lic, ids)
+        phases.mark("layer")
         progress("recording the tensor probe's digests")
         o.write_json(layout.PROBE_DIGESTS, probe_record(f, pmap, ids), PROBE_KIND)
-    return summary, {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
+        phases.mark("probe")
+    keys = {"tokenizer": tok_key, "partitions": json_digest([src.sha256, p.key, __version__])}
+    return summary, keys, payload.report
 
 
 def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, progress: Progress) -> str:
@@ -240,7 +274,7 @@ def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, p
         for entry in cached:  # the cache's manifest rows (dicts), not Assets
             rel = stages.tokenizer_path(p.layout, entry["path"])
             shutil.copyfile(cached_dir / entry["path"], o.path(rel))
-            o.record(rel, entry["kind"])
+            o.record(rel, entry["kind"], sha256=entry["sha256"])  # the lookup just checked these bytes
         return key
     progress("building the tokenizer assets and runtime image")
     assets = stages.tokenizer(f, model_sha, info, p.layout.alignment)
@@ -250,15 +284,33 @@ def _tokenizer_stage(o: OutputDir, prev: Previous, f, model_sha: str, info, p, p
     return key
 
 
-def _finish_payload(o: OutputDir, prev: Previous, p, futures: dict[str, Future], old_tensor_sha) -> Payload:
-    if not futures:  # reused from the last build
-        return Payload(old_tensor_sha, [prev.artifacts[rel]["sha256"] for rel in p.files])
-    for fut in futures.values():
-        fut.result()  # re-raises a worker's error here
-    payload = Payload(futures["tensors"].result().pieces, futures["outputs"].result().outputs)
-    for rel, sha in zip(p.files, payload.part_sha):
+def _finish_payload(o: OutputDir, prev: Previous, p, job: _Job | None, old_tensor_sha, model_sha: str) -> Payload:
+    from . import digest_cache
+
+    total = sum(piece.nbytes for piece in p.pieces if piece.dst >= 0)
+    if job is None:  # reused from the last build
+        last = {"tensors": "last build", "partitions": "last build"}
+        report = {"bytes": total, "linked": total, "shared": 0, "copied": 0, "hashed": 0, "digests": last}
+        return Payload(old_tensor_sha, [prev.artifacts[rel]["sha256"] for rel in p.files], report)
+    done = job.future.result()  # re-raises the worker's error here
+    tensor_sha = job.tensor_sha if job.tensor_sha is not None else done.pieces
+    part_sha = job.part_sha if job.part_sha is not None else done.outputs
+    for rel, sha in zip(p.files, part_sha):
         o.record(rel, "tensor-partition", sha256=sha)
-    return payload
+    if job.tensor_sha is None or job.part_sha is None:
+        digest_cache.store(model_sha, tensor_sha, p.key, part_sha)
+    report = {
+        "bytes": total,
+        "linked": 0,
+        "shared": done.shared,
+        "copied": done.copied,
+        "hashed": done.read,
+        "digests": {
+            "tensors": "computed" if job.tensor_sha is None else "cache",
+            "partitions": "computed" if job.part_sha is None else "cache",
+        },
+    }
+    return Payload(tensor_sha, part_sha, report)
 
 
 def _smoke_ids(o: OutputDir, summary: dict) -> list[list[int]]:
@@ -267,9 +319,13 @@ def _smoke_ids(o: OutputDir, summary: dict) -> list[list[int]]:
     from ..tokenizer.image.reader import read_image_file
     from ..tokenizer.prompts import smoke_ids, smoke_record
 
-    codec = Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False))
-    ids = smoke_ids(codec)
-    o.write_json(layout.SMOKE_IDS, smoke_record(summary["image"]["sha256"], ids), "smoke-ids")
+    image_sha = summary["image"]["sha256"]
+    key = json_digest([image_sha, __version__])  # the ids depend only on the image (and the codec)
+    ids = tokenizer_cache.smoke_lookup(image_sha, key)
+    if ids is None:
+        ids = smoke_ids(Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False)))
+        tokenizer_cache.smoke_store(smoke_record(image_sha, ids), key)
+    o.write_json(layout.SMOKE_IDS, smoke_record(image_sha, ids), "smoke-ids")
     return ids
 
 

@@ -16,6 +16,7 @@ choice (x86 0xffc00000, ARMv8 0x7fc00000).
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -39,13 +40,30 @@ def _values(blocks: bytes, qtype: GGMLQuantizationType) -> bytes:
     return bits.tobytes()
 
 
-def tensor_digest(data: bytes | memoryview, type_name: str, shape: list[int], ids: list[int]) -> str:
+class FileRange:
+    """A tensor's bytes in a file, read on demand (``pread``): the probe needs a few blocks of
+    each tensor, and reading them through the GGUF's mapping would map the pages around each
+    one into the build's memory (fault-around: tens of MB over a 3B model's tensors)."""
+
+    def __init__(self, fd: int, offset: int, nbytes: int) -> None:
+        self.fd, self.offset, self.nbytes = fd, offset, nbytes
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __getitem__(self, s: slice) -> bytes:
+        start, stop, _ = s.indices(self.nbytes)
+        return os.pread(self.fd, max(0, stop - start), self.offset + start)
+
+
+def tensor_digest(data: bytes | memoryview | FileRange, type_name: str, shape: list[int], ids: list[int]) -> str:
     """What ``q25tok probe`` prints after the name and type for a tensor of these bytes."""
     if type_name not in DEQUANTIZED:
         return UNSUPPORTED
     qtype = GGMLQuantizationType[type_name]
     block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
-    data = memoryview(data)
+    if not isinstance(data, FileRange):
+        data = memoryview(data)
     h = hashlib.sha256(_values(bytes(data[:block_bytes]), qtype))
     if len(data) > block_bytes:
         h.update(_values(bytes(data[-block_bytes:]), qtype))
@@ -66,16 +84,17 @@ def probe_record(f, partition_map: dict, smoke_ids: list[list[int]]) -> dict:
     in the tensor table's order, from the GGUF ``f`` (a :class:`~q25deploy.model.gguf.GGUFFile`)."""
     ids = probe_ids(smoke_ids)
     tensors = []
-    for t in partition_map["tensors"]:
-        info = f.tensor(t["name"])
-        rows = ids if t["name"] == EMBEDDING else []
-        tensors.append(
-            {
-                "name": t["name"],
-                "type": t["type"],
-                "digest": tensor_digest(f.tensor_data(info), t["type"], t["shape"], rows),
-            }
-        )
+    fd = os.open(f.path, os.O_RDONLY)
+    try:
+        for t in partition_map["tensors"]:
+            info = f.tensor(t["name"])
+            rows = ids if t["name"] == EMBEDDING else []
+            data = FileRange(fd, info.data_offset, info.nbytes)
+            tensors.append(
+                {"name": t["name"], "type": t["type"], "digest": tensor_digest(data, t["type"], t["shape"], rows)}
+            )
+    finally:
+        os.close(fd)
     return {"format": FORMAT, "model_sha256": partition_map["model"]["sha256"], "ids": ids, "tensors": tensors}
 
 

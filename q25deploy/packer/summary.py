@@ -39,6 +39,8 @@ def render_summary(r: BuildResult) -> str:
             f"  reserve    fixed {format_size(res['size'])} in {res['regions']} region(s): the model uses "
             f"{format_size(res['used'])} ({res['used'] / res['size']:.1%}), {len(res['spare'])} region(s) spare"
         )
+    if r.payload:
+        lines.append(f"  payload    {payload_line(r.payload)}")
     try:
         manifest = json.loads((r.out / MANIFEST).read_text())
         total = sum(a["size"] for a in manifest["artifacts"])
@@ -55,3 +57,22 @@ def render_summary(r: BuildResult) -> str:
         "(see its README)",
     ]
     return "\n".join(lines)
+
+
+def payload_line(rep: dict) -> str:
+    """How the partitions were made: shared with the GGUF, copied or linked, and where the
+    digests came from."""
+    how = []
+    if rep["linked"]:
+        how.append(f"{format_size(rep['linked'])} hard-linked from the last build")
+    if rep["shared"]:
+        how.append(f"{format_size(rep['shared'])} sharing the GGUF's blocks (reflink)")
+    if rep["copied"] or not how:
+        how.append(f"{format_size(rep['copied'])} copied")
+    d = rep["digests"]
+    if d["tensors"] == d["partitions"]:
+        digests = f"digests {d['tensors'] if d['tensors'] != 'cache' else 'from the cache'}"
+    else:
+        digests = f"tensor digests {d['tensors']}, partition digests {d['partitions']}"
+    read = f", {format_size(rep['hashed'])} read once to hash" if rep["hashed"] else ""
+    return f"{', '.join(how)}; {digests.replace('last build', 'from the last build')}{read}"

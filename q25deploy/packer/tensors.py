@@ -4,13 +4,12 @@ sha256, file) for HLS testbenches and Python."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..model.gguf import GGUFFile
 from ..model.source import ModelSource, remember_digest
 from .outputs import OutputDir
-from .payload import Piece, check_plain_names, digest_pass, write_outputs
+from .payload import Piece, check_plain_names, pack
 
 MANIFEST_NAME = "tensor_payload_export_manifest.json"
 
@@ -23,11 +22,9 @@ def export_tensors(src: ModelSource, f: GGUFFile, out: Path) -> dict:
     sizes = [t.nbytes for t in tensors]
     with OutputDir(out, "tensors") as o:
         paths = [str(o.path(rel)) for rel in files]
-        with ThreadPoolExecutor(max_workers=1) as pool:  # hash while the kernel copies
-            digests = pool.submit(digest_pass, str(src.path), pieces, len(files), sizes, file_digest=src.sha256 is None)
-            write_outputs(str(src.path), pieces, paths, sizes)
-            d = digests.result()
-        if src.sha256 is None and d.file is not None:  # digest_pass hashed the file (file_digest=True)
+        # one pass: each tensor file's digest is its tensor's (hashed once)
+        d = pack(str(src.path), pieces, paths, sizes, file_digest=src.sha256 is None)
+        if src.sha256 is None and d.file is not None:  # the pass hashed the file (file_digest=True)
             src.sha256 = d.file
             remember_digest(src.path, d.file)
         for rel, sha in zip(files, d.outputs):

@@ -4,6 +4,7 @@ out; the rest of the CLI keeps working."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -114,7 +115,9 @@ def resolve_target(
     if name not in targets:
         known = ", ".join(targets) or "none"
         broken = f"; broken plugins: {', '.join(f.plugin for f in failures)}" if failures else ""
-        raise UnknownTargetError(f"unknown target {name!r} (known: {known}{broken})")
+        close = difflib.get_close_matches(name, list(targets), n=1)
+        hint = f": did you mean {close[0]!r}?" if close else ""
+        raise UnknownTargetError(f"unknown target {name!r}{hint} (known: {known}{broken})")
     plugin, spec = targets[name]
     board = load_board(spec.board_file)
     return Target(name, plugin, board, spec.description or board.description)

@@ -8,6 +8,7 @@ byte in the cache means a miss and a rebuild, never a corrupt build)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -60,3 +61,36 @@ def store(key: str, assets: list, cache_dir: Path | None = None) -> None:
         os.rename(tmp, d)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def smoke_lookup(image_sha256: str, key: str, cache_dir: Path | None = None) -> list[list[int]] | None:
+    """The smoke prompts' ids an image's codec gave (``build``'s ``smoke_ids.json`` record,
+    cached by ``key``: the image's sha256 and the tool version), or None. The record is input:
+    read through its schema, for this image and exactly today's prompts, else a miss."""
+    from .prompts import SMOKE_PROMPTS
+
+    path = (cache_dir or default_cache_dir()) / "smoke" / f"{key}.json"
+    try:
+        sha, cases = schema.parse_smoke_ids(schema.loads(path.read_bytes(), str(path)), str(path))
+    except (OSError, SchemaError):
+        return None
+    if sha != image_sha256 or [(text, special) for text, special, _ in cases] != list(SMOKE_PROMPTS):
+        return None
+    return [ids for _, _, ids in cases]
+
+
+def smoke_store(record: dict, key: str, cache_dir: Path | None = None) -> None:
+    """Save a ``smoke_ids.json`` record under ``key``; failures only cost the codec next time."""
+    d = (cache_dir or default_cache_dir()) / "smoke"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=d)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json_bytes(record))
+        os.replace(tmp, d / f"{key}.json")
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

@@ -153,6 +153,13 @@ def test_residency_colours_regions_and_adds_a_legend():
     assert "region resident" not in plain and "q25 region (reserved)" in plain
 
 
+def test_a_status_picture_is_titled_with_its_host_release_and_time():
+    b, plan, _ = picture("crowded", "")
+    heading = "root@127.0.0.1:2222 (qemu): release 20260101-abc, 2026-12-02 06:30:00 UTC"
+    text = [t for t, *_ in text_boxes(check_layout(memory_svg(b, plan, {}, heading)))]
+    assert text[0] == heading and not any(t.startswith(f"{b.name}: ") for t in text)
+
+
 def test_board_text_is_escaped():
     b = board("zcu104")
     odd = "a&b <c> \"d'"

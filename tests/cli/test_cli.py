@@ -221,8 +221,29 @@ def test_an_error_after_progress_starts_on_a_line_of_its_own(tmp_path, capsys, m
     nolic = tmp_path / "nolic.gguf"
     write_model(nolic, "tiny", str(vocab_gguf), license=None)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress lines as on a terminal
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert main(["build", "--target", "qemu", "--model", str(nolic), "--out", str(tmp_path / "o")]) == 12
     err = capsys.readouterr().err
-    assert "] reading " in err  # progress was shown
+    assert "qemu  reading " in err  # progress was shown
     before, _, message = err.rpartition("q25deploy: error:")
-    assert before.endswith("\r\033[K") and "licence" in message and message.endswith("\n")
+    assert before.endswith("\r\033[J") and "licence" in message and message.endswith("\n")
+    assert "build:" not in err  # no summary for a build that failed
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["deplyo", "--host", "h"])
+    assert exc.value.code == 2
+    assert "unknown command 'deplyo': did you mean 'deploy'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["build", "--target", "kv26"], "unknown target 'kv26': did you mean 'kv260'? (known: "),
+        (["status", "--target", "zcu140", "--host", "h"], "unknown target 'zcu140': did you mean 'zcu104'?"),
+    ],
+)
+def test_a_mistyped_target_gets_a_suggestion(capsys, argv, said):
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err

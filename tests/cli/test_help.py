@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -104,3 +105,36 @@ def test_help_imports_no_heavy_modules(argv):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.splitlines()[-1] == "[]"
+
+
+def _help_lines(parser: argparse.ArgumentParser, monkeypatch) -> dict[str, int]:
+    """Each option's (and argument's) help as ``--help`` prints it in 80 columns: lines each."""
+    monkeypatch.setenv("COLUMNS", "80")
+    text = parser.format_help()
+    out: dict[str, int] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):  # an option's first line
+            current = line.split()[0].rstrip(",")
+            out[current] = 1 if re.search(r"\S  +\S", line.strip()) else 0  # help on the same line
+        elif line.startswith(" " * 10) and current:
+            out[current] += 1
+        else:
+            current = None
+    return out
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "q25deploy")
+def test_every_help_line_is_at_most_three_lines(path, monkeypatch):
+    parser = dict(walk(build_parser()))[path]
+    long = {opt: n for opt, n in _help_lines(parser, monkeypatch).items() if n > 3}
+    assert not long, f"q25deploy {' '.join(path)}: help over three lines (the detail goes to docs/commands.md)"
+
+
+@pytest.mark.parametrize("command", ["deploy", "smoke", "status", "rollback"])
+def test_the_board_commands_group_their_options(command):
+    parser = dict(walk(build_parser()))[(command,)]
+    groups = [g.title for g in parser._action_groups if g._group_actions]
+    assert groups[-4:] == ["what to deploy", "where: the boards", "how: login and checks", "output"]
+    where = next(g for g in parser._action_groups if g.title == "output")
+    assert {"--json", "--quiet"} <= {o for a in where._group_actions for o in a.option_strings}

@@ -106,11 +106,15 @@ def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh,
     assert code == 0 and res[0]["reserved"] is True and res[0]["unreserved"] == []
     capsys.readouterr()
     argv = board_argv("status", ssh, srv, root, *here, known_hosts=srv.known_hosts(tmp_path / "kh"))
-    assert main(argv) == 0 and " reserved yes regions resident" in capsys.readouterr().out
+    assert main(argv) == 0
+    head, row = capsys.readouterr().out.splitlines()[:2]
+    assert head.split() == ["host", "ok", "current", "previous", "reserved", "regions", "detail"]
+    assert row.split()[4:6] == ["yes", "resident"]
     for node in (dt / "reserved-memory").iterdir():  # an image without the fragment
         (node / "no-map").unlink()
     assert main(argv) == 0
-    assert " reserved NO (q25-region0@" in capsys.readouterr().out
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.split()[4] == "NO" and "unreserved: q25-region0@" in row
 
 
 def test_one_fixed_reservation_takes_two_model_sizes_each_resident(tmp_path, capsys, ssh, sized, q25tok):
