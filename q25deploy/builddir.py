@@ -18,6 +18,7 @@ from .schema import (
     BuildInfo,
     loads,
     parse_build_info,
+    parse_forward_record,
     parse_manifest,
     parse_partition_map,
     parse_probe_digests,
@@ -121,6 +122,14 @@ class BuildDir:
         if layout.PROBE_DIGESTS not in self.manifest:
             return None
         return parse_probe_digests(self.read_json(layout.PROBE_DIGESTS), str(self.path / layout.PROBE_DIGESTS))
+
+    @cached_property
+    def forward_record(self) -> dict | None:
+        """The host reference's greedy steps on the smoke prompts (``forward_record.json``,
+        docs/forward.md), or None (an older q25deploy, or a model the forward pass cannot run)."""
+        if layout.FORWARD_RECORD not in self.manifest:
+            return None
+        return parse_forward_record(self.read_json(layout.FORWARD_RECORD), str(self.path / layout.FORWARD_RECORD))
 
     @cached_property
     def tensor_table(self) -> list[dict] | None:

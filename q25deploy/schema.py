@@ -2,7 +2,7 @@
 every value in it (see docs/security.md).
 
 Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json``,
-``smoke_ids.json``, ``probe_digests.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
+``smoke_ids.json``, ``probe_digests.json``, ``forward_record.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
 ``.q25deploy-state.json`` and its intent record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
@@ -48,6 +48,8 @@ BUILD_FILES = frozenset(
         layout.UBOOT_SCRIPT,
         layout.SMOKE_IDS,
         layout.PROBE_DIGESTS,
+        layout.FORWARD_RECORD,
+        layout.HPARAMS,
     }
 )
 LAYER_DIR = "meta-q25"
@@ -426,6 +428,78 @@ def parse_probe_digests(doc: Any, where: str) -> dict:
         name(t.get("type"), where, f"{f}.type")
         if t.get("digest") != UNSUPPORTED:
             hex64(t.get("digest"), where, f"{f}.digest")
+    return d
+
+
+def _token(v: Any, where: str, field: str) -> int:
+    return _expect(type(v) is int and 0 <= v < 1 << 32, v, where, field, "a token id")
+
+
+def _real(v: Any, where: str, field: str) -> float | None:
+    """A float32 value as JSON writes it: a number, or null for a non-finite one."""
+    return _expect(v is None or (type(v) in (int, float) and abs(v) < 3.5e38), v, where, field, "a float32 or null")
+
+
+def _state(v: Any, where: str, field: str) -> dict:
+    d = obj(v, where, field)
+    _real(d.get("norm"), where, f"{field}.norm")
+    vals = array(d.get("values"), where, f"{field}.values")
+    _expect(len(vals) == 4, vals, where, f"{field}.values", "4 values")
+    for j, x in enumerate(vals):
+        _real(x, where, f"{field}.values[{j}]")
+    return d
+
+
+def _forward_step(st: Any, where: str, f: str, n_layers: int | None) -> int:
+    """One step of a forward record; its number of layers (the same in every step)."""
+    st = obj(st, where, f)
+    size(st.get("position"), where, f"{f}.position")
+    tok = _token(st.get("token"), where, f"{f}.token")
+    top = array(st.get("top"), where, f"{f}.top")
+    _expect(
+        0 < len(top) <= 5 and all(isinstance(t, list) and len(t) == 2 for t in top), top, where, f"{f}.top", "5 pairs"
+    )
+    for j, (i, v) in enumerate(top):
+        _token(i, where, f"{f}.top[{j}]"), _real(v, where, f"{f}.top[{j}]")
+    _expect(top[0][0] == tok, tok, where, f"{f}.token", "the first of top")
+    _real(st.get("margin"), where, f"{f}.margin")
+    _state(st.get("embd"), where, f"{f}.embd"), _state(st.get("output"), where, f"{f}.output")
+    layers = array(st.get("layers"), where, f"{f}.layers")
+    _expect(n_layers in (None, len(layers)) and bool(layers), len(layers), where, f"{f}.layers", "a state per layer")
+    for j, x in enumerate(layers):
+        _state(x, where, f"{f}.layers[{j}]")
+    return len(layers)
+
+
+def parse_forward_record(doc: Any, where: str) -> dict:
+    """A build's ``forward_record.json`` (docs/forward.md): per smoke prompt, the ids fed, the
+    greedy tokens and per step the top logits and the states' summaries."""
+    from .packer.forward_record import FORMAT
+
+    d = obj(doc, where)
+    if d.get("format") != FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {FORMAT}")
+    hex64(d.get("model_sha256"), where, "model_sha256")
+    steps = d.get("steps")
+    _expect(type(steps) is int and 1 <= steps <= 64, steps, where, "steps", "a step count (1..64)")
+    idx = array(d.get("summary_indices"), where, "summary_indices")
+    _expect(len(idx) == 4 and all(type(i) is int and i >= 0 for i in idx), idx, where, "summary_indices", "4 indices")
+    n_layers = None
+    for i, c in enumerate(array(d.get("prompts"), where, "prompts")):
+        f = f"prompts[{i}]"
+        c = obj(c, where, f)
+        _expect(isinstance(c.get("text"), str), c.get("text"), where, f"{f}.text", "a string")
+        _expect(type(c.get("special")) is bool, c.get("special"), where, f"{f}.special", "true or false")
+        ids = array(c.get("ids"), where, f"{f}.ids")
+        _expect(0 < len(ids) <= 4096, len(ids), where, f"{f}.ids", "1..4096 ids")
+        for j, t in enumerate(ids):
+            _token(t, where, f"{f}.ids[{j}]")
+        run = array(c.get("steps"), where, f"{f}.steps")
+        _expect(len(run) == steps, len(run), where, f"{f}.steps", f"{steps} steps")
+        for s, st in enumerate(run):
+            n_layers = _forward_step(st, where, f"{f}.steps[{s}]", n_layers)
+        tokens = array(c.get("tokens"), where, f"{f}.tokens")
+        _expect(tokens == [st["token"] for st in run], tokens, where, f"{f}.tokens", "the steps' tokens")
     return d
 
 

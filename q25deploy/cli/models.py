@@ -86,6 +86,12 @@ def add_commands(sub) -> None:
         metavar="N",
         help="rows per tensor (default 2; the first rows with finite values)",
     )
+    ex3.add_argument(
+        "--forward",
+        metavar="PROMPT",
+        help="also write every layer's activations for PROMPT (special tokens parsed) from the host "
+        "reference forward pass: forward.f32, indexed in fixtures.json (docs/forward.md)",
+    )
     ex3.add_argument("--json", action="store_true", help="print fixtures.json")
     ex3.set_defaults(func=cmd_export_fixtures)
 
@@ -160,7 +166,8 @@ def cmd_export_fixtures(a: argparse.Namespace) -> int:
     prog.step(f"exporting fixtures of {a.model}")
     src, f = _open_model(a.model)
     with f:
-        index = export_fixtures(src, f, a.out, a.tensor, a.rows)
+        index = export_fixtures(src, f, a.out, a.tensor, a.rows, a.forward)
     prog.done()
     types = sorted({e["type"] for e in index["fixtures"]})
-    return emit(a, index, f"wrote fixtures of {len(index['fixtures'])} tensors ({', '.join(types)}) to {a.out}")
+    acts = f" and {len(index['forward']['activations'])} activations" if "forward" in index else ""
+    return emit(a, index, f"wrote fixtures of {len(index['fixtures'])} tensors ({', '.join(types)}){acts} to {a.out}")

@@ -77,7 +77,7 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
     where = str(build.path / layout.MANIFEST)
     files = []
     for rel in layout.release_files(info.image_path, partitions):
-        if rel == layout.TENSOR_TABLE and rel not in manifest:
+        if rel in layout.OPTIONAL_RELEASE_FILES and rel not in manifest:
             continue  # a build of an older q25deploy: it deploys, only the board's weights API lacks its table
         local = build.check_file(rel)
         a = manifest[rel]

@@ -14,7 +14,7 @@ from ..errors import ModelSourceError, OutputError
 from .source import ModelSource, resolve
 
 DEFAULT_OLLAMA_MODEL = "qwen2.5:0.5b"
-DEMO_VERSION = 1
+DEMO_VERSION = 2  # 2: finite block scales (a forward pass that computes)
 DEMO_LICENSE = "apache-2.0"
 
 

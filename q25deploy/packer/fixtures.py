@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -160,7 +161,11 @@ def c_header(index: dict, files: dict[str, bytes]) -> str:
     )
 
 
-def export_fixtures(src: ModelSource, f: GGUFFile, out: Path, names: list[str], rows: int) -> dict:
+def export_fixtures(
+    src: ModelSource, f: GGUFFile, out: Path, names: list[str], rows: int, forward: str | None = None
+) -> dict:
+    """The fixtures of the tensors (:func:`choose`) and, with ``forward``, every layer's
+    activations for that prompt (:mod:`q25deploy.packer.forward_fixtures`)."""
     if rows < 1:
         raise UsageError(f"--rows {rows}: give at least one row")
     files = {k: bytearray() for k in FILES}
@@ -173,7 +178,7 @@ def export_fixtures(src: ModelSource, f: GGUFFile, out: Path, names: list[str], 
                 files[k] += data[k]
             entries.append(entry)
     sha = src.sha256 or file_sha256(src.path)
-    index = {
+    index: dict[str, Any] = {
         "format": FORMAT,
         "model": {"sha256": sha, "name": f.metadata.get("general.name")},
         "files": FILES,
@@ -182,7 +187,14 @@ def export_fixtures(src: ModelSource, f: GGUFFile, out: Path, names: list[str], 
         "rounded to float32, k ascending from 0.0f; dot_f64 the exact sum rounded once to float64",
         "fixtures": entries,
     }
+    activations = None
+    if forward is not None:
+        from .forward_fixtures import forward_activations
+
+        index["forward"], activations = forward_activations(f, forward)
     with OutputDir(out, "fixtures") as o:
+        if activations is not None:
+            o.write(index["forward"]["file"], activations, "fixture-forward-activations")
         for k, rel in FILES.items():
             o.write(rel, bytes(files[k]), f"fixture-{k.replace('_', '-')}")
         o.write_json(INDEX, index, "fixture-index")

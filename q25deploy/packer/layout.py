@@ -17,6 +17,8 @@ DTSI = "reserved-memory.dtsi"
 SVG = "memory-map.svg"
 SMOKE_IDS = "smoke_ids.json"  # the smoke prompts' ids for this image (deploy's smoke test compares the board with them)
 PROBE_DIGESTS = "probe_digests.json"  # what `q25tok probe` must print on the board (packer/probe.py)
+FORWARD_RECORD = "forward_record.json"  # the host reference's greedy steps on the smoke prompts (docs/forward.md)
+HPARAMS = "model_hparams.txt"  # the model's hyperparameters for the C runtime's forward pass (docs/forward.md)
 UBOOT_SCRIPT = "uboot/q25-regions.cmd"  # loads the partitions into their regions from U-Boot (boot.scr)
 TOKENIZER_DIR = "tokenizer"
 IMAGE_MANIFEST_NAME = "tokenizer_runtime_image_manifest.json"
@@ -35,9 +37,13 @@ def tokenizer_file(name: str) -> str:
 
 def release_files(image: str, partitions: Sequence[str]) -> list[str]:
     """The build files a release carries to the board (paths in the build directory): the
-    runtime image and its manifest, the partition map, the region and tensor tables and every
-    partition."""
-    return [image, IMAGE_MANIFEST, PARTITION_MAP, REGION_TABLE, TENSOR_TABLE, *partitions]
+    runtime image and its manifest, the partition map, the region and tensor tables, the
+    hyperparameters and the forward record, and every partition."""
+    return [image, IMAGE_MANIFEST, PARTITION_MAP, REGION_TABLE, TENSOR_TABLE, HPARAMS, FORWARD_RECORD, *partitions]
+
+
+# release files a build of an older q25deploy (or of a model the forward pass cannot run) lacks
+OPTIONAL_RELEASE_FILES = (TENSOR_TABLE, HPARAMS, FORWARD_RECORD)
 
 
 def release_name(build_path: str) -> str:

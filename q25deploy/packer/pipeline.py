@@ -247,8 +247,11 @@ def _run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, di
         summary = stages.summary(target, src, info, p, image_manifest)
         o.write_json(layout.BUILD_INFO, summary, "build-info")
         phases.mark("board files")
+        ids = _smoke_ids(o, summary)
+        _forward_stage(o, f, src.sha256, ids, progress)
+        phases.mark("forward record")
         progress("writing the BitBake layer")
-        ids = _layer_stage(pm, o, req, summary, p, lic)
+        _layer_stage(pm, o, req, summary, p, lic, ids)
         phases.mark("layer")
         progress("recording the tensor probe's digests")
         o.write_json(layout.PROBE_DIGESTS, probe_record(f, pmap, ids), PROBE_KIND)
@@ -310,16 +313,12 @@ def _finish_payload(o: OutputDir, prev: Previous, p, job: _Job | None, old_tenso
     return Payload(tensor_sha, part_sha, report)
 
 
-def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> list[list[int]]:
-    """The layer, and the smoke prompts' ids it and ``smoke_ids.json`` expect (returned)."""
+def _smoke_ids(o: OutputDir, summary: dict) -> list[list[int]]:
+    """The smoke prompts' ids (host codec of the built image), also written to ``smoke_ids.json``."""
     from ..tokenizer.codec import Codec
     from ..tokenizer.image.reader import read_image_file
     from ..tokenizer.prompts import smoke_ids, smoke_record
-    from . import stages
-    from .layer import write_layer
 
-    rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
-    artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
     image_sha = summary["image"]["sha256"]
     key = json_digest([image_sha, __version__])  # the ids depend only on the image (and the codec)
     ids = tokenizer_cache.smoke_lookup(image_sha, key)
@@ -327,10 +326,35 @@ def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic) -> list[
         ids = smoke_ids(Codec(read_image_file(o.path(summary["image"]["path"]), verify_crc=False)))
         tokenizer_cache.smoke_store(smoke_record(image_sha, ids), key)
     o.write_json(layout.SMOKE_IDS, smoke_record(image_sha, ids), "smoke-ids")
+    return ids
+
+
+def _forward_stage(o: OutputDir, f, model_sha: str, ids: list[list[int]], progress: Progress) -> None:
+    """``model_hparams.txt`` and ``forward_record.json`` (from the content cache when this
+    model and these prompts were run before); neither for a model the forward pass cannot run."""
+    from ..errors import GGUFError
+    from . import forward_record
+
+    try:
+        hp_text = forward_record.hparams_bytes(f)
+    except GGUFError as e:
+        progress(f"no forward record: {e}")
+        return
+    o.write(layout.HPARAMS, hp_text, forward_record.HPARAMS_KIND)
+    o.write(layout.FORWARD_RECORD, forward_record.record_bytes(f, model_sha, ids, progress), forward_record.RECORD_KIND)
+
+
+def _layer_stage(pm, o: OutputDir, req: Request, summary: dict, p, lic, ids: list[list[int]]) -> None:
+    """The BitBake layer (``ids``: the smoke prompts' ids its oeqa test expects)."""
+    from . import stages
+    from .layer import write_layer
+
+    rels = layout.release_files(summary["image"]["path"], p.files) + [layout.MEMORY_HEADER]
+    rels = [rel for rel in rels if rel in o.artifacts or rel not in layout.OPTIONAL_RELEASE_FILES]
+    artifacts = {rel: (o.path(rel), o.artifacts[rel]["sha256"], o.artifacts[rel]["size"]) for rel in rels}
     write_layer(
         o,
         stages.layer(
             pm, req.target, summary, p, artifacts, lic, ids, release=req.layer_release, maintainer=req.layer_maintainer
         ),
     )
-    return ids

@@ -53,6 +53,7 @@ def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=N
 def release_bytes(build: Path, runtime: Path) -> int:
     manifest = {a["path"]: a["size"] for a in json.loads((build / "manifest.json").read_text())["artifacts"]}
     files = ["tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"]
+    files += [f for f in ("model_hparams.txt", "forward_record.json") if f in manifest]  # the forward pass's
     return (
         sum(manifest[f] for f in files)
         + sum(v for k, v in manifest.items() if k.startswith("partitions/"))

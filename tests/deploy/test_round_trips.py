@@ -122,20 +122,35 @@ def test_a_damaged_kept_file_is_sent_again_and_counted(tmp_path, capsys, ssh, mo
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--verify-board", runtime=q25tok)
     assert code == 0 and res[0]["ok"], res
     assert res[0]["bytes_sent"] == sum(f.stat().st_size for f in _sent_files(models["B"])) + q25tok.stat().st_size
-    assert res[0]["files_linked"] == 0 and any("q25tok" in w for w in res[0]["warnings"])  # linked no more: sent
+    # linked: only what B shares with A (the hyperparameters of the same shape), no more q25tok: sent
+    assert res[0]["files_linked"] == _unchanged_files(models["B"]) and any("q25tok" in w for w in res[0]["warnings"])
     assert rt.read_bytes() == q25tok.read_bytes()  # the kept release is whole again
     assert os.stat(rt).st_ino == os.stat(root / INSTALL / "current" / "q25tok").st_ino
 
 
+_RELEASE_NAMES = {
+    "tokenizer/tokenizer.q25tokrt",
+    "tokenizer/tokenizer_runtime_image_manifest.json",
+    "partition_map.json",
+    "model_hparams.txt",
+    "forward_record.json",
+}
+
+
+def _digests(b):
+    return {a["path"]: (a["sha256"], a["size"]) for a in json.loads((b / "manifest.json").read_text())["artifacts"]}
+
+
 def _sent_files(build):
     """The release files of ``build`` whose bytes differ from model A's (the partitions and map)."""
+    a, b = _digests(build.parent / "A"), _digests(build)
+    return [build / p for p, v in b.items() if (p in _RELEASE_NAMES or p.startswith("partitions/")) and a.get(p) != v]
 
-    def digests(b):
-        return {a["path"]: (a["sha256"], a["size"]) for a in json.loads((b / "manifest.json").read_text())["artifacts"]}
 
-    a, b = digests(build.parent / "A"), digests(build)
-    names = {"tokenizer/tokenizer.q25tokrt", "tokenizer/tokenizer_runtime_image_manifest.json", "partition_map.json"}
-    return [build / p for p, v in b.items() if (p in names or p.startswith("partitions/")) and a.get(p) != v]
+def _unchanged_files(build) -> int:
+    """How many release files of ``build`` model A's release already has (the board links them)."""
+    a, b = _digests(build.parent / "A"), _digests(build)
+    return sum(1 for p, v in b.items() if (p in _RELEASE_NAMES or p.startswith("partitions/")) and a.get(p) == v)
 
 
 def test_requests_and_acknowledgements_go_out_at_once(ssh):

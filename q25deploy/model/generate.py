@@ -1,0 +1,65 @@
+"""Greedy generation with the host reference, and what is recorded of each step: the token,
+the top logits, and a digest-sized summary of the states (docs/forward.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .forward import Forward, KVCache, Result
+
+STEPS = 8
+TOP = 5
+
+
+def top(logits: np.ndarray, k: int = TOP) -> list[tuple[int, float]]:
+    """The ``k`` largest logits, descending, the lower id first on a tie (NaN ranks last)."""
+    clean = np.where(np.isnan(logits), -np.inf, logits)
+    order = np.lexsort((np.arange(len(clean)), -clean.astype(np.float64)))[:k]
+    return [(int(i), float(logits[i])) for i in order]
+
+
+def _number(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def summary_indices(n_embd: int) -> list[int]:
+    return [k * n_embd // 4 for k in range(4)]
+
+
+def summary(v: np.ndarray) -> dict:
+    """A state in a few numbers: its Euclidean norm (float64 sum of squares) and 4 values."""
+    v64 = v.astype(np.float64)
+    with np.errstate(all="ignore"):
+        norm = float(np.sqrt(np.sum(v64 * v64)))
+    return {"norm": _number(norm), "values": [_number(float(v[i])) for i in summary_indices(len(v))]}
+
+
+def step_record(r: Result, position: int) -> dict:
+    best = top(r.logits)
+    margin = float(np.float32(best[0][1]) - np.float32(best[1][1])) if len(best) > 1 else 0.0
+    assert r.output is not None
+    return {
+        "position": position,
+        "token": best[0][0],
+        "top": [[i, _number(v)] for i, v in best],
+        "margin": _number(margin),
+        "embd": summary(r.embd),
+        "layers": [summary(x) for x in r.layers],
+        "output": summary(r.output),
+    }
+
+
+def greedy(fw: Forward, prompts: list[list[int]], steps: int = STEPS) -> list[list[dict]]:
+    """Per prompt, ``steps`` step records (greedy, no stop at EOS), the prompts run in lock step."""
+    caches = [KVCache.empty(fw.hp, len(ids) + steps) for ids in prompts]
+    feed = [list(ids) for ids in prompts]
+    out: list[list[dict]] = [[] for _ in prompts]
+    for _ in range(steps):
+        results = fw.eval(list(zip(feed, caches)))
+        for i, r in enumerate(results):
+            rec = step_record(r, caches[i].n - 1)
+            out[i].append(rec)
+            feed[i] = [rec["token"]]
+    return out

@@ -1,0 +1,97 @@
+"""A board's ``q25tok generate --dump-layers`` output against the build's forward record: the
+first place they differ, named by prompt step and layer (docs/forward.md).
+
+Both sides compute in float32 and differ only in summation order, so their states agree to
+about 1e-6 of their norm: a state whose norm or values differ by more than :data:`STATE_RTOL`
+of the record's norm differs. A token may differ only where the record's top-two margin is
+below :data:`TOKEN_MARGIN` (a near-tie either side may break); after such a step the contexts
+differ and the comparison of that prompt stops there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+STATE_RTOL = 1e-4  # of the record's norm
+LOGIT_ATOL = 1e-3  # a top logit, absolute (logits are a few units)
+TOKEN_MARGIN = 1e-3  # below this record margin, either token is right
+
+
+@dataclass(frozen=True)
+class Difference:
+    step: int
+    where: str  # "embd", "layer N", "output", "logits" or "token"
+    detail: str
+
+    def __str__(self) -> str:
+        return f"step {self.step}: {self.where}: {self.detail}"
+
+
+def _floats(words: list[str]) -> list[float]:
+    return [float(w) for w in words]
+
+
+def parse_dump(text: str) -> list[dict]:
+    """The steps of ``q25tok generate --dump-layers`` (ValueError on a malformed line)."""
+    steps: list[dict] = []
+    for line in text.splitlines():
+        w = line.split()
+        if not w:
+            continue
+        if w[0] == "step" and len(w) == 8 and (w[2], w[4], w[6]) == ("pos", "token", "margin"):
+            steps.append({"position": int(w[3]), "token": int(w[5]), "margin": float(w[7]), "layers": []})
+            continue
+        if not steps:
+            raise ValueError(f"a line before the first step: {line[:80]!r}")
+        st = steps[-1]
+        if w[0] == "top" and len(w) % 2 == 1:
+            st["top"] = [[int(w[i]), float(w[i + 1])] for i in range(1, len(w), 2)]
+        elif w[0] in ("embd", "output") and len(w) == 8 and (w[1], w[3]) == ("norm", "values"):
+            st[w[0]] = {"norm": float(w[2]), "values": _floats(w[4:])}
+        elif w[0] == "layer" and len(w) == 9 and (w[2], w[4]) == ("norm", "values") and int(w[1]) == len(st["layers"]):
+            st["layers"].append({"norm": float(w[3]), "values": _floats(w[5:])})
+        else:
+            raise ValueError(f"unexpected line: {line[:80]!r}")
+    return steps
+
+
+def _state_differs(got: dict, want: dict) -> str | None:
+    scale = want["norm"]
+    if scale is None or not math.isfinite(scale):
+        return None if got["norm"] is None or not math.isfinite(got["norm"]) else f"norm {got['norm']} (host: none)"
+    tol = STATE_RTOL * max(scale, 1e-30)
+    if not abs(got["norm"] - scale) <= tol:
+        return f"norm {got['norm']:.9g}, host {scale:.9g}"
+    for i, (a, b) in enumerate(zip(got["values"], want["values"])):
+        if b is not None and not abs(a - b) <= tol:
+            return f"value #{i} {a:.9g}, host {b:.9g}"
+    return None
+
+
+def first_difference(recorded: dict, board: list[dict]) -> Difference | None:
+    """Where the board's steps (:func:`parse_dump`) first differ from one prompt of the record
+    (``forward_record.json``'s ``prompts[i]``); None when they agree as far as they can."""
+    steps = recorded["steps"]
+    if len(board) < len(steps):
+        return Difference(len(board), "token", f"the board printed {len(board)} of {len(steps)} steps")
+    for s, (want, got) in enumerate(zip(steps, board)):
+        parts = [("embd", got.get("embd"), want["embd"])]
+        parts += [(f"layer {i}", g, w) for i, (g, w) in enumerate(zip(got["layers"], want["layers"]))]
+        if len(got["layers"]) != len(want["layers"]):
+            return Difference(s, "layer", f"{len(got['layers'])} layers, host {len(want['layers'])}")
+        parts.append(("output", got.get("output"), want["output"]))
+        for where, g, w in parts:
+            problem = "missing" if g is None else _state_differs(g, w)
+            if problem:
+                return Difference(s, where, problem)
+        if got["token"] != want["token"]:
+            if want["margin"] is not None and want["margin"] >= TOKEN_MARGIN:
+                return Difference(s, "token", f"{got['token']}, host {want['token']} (margin {want['margin']:.3g})")
+            return None  # a near-tie broken the other way: the contexts differ from here on
+        for (gi, gv), (wi, wv) in zip(got.get("top", []), want["top"]):
+            if gi != wi and abs(gv - wv) > LOGIT_ATOL:
+                return Difference(s, "logits", f"top id {gi}, host {wi}")
+            if wv is not None and not abs(gv - wv) <= LOGIT_ATOL * max(1.0, abs(wv)):
+                return Difference(s, "logits", f"logit of {gi} {gv:.9g}, host {wv:.9g}")
+    return None

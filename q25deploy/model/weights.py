@@ -1,0 +1,92 @@
+"""A GGUF's tensors as float32 numpy arrays, dequantised lazily as gguf-py does
+(``gguf.quants.dequantize``: the same bits as ``q25_dequantize`` on the board).
+
+A tensor is dequantised when first asked for, in chunks of rows (gguf-py's temporaries are
+several times the output), and kept in a least-recently-used cache bounded in bytes: the
+0.5B-shaped model (about 2 GB as float32) stays resident under the default budget, a larger
+one is dequantised again when it comes round. Single rows (an embedding lookup) are
+dequantised on their own, without the whole matrix.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize
+
+from ..errors import GGUFError
+from .gguf import GGUFFile, TensorInfo
+
+DEFAULT_BUDGET = 3 << 30  # bytes of float32 kept dequantised
+CHUNK_ELEMENTS = 1 << 22  # dequantise about 4 M values at a time
+
+
+def row_bytes(t: TensorInfo) -> int:
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(t.ggml_type)]
+    return t.shape[0] // block * size
+
+
+def dequantize_rows(f: GGUFFile, t: TensorInfo, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of ``t`` (a row is ``ne0`` values) as float32, shape (rows, ne0)."""
+    rb, ne0 = row_bytes(t), t.shape[0]
+    raw = np.frombuffer(f.tensor_data(t)[start * rb : stop * rb], np.uint8)
+    with np.errstate(all="ignore"):  # NaN/inf scales stay NaN/inf, as on the board
+        values = dequantize(raw, GGMLQuantizationType(t.ggml_type))
+    return np.asarray(values, np.float32).reshape(stop - start, ne0)
+
+
+class Weights:
+    """The float32 tensors of one open GGUF file, by name."""
+
+    def __init__(self, f: GGUFFile, budget: int = DEFAULT_BUDGET) -> None:
+        self.f = f
+        self.budget = budget
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._held = 0
+
+    def info(self, name: str) -> TensorInfo:
+        return self.f.tensor(name)
+
+    def n_rows(self, name: str) -> int:
+        t = self.info(name)
+        return t.n_elements // t.shape[0]
+
+    def get(self, name: str) -> np.ndarray:
+        """The whole tensor, shape (rows, ne0) (a vector: (ne0,)), float32, read-only."""
+        hit = self._cache.get(name)
+        if hit is not None:
+            self._cache.move_to_end(name)
+            return hit
+        t = self.info(name)
+        rows = t.n_elements // t.shape[0]
+        out = np.empty((rows, t.shape[0]), np.float32)
+        step = max(1, CHUNK_ELEMENTS // t.shape[0])
+        for r in range(0, rows, step):
+            out[r : r + step] = dequantize_rows(self.f, t, r, min(rows, r + step))
+        whole: np.ndarray = out.reshape(t.shape[0]) if len(t.shape) == 1 else out
+        whole.flags.writeable = False
+        self._keep(name, whole)
+        return whole
+
+    def rows(self, name: str, ids: list[int]) -> np.ndarray:
+        """Rows ``ids`` of a matrix (an embedding lookup), without dequantising the rest."""
+        t = self.info(name)
+        n = t.n_elements // t.shape[0]
+        bad = [r for r in ids if not 0 <= r < n]
+        if bad:
+            raise GGUFError(f"{self.f.path}: token id {bad[0]} is outside {name} ({n} rows)")
+        if name in self._cache:
+            return np.array(self._cache[name][ids])
+        out = np.empty((len(ids), t.shape[0]), np.float32)
+        for i, r in enumerate(ids):
+            out[i] = dequantize_rows(self.f, t, r, r + 1)[0]
+        return out
+
+    def _keep(self, name: str, a: np.ndarray) -> None:
+        self._cache[name] = a
+        self._held += a.nbytes
+        while self._held > self.budget and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._held -= old.nbytes

@@ -1,0 +1,122 @@
+"""The build's record of the host reference (``forward_record.json``) and the model's
+hyperparameters for the C runtime (``model_hparams.txt``): docs/forward.md.
+
+The record is the one expensive thing here (a forward pass per smoke prompt and step), so it
+is kept in a content-addressed cache (``$XDG_CACHE_HOME/q25deploy/forward``), keyed by the
+model's sha256, the prompts' ids and the record's format: a rebuild, for another target or
+into another directory, reads it instead of running the model. A cache file is named by the
+sha256 of its bytes, and one whose bytes or contents do not check out is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from .. import __version__
+from ..common import cache_dir as default_cache_dir
+from ..common import json_bytes, json_digest
+from ..errors import SchemaError
+from ..model.forward import Forward
+from ..model.generate import STEPS, greedy, summary_indices
+from ..model.gguf import GGUFFile
+from ..model.hparams import HParams, hparams_text, runnable
+from ..model.weights import Weights
+from ..tokenizer.prompts import SMOKE_PROMPTS
+
+FORMAT = "q25deploy-forward-record/1"
+RECORD_KIND = "forward-record"
+HPARAMS_KIND = "model-hparams"
+
+
+def fed_ids(hp: HParams, ids: list[list[int]]) -> list[list[int]]:
+    """The ids the forward pass is given: the smoke ids, BOS first when the model asks for it."""
+    return [([hp.bos_token_id] if hp.add_bos else []) + list(x) for x in ids]
+
+
+def compute(f: GGUFFile, model_sha256: str, ids: list[list[int]], steps: int = STEPS) -> dict:
+    """The record of the smoke prompts (``ids``: the host codec's ids of each)."""
+    hp = runnable(f)
+    fed = fed_ids(hp, ids)
+    runs = greedy(Forward(Weights(f), hp), fed, steps)
+    return {
+        "format": FORMAT,
+        "model_sha256": model_sha256,
+        "steps": steps,
+        "summary_indices": summary_indices(hp.n_embd),
+        "prompts": [
+            {
+                "text": text.decode("utf-8"),
+                "special": special,
+                "ids": x,
+                "tokens": [s["token"] for s in run],
+                "steps": run,
+            }
+            for (text, special), x, run in zip(SMOKE_PROMPTS, fed, runs, strict=True)
+        ],
+    }
+
+
+def cache_key(model_sha256: str, ids: list[list[int]], steps: int = STEPS) -> str:
+    return json_digest([FORMAT, model_sha256, ids, steps, __version__])
+
+
+def _dir(cache_dir: Path | None) -> Path:
+    return (cache_dir or default_cache_dir()) / "forward"
+
+
+def lookup(key: str, model_sha256: str, cache_dir: Path | None = None) -> bytes | None:
+    """The cached record's bytes, or None; a damaged entry is removed."""
+    from .. import schema
+
+    d = _dir(cache_dir)
+    try:
+        names = [n for n in os.listdir(d) if n.startswith(key + "-") and n.endswith(".json")]
+    except OSError:
+        return None
+    for n in names:
+        path = d / n
+        try:
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != n[len(key) + 1 : -5]:
+                raise SchemaError("changed")
+            rec = schema.parse_forward_record(schema.loads(data, str(path)), str(path))
+            if rec["model_sha256"] == model_sha256:
+                return data
+        except (OSError, SchemaError):
+            pass
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    return None
+
+
+def store(key: str, data: bytes, cache_dir: Path | None = None) -> None:
+    """Keep a record (atomically); a failure only costs recomputing it next time."""
+    d = _dir(cache_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=d)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, d / f"{key}-{hashlib.sha256(data).hexdigest()}.json")
+    except OSError:
+        pass
+
+
+def record_bytes(f: GGUFFile, model_sha256: str, ids: list[list[int]], progress=lambda s: None) -> bytes:
+    """``forward_record.json``'s bytes, from the cache or computed (and then cached)."""
+    key = cache_key(model_sha256, ids)
+    data = lookup(key, model_sha256)
+    if data is None:
+        progress("running the host reference forward pass on the smoke prompts (once per model)")
+        data = json_bytes(compute(f, model_sha256, ids))
+        store(key, data)
+    return data
+
+
+def hparams_bytes(f: GGUFFile) -> bytes:
+    return hparams_text(runnable(f)).encode("ascii")

@@ -1,0 +1,64 @@
+"""A board's ``--dump-layers`` text against the build's forward record: agreement passes, and
+the first differing step and layer is the one named."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from q25deploy.model.record_compare import first_difference, parse_dump
+from q25deploy.packer import layout
+
+
+def dump(steps: list[dict]) -> str:
+    """The text ``q25tok generate --dump-layers`` prints for these steps (floats as %.9g)."""
+    lines = []
+    for s, st in enumerate(steps):
+        lines.append(f"step {s} pos {st['position']} token {st['token']} margin {st['margin']:.9g}")
+        lines.append("top " + " ".join(f"{i} {v:.9g}" for i, v in st["top"]))
+        state = lambda d: f"norm {d['norm']:.17g} values " + " ".join(f"{v:.9g}" for v in d["values"])  # noqa: E731
+        lines.append("embd " + state(st["embd"]))
+        lines += [f"layer {i} " + state(x) for i, x in enumerate(st["layers"])]
+        lines.append("output " + state(st["output"]))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def record(builds) -> dict:
+    return json.loads((builds["kv260"] / layout.FORWARD_RECORD).read_text())
+
+
+def test_the_record_printed_as_the_board_prints_it_agrees(record):
+    for p in record["prompts"]:
+        assert first_difference(p, parse_dump(dump(p["steps"]))) is None
+
+
+def test_a_layer_off_by_more_than_the_tolerance_is_named_with_its_step(record):
+    p = record["prompts"][3]
+    steps = copy.deepcopy(p["steps"])
+    steps[4]["layers"][1]["values"][2] += 1e-3 * steps[4]["layers"][1]["norm"]
+    assert str(first_difference(p, parse_dump(dump(steps)))).startswith("step 4: layer 1: value #2")
+    steps = copy.deepcopy(p["steps"])
+    steps[0]["layers"][0]["values"][0] *= 1 + 1e-7  # float32 summation order: within tolerance
+    assert first_difference(p, parse_dump(dump(steps))) is None
+
+
+def test_a_token_differs_only_at_a_near_tie(record):
+    p = copy.deepcopy(record["prompts"][0])
+    steps = copy.deepcopy(p["steps"])
+    steps[2]["token"] = steps[2]["top"][1][0]
+    p["steps"][2]["margin"] = 0.5
+    assert str(first_difference(p, parse_dump(dump(steps)))).startswith("step 2: token")
+    p["steps"][2]["margin"] = 1e-5  # a near-tie: the board may break it the other way
+    assert first_difference(p, parse_dump(dump(steps))) is None
+
+
+def test_missing_steps_and_malformed_lines(record):
+    p = record["prompts"][1]
+    assert first_difference(p, parse_dump(dump(p["steps"][:5]))).where == "token"
+    with pytest.raises(ValueError):
+        parse_dump("layer 0 norm 1 values 1 2 3 4\n")
+    with pytest.raises(ValueError):
+        parse_dump(dump(p["steps"]).replace("layer 1 ", "layer 7 "))
