@@ -30,11 +30,13 @@ import posixpath
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import phases
 from ..errors import DeployError
+from ..packer.layout import RUNTIME_BIN
 from . import receiver
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
@@ -224,13 +226,15 @@ def _stage(
         return f, digest
 
     try:
-        done = receiver.choose(board, receivers, uploads, staged, one)  # the runtime first when it receives the rest
-        first = {f.rel for f, _ in done}
-        rest = sorted((f for f in uploads if f.rel not in first), key=lambda f: -f.size)
-        with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
-            sent_now = pool.map(one, rest)
-            sending()
-            bad = [f.rel for f, digest in [*done, *sent_now] if digest != f.sha256]
+        with ExitStack() as private:  # a private copy of the runtime that receives, removed after
+            runtime = next((f.sha256 for f in release.files if f.rel == RUNTIME_BIN), None)
+            done = receiver.choose(board, receivers, uploads, staged, one, private, runtime)  # the runtime first
+            first = {f.rel for f, _ in done}
+            rest = sorted((f for f in uploads if f.rel not in first), key=lambda f: -f.size)
+            with ThreadPoolExecutor(max_workers=UPLOAD_CHANNELS) as pool:
+                sent_now = pool.map(one, rest)
+                sending()
+                bad = [f.rel for f, digest in [*done, *sent_now] if digest != f.sha256]
     except DeployError:
         _drop(board, staging)
         raise

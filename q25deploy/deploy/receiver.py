@@ -10,7 +10,9 @@ The receiver runs as root (``--become``, a root login), so it is the image's ``q
 board file's runtime path, the package manager's) and never one in the install directory:
 not the current release's, not the release's own just staged there (whoever can write the
 install directory could swap it between its digest and its run; docs/security.md, "the one
-rule"). A release's own ``q25tok`` travels through the shell like any file. A candidate is
+rule"). A release's own ``q25tok`` travels through the shell like any file; when the image has
+none that receives, the rest is received by a private copy of the one just sent, hashed in a
+directory the running user alone made (:mod:`.trusted_q25tok`), never by the staged file. A candidate is
 used only after it received an empty input and printed the empty input's sha256: a ``q25tok``
 older than ``receive``, or one built for another CPU, is passed over.
 """
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 
 from ..packer.layout import RUNTIME_BIN
 from .boardbase import BoardBase as Board
+from .trusted_q25tok import Unverified, release_q25tok
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # each argument a q25tok to try; prints the first that receives and hashes correctly
@@ -43,14 +47,29 @@ def probe(board: Board, candidates: Sequence[str]) -> str | None:
 
 
 def choose(
-    board: Board, candidates: Sequence[str], uploads: list, staged: Callable[[str], str], send: Callable
+    board: Board,
+    candidates: Sequence[str],
+    uploads: list,
+    staged: Callable[[str], str],
+    send: Callable,
+    stack: ExitStack,
+    runtime_sha256: str | None = None,
 ) -> list[tuple]:
     """Set ``board.receiver`` for this session's uploads (the first of ``candidates``, the
     image's, that receives); when ``uploads`` carry the runtime it is sent first
     (``send(file) -> (file, digest)``) through the shell, never by a q25tok while it is being
-    written. Returns what was sent here. (``staged``: kept for the caller's signature.)"""
+    written. With no image receiver, a private copy of the release's runtime (sent, or kept
+    and linked) whose sha256 is the build's (``runtime_sha256``) receives the rest (removed when
+    ``stack`` closes). Returns what was sent here."""
     board.receiver = None
     own = next((f for f in uploads if f.rel == RUNTIME_BIN), None)
     sent = [send(own)] if own is not None else []
     board.receiver = probe(board, candidates)
+    if board.receiver is None and runtime_sha256 and all(digest == runtime_sha256 for _, digest in sent):
+        try:
+            copy = stack.enter_context(release_q25tok(board, staged(RUNTIME_BIN), runtime_sha256))
+        except Unverified:
+            return sent  # the shell receives, and the staged file's digest fails the deploy
+        stack.callback(setattr, board, "receiver", None)  # never used once the copy is gone
+        board.receiver = probe(board, [copy])  # one built for another CPU is passed over
     return sent

@@ -74,9 +74,12 @@ def test_every_command_runs_behind_sudo_n(tmp_path, capsys, ssh, models, q25tok)
     # the probe, the agent that holds the lock and runs every short command, one per file sent
     assert len(calls) == 2 + uploads(calls) and all(c.startswith("-n -- timeout ") for c in calls)
     assert any(".q25deploy.lock" in c and "serve" in c for c in calls)
-    # every file through the shell: the release's own q25tok, staged in the install dir, never
-    # receives as root (issue 33; this board's image has no q25tok)
-    assert any('tee "$1"' in c for c in calls) and not any("/q25tok receive " in c for c in calls)
+    # the release's own q25tok, staged in the install dir, never receives as root (issue 33; this
+    # board's image has no q25tok): it travels through the shell, then a private copy of it,
+    # hashed in a directory mktemp made outside the install dir, receives the rest
+    receives = [c.split(" receive ")[0] for c in calls if "/q25tok receive " in c]
+    assert sum('tee "$1"' in c for c in calls) == 1 and receives, calls
+    assert all("/q25tok." in r and str(root) not in r for r in receives), receives
     assert calls[0].startswith("-n -- timeout 120 true")  # the probe comes first
 
 
