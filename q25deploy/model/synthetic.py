@@ -3,7 +3,10 @@
 The tokenizer comes from a real Qwen2 vocabulary GGUF (the test fixture); ids 151646–151664
 become Qwen2.5's added tokens. Tensors carry Qwen2.5's names and shapes with the quant types
 llama.cpp's Q4_K_M picks (Q4_K / Q6_K, falling back to Q5_0 / Q8_0 where a row is not a
-multiple of 256; norms and biases F32), filled with seeded bytes. Data is streamed to disk,
+multiple of 256; norms and biases F32), filled with seeded bytes whose float16 block scales are
+then set to finite values sized so that a matrix's values have a standard deviation of about
+``1/sqrt(row length)``: the model's forward pass stays finite and its greedy tokens vary, so
+it can be compared with llama.cpp (docs/forward.md). Data is streamed to disk,
 so the 0.5B (~398 MB) and 1.5B presets do not need the model in memory.
 
     python -m q25deploy.model.synthetic --preset 0.5b --vocab tests/data/ggml-vocab-qwen2.gguf out.gguf
@@ -126,6 +129,25 @@ def nbytes(gshape: tuple[int, ...], qtype: Q) -> int:
     return n // block * size
 
 
+# per type: byte offset of the block's scale d, of its minimum's scale dmin (or None), and the
+# standard deviation of a value when d = 1 and the other bytes are uniformly random
+# (Q8_0: int8; Q5_0: q - 16; Q6_K: int8 scale * (q - 32); Q4_K: sc*q - 7.5*m with dmin = 7.5 d,
+# which makes the mean zero)
+_SCALES = {Q.Q8_0: (0, None, 73.9), Q.Q5_0: (0, None, 9.23), Q.Q6_K: (208, None, 1365.0), Q.Q4_K: (0, 2, 258.0)}
+
+
+def finite_scales(data: np.ndarray, qtype: Q, row: int, rng: np.random.Generator) -> np.ndarray:
+    """``data`` (a writable uint8 array of whole blocks) with every block's float16 scales
+    replaced by finite ones: ``d`` uniform in [0.5, 1.5] / (spread * sqrt(row))."""
+    at, at_min, spread = _SCALES[qtype]
+    blocks = data.reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    d = rng.uniform(0.5, 1.5, len(blocks)) / (spread * np.sqrt(row))
+    blocks[:, at : at + 2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if at_min is not None:
+        blocks[:, at_min : at_min + 2] = (7.5 * d).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return data
+
+
 def qwen25_tokenizer(vocab_gguf: str) -> tuple[list[bytes], list[int], list[bytes]]:
     """Tokens, types and merges of Qwen2.5, from a Qwen2 vocabulary GGUF."""
     with GGUFFile(vocab_gguf) as f:
@@ -192,7 +214,7 @@ def write_model(
         if qtype == Q.F32:
             data = rng.standard_normal(nb // 4, dtype=np.float32)
         else:
-            data = np.frombuffer(rng.bytes(nb), dtype=np.uint8)
+            data = finite_scales(np.frombuffer(rng.bytes(nb), dtype=np.uint8).copy(), qtype, gshape[0], rng)
         w.write_tensor_data(data)
     w.close()
 
