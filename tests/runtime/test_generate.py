@@ -79,11 +79,13 @@ def prompts(builds) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def llama(qwen25_tiny, prompts):
+    return llama_greedy(qwen25_tiny, prompts)
+
+
+def llama_greedy(model: Path, prompts: list[list[int]]) -> list[tuple[list[int], np.ndarray]]:
     """llama.cpp's greedy tokens and logits for each prompt (8 steps, as generate runs)."""
     llama_cpp = need_module("llama_cpp", "pip install '.[reference]' builds llama-cpp-python")
-    llm = llama_cpp.Llama(
-        model_path=str(qwen25_tiny), n_ctx=256, n_batch=256, logits_all=True, n_threads=2, verbose=False
-    )
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=256, n_batch=256, logits_all=True, n_threads=2, verbose=False)
     out = []
     for ids in prompts:
         llm.reset()
@@ -285,3 +287,27 @@ def test_usage_and_ids(san_q25tok, release, prompts):  # noqa: F811
     assert generate([san_q25tok], release, prompts[0], "--files", "--steps", "0").returncode == 2
     r = generate([san_q25tok], release, [151936], "--files")
     assert r.returncode == 4 and "token id out of range" in r.stderr
+
+
+@pytest.mark.slow
+def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, tmp_path_factory):  # noqa: F811
+    """24 layers of 896 (Q4_K / Q6_K / Q5_0 / Q8_0, 14 heads over 2 KV heads, tied Q8_0 head):
+    three smoke prompts on this machine against llama.cpp, and the first two steps of one on
+    aarch64 under qemu against this machine's."""
+    from q25deploy.cli import main
+    from q25deploy.model.synthetic import write_model
+
+    d = tmp_path_factory.mktemp("gen05")
+    model, b = d / "qwen25-0.5b.gguf", d / "b"
+    write_model(model, "0.5b", str(Path(__file__).parent.parent / "data" / "ggml-vocab-qwen2.gguf"))
+    assert main(["build", "--target", "qemu", "--model", str(model), "--out", str(b)]) == 0
+    (b / "model_hparams.txt").write_text(hparams_text(model))
+    prompts = [ids for _, _, ids in BuildDir(b).smoke_ids[1]][:3]
+    ours = run_all([q25tok], b, prompts, d, env=None)
+    assert agree(ours, llama_greedy(model, prompts)) >= len(prompts) * STEPS // 2
+    qemu = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
+    arm = generate(qemu, b, prompts[0], "--files", "--steps", "2", "--logits", d / "arm.f32", env=None)
+    assert arm.returncode == 0, arm.stderr
+    logits = np.fromfile(d / "arm.f32", dtype="<f4").reshape(2, -1)
+    assert [s["token"] for s in parse(arm.stdout)] == ours[0][0][:2]
+    np.testing.assert_allclose(logits, ours[0][1][:2], rtol=0, atol=1e-4 * float(np.abs(ours[0][1]).max()))
