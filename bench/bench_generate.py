@@ -5,8 +5,10 @@ for a build of the tiny and of a Qwen2.5 0.5B-shaped model. llama.cpp is its `ll
 example, cross-built (static, armv8-a, the Debian cross toolchain) from the sources that ship
 in llama-cpp-python's sdist; our side is `q25tok generate --files` (the partition files, page
 cache: what the board's CPU should read, docs/runtime.md). Each side is timed as a whole
-process (model load, prompt, N tokens), best of --repeat; the native host build of q25tok is
-timed too, for scale. Tokens per second = N / that time.
+process (model load, prompt, N tokens), best of --repeat, in wall time and in CPU time (user +
+system over all threads: llama-simple runs 4 threads, q25tok one; on a busy host the CPU time
+is the steadier figure); the native host build of q25tok is timed too, for scale. Tokens per
+second = N / the wall time.
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/sdist
     python3 bench/bench_generate.py --sdist /tmp/sdist/llama_cpp_python-0.3.36.tar.gz
@@ -16,8 +18,10 @@ timed too, for scale. Tokens per second = N / that time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import resource
 import subprocess
 import sys
 import tarfile
@@ -66,16 +70,18 @@ def build_llama_simple(sdist: Path, work: Path) -> Path:
     return build / "bin" / "llama-simple"
 
 
-def timed(cmd: list[str], repeat: int) -> tuple[float, str, str]:
-    best, out, err = None, "", ""
+def timed(cmd: list[str], repeat: int) -> tuple[float, float, str, str]:
+    """Best wall time and best CPU time (user + system, all threads) of repeat runs."""
+    best, cpu, out, err = None, None, "", ""
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        s = time.perf_counter() - t0
-        best = s if best is None else min(best, s)
+        s, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        c = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        best, cpu = (s if best is None else min(best, s)), (c if cpu is None else min(cpu, c))
         out, err = r.stdout, r.stderr
-    assert best is not None
-    return best, out, err
+    assert best is not None and cpu is not None
+    return best, cpu, out, err
 
 
 def hparams(build: Path, model: Path) -> Path:
@@ -98,33 +104,38 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        simple = args.llama_simple or build_llama_simple(args.sdist, tmp / "llama")
+        llama_simple = args.llama_simple or build_llama_simple(args.sdist, tmp / "llama")
         build_runtime(tmp / "host")
         build_runtime(tmp / "arm", cross="aarch64")
-        print("| model | steps | q25tok qemu-a53 | llama.cpp qemu-a53 | ratio | q25tok host |")
+        print(
+            "| model | steps | q25tok qemu-a53 wall / CPU | llama.cpp qemu-a53 wall / CPU | ratio wall / CPU | q25tok host |"
+        )
         print("|---|---|---|---|---|---|")
         for preset in args.presets.split(","):
             model, out = tmp / f"{preset}.gguf", tmp / preset
             write_model(model, preset, str(VOCAB))
-            assert q25deploy(["build", "--target", "qemu", "--model", str(model), "--out", str(out)]) == 0
+            with contextlib.redirect_stdout(sys.stderr):  # the build's summary, away from the table
+                assert q25deploy(["build", "--target", "qemu", "--model", str(model), "--out", str(out)]) == 0
             text, _, ids = BuildDir(out).smoke_ids[1][0]
             tables = [str(out / "partitions" / "regions.tab"), str(out / "partitions" / "tensors.tab")]
             gen = ["generate", "--files", "--steps", str(args.steps), "--hparams", str(hparams(out, model))]
-            ours_arm, lines, _ = timed([*QEMU, str(tmp / "arm" / "q25tok"), *gen, *tables, *map(str, ids)], args.repeat)
-            ours_host, host_lines, _ = timed([str(tmp / "host" / "q25tok"), *gen, *tables, *map(str, ids)], 1)
-            assert [ln for ln in lines.splitlines() if ln.startswith("step")] == [
-                ln for ln in host_lines.splitlines() if ln.startswith("step")
-            ]
-            llama, _, err = timed(
-                [*QEMU, str(simple), "-m", str(model), "-n", str(args.steps), text.decode()], args.repeat
-            )
+            arm = [*QEMU, str(tmp / "arm" / "q25tok"), *gen, *tables, *map(str, ids)]
+            ours, ours_cpu, lines, _ = timed(arm, args.repeat)
+            host, _, host_lines, _ = timed([str(tmp / "host" / "q25tok"), *gen, *tables, *map(str, ids)], 1)
+            steps = [ln for ln in lines.splitlines() if ln.startswith("step")]
+            assert steps == [ln for ln in host_lines.splitlines() if ln.startswith("step")]
+            simple = [*QEMU, str(llama_simple), "-m", str(model), "-n", str(args.steps), text.decode()]
+            llama, llama_cpu, _, err = timed(simple, args.repeat)
             m = re.search(r"decoded (\d+) tokens in ([\d.]+) s", err)
-            inner = f" (its own timer: {m[1]} tokens in {m[2]} s)" if m else ""
+            e = re.search(r"eval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
+            inner = f"; its timers: {m[1]} tokens in {m[2]} s" if m else ""
+            inner += f", {float(e[1]) / int(e[2]):.0f} ms per token after the prompt" if e else ""
             n = args.steps
             print(
-                f"| {preset}, {len(ids)}-token prompt | {n} | {ours_arm:.2f} s, {n / ours_arm:.2f} tok/s "
-                f"| {llama:.2f} s, {n / llama:.2f} tok/s{inner} | {ours_arm / llama:.2f}x "
-                f"| {ours_host:.2f} s, {n / ours_host:.1f} tok/s |"
+                f"| {preset}, {len(ids)}-token prompt | {n} | {ours:.2f} / {ours_cpu:.2f} s ({n / ours:.2f} tok/s) "
+                f"| {llama:.2f} / {llama_cpu:.2f} s ({n / llama:.2f} tok/s{inner}) "
+                f"| {ours / llama:.2f}x / {ours_cpu / llama_cpu:.2f}x | {host:.2f} s ({n / host:.1f} tok/s) |",
+                flush=True,
             )
 
 
