@@ -194,15 +194,20 @@ def test_mem_gives_what_files_give_and_a_flipped_byte_shows_at_its_layer(san_q25
 
 
 def test_the_embedding_summary_is_the_embedding_row(san_q25tok, release, prompts, qwen25_tiny):  # noqa: F811
-    from gguf import GGUFReader
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf.quants import dequantize
 
     ids = prompts[0]
     r = generate([san_q25tok], release, ids, "--files", "--dump-layers", "--steps", "1")
     assert r.returncode == 0, r.stderr
     norm, values = parse(r.stdout)[0]["states"]["embd"]
-    t = next(t for t in GGUFReader(qwen25_tiny).tensors if t.name == "token_embd.weight")
-    row = dequantize(t.data, t.tensor_type).reshape(-1, t.shape[0])[ids[-1]].astype(np.float32)
+    with GGUFFile(qwen25_tiny) as f:  # the id's row of blocks, dequantised by gguf-py
+        t = f.tensor("token_embd.weight")
+        qtype = GGMLQuantizationType(t.ggml_type)
+        block, size = GGML_QUANT_SIZES[qtype]
+        row_bytes = t.shape[0] // block * size
+        raw = np.frombuffer(f.tensor_data(t), dtype=np.uint8)[ids[-1] * row_bytes : (ids[-1] + 1) * row_bytes]
+        row = dequantize(raw.copy(), qtype).reshape(-1).astype(np.float32)
     n = len(row)
     assert [np.float32(v) for v in values] == [row[k * n // 4] for k in range(4)]  # %.9g: the float32 exactly
     assert norm == pytest.approx(float(np.sqrt((row.astype(np.float64) ** 2).sum())), rel=1e-12)
