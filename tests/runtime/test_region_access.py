@@ -33,7 +33,7 @@ def functions(objdump: str) -> dict[str, list[str]]:
         m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
         if m:
             current = out.setdefault(m[1], [])
-        elif current is not None and "\t" in line:
+        elif current is not None and "\t" in line and ":" in line:  # not objdump's "..." for zero fill
             current.append(line.split(":", 1)[1].strip())
     return out
 

@@ -9,9 +9,13 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 SRC_URI = "file://LICENSE;subdir=q25tok \
            file://Makefile;subdir=q25tok \
            file://cli_dequant.c;subdir=q25tok \
+           file://cli_generate.c;subdir=q25tok \
            file://cli_probe.c;subdir=q25tok \
            file://cli_load.c;subdir=q25tok \
            file://cli_receive.c;subdir=q25tok \
+           file://cli_weights.c;subdir=q25tok \
+           file://cli_weights.h;subdir=q25tok \
+           file://model_forward.c;subdir=q25tok \
            file://crc_table.inc;subdir=q25tok \
            file://q25tok.h;subdir=q25tok \
            file://q25tok_bpe.c;subdir=q25tok \
@@ -23,6 +27,7 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
            file://q25tok_internal.h;subdir=q25tok \
            file://q25tok_region.c;subdir=q25tok \
            file://q25tok_mmio.c;subdir=q25tok \
+           file://q25tok_params.c;subdir=q25tok \
            file://q25tok_sha256.c;subdir=q25tok \
            file://q25tok_tensor.c;subdir=q25tok \
           "
@@ -37,7 +42,8 @@ S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}/q25tok"
 
 # q25tok_dequant.c (ggml dequantization, bit-exact with gguf-py) is compiled by the Makefile
 # with -fno-fast-math -ffp-contract=off after CFLAGS: a fused multiply-add would round once
-# where numpy rounds twice, and the A53 has FMA. Do not add -ffast-math to this recipe's CFLAGS.
+# where numpy rounds twice, and the A53 has FMA. model_forward.c (q25tok generate) likewise.
+# Do not add -ffast-math to this recipe's CFLAGS.
 
 # WARNFLAGS without the Makefile's -Werror: a new compiler's new warning must not break an
 # image build (q25deploy's own host builds and tests keep -Werror)

@@ -21,7 +21,7 @@
  * SPDX-License-Identifier: MIT
  */
 #define _POSIX_C_SOURCE 200809L
-#include "q25tok.h"
+#include "cli_weights.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,16 +33,9 @@
 #include <unistd.h>
 
 int q25tok_probe_command(int argc, char **argv);
-/* cli_load.c */
-int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen);
-void q25tok_table_dir(const char *table, char dir[1024]);
-int q25tok_open_regular(const char *path, struct stat *st);
-FILE *q25tok_fopen_regular(const char *path, struct stat *st);
-int q25tok_region_ours(const q25_region *r);
-const char *q25tok_open_why(int e);
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_ID = 4, EXIT_REGION = 6 };
-enum { MAX_REGIONS = 64, MAX_IDS = 4096 };
+enum { MAX_IDS = 4096 };
 #define EMBEDDING "token_embd.weight"
 
 #if defined(__GNUC__)
@@ -52,127 +45,16 @@ enum { MAX_REGIONS = 64, MAX_IDS = 4096 };
 #endif
 
 typedef struct probe {
-    q25_region regions[MAX_REGIONS];
-    void *mapped[MAX_REGIONS];
-    size_t n_regions;
-    int files;              /* mapped[i] is the partition file's (size file_size), not /dev/mem's */
+    q25tok_regions rg;
     uint8_t *raw;           /* one row of blocks (normal memory) */
     float *values;          /* and its float32 values */
     size_t cap_bytes, cap_values;
 } probe;
 
-static char *slurp(const char *path, size_t *len)
-{
-    struct stat st;
-    FILE *f = q25tok_fopen_regular(path, &st);
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap || cap >= (64u << 20))
-            break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    int bad = ferror(f) || (buf && n == cap);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        errno = errno ? errno : EFBIG;
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-/* Only these two touch a mapping: neither calls a mem* or str* function (test_region_access.py) */
-HOLDS_A_MAPPING static void *map_region(const q25_region *r, const char *mem)
-{
-    return q25_region_map(r, mem, 0);
-}
-
+/* Only this touches a mapping: it calls no mem* or str* function (test_region_access.py) */
 HOLDS_A_MAPPING static int read_blocks(const q25_region *r, const void *mapped, uint64_t off, void *dst, size_t len)
 {
     return q25_region_read(r, mapped, off, dst, len);
-}
-
-/* a partition file mapped read-only, as a region of file_size bytes at offset 0 */
-static void *map_file(q25_region *r, const char *dir)
-{
-    char path[1400];
-    snprintf(path, sizeof path, "%.1023s%.255s", dir, r->file);
-    struct stat st;
-    int fd = q25tok_open_regular(path, &st);
-    if (fd < 0 || (uint64_t)st.st_size != r->file_size
-        || r->file_size == 0) {
-        if (fd >= 0)
-            close(fd);
-        fprintf(stderr, "q25tok: %s: missing, not a regular file, or not the table's %llu bytes\n", path,
-                (unsigned long long)r->file_size);
-        return NULL;
-    }
-    void *p = mmap(NULL, (size_t)r->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    r->size = r->file_size; /* q25_region_read's bound: the file */
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static int open_regions(probe *p, const char *table, const char *mem, const char *dt)
-{
-    size_t len;
-    char *text = slurp(table, &len);
-    if (!text) {
-        fprintf(stderr, "q25tok: %s: %s\n", table, q25tok_open_why(errno));
-        return EXIT_IO;
-    }
-    int st = q25_region_table_parse(text, len, p->regions, MAX_REGIONS, &p->n_regions);
-    free(text);
-    if (st != Q25_OK) {
-        fprintf(stderr, "q25tok: %s: not a region table (%s)\n", table, q25_strerror(st));
-        return EXIT_REGION;
-    }
-    char dir[1024];
-    q25tok_table_dir(table, dir);
-    for (size_t i = 0; i < p->n_regions; i++) {
-        q25_region *r = &p->regions[i];
-        char why[1600];
-        if (!q25tok_region_ours(r)) {
-            fprintf(stderr, "q25tok: region %s: not a q25deploy region (q25-region<N>@<base>): not ours to read\n",
-                    r->node);
-            return EXIT_REGION;
-        }
-        if (!p->files && !q25tok_reserved_in_dt(dt, r, why, sizeof why)) {
-            fprintf(stderr, "q25tok: region %s: %s\n", r->node, why);
-            return EXIT_REGION;
-        }
-        p->mapped[i] = p->files ? map_file(r, dir) : map_region(r, mem);
-        if (!p->mapped[i]) {
-            if (!p->files)
-                fprintf(stderr, "q25tok: region %s: cannot map %s: %s\n", r->node, mem, strerror(errno));
-            return EXIT_IO;
-        }
-    }
-    return 0;
-}
-
-static void close_regions(probe *p)
-{
-    for (size_t i = 0; i < p->n_regions; i++) {
-        if (!p->mapped[i])
-            continue;
-        if (p->files)
-            munmap(p->mapped[i], (size_t)p->regions[i].file_size);
-        else
-            q25_region_unmap(&p->regions[i], p->mapped[i]);
-    }
 }
 
 /* blocks [first, first+count) of t, dequantized, into the digest */
@@ -196,7 +78,7 @@ static int hash_blocks(probe *p, const q25_tensor *t, uint64_t first, uint64_t c
             return EXIT_IO;
         }
     }
-    if (read_blocks(&p->regions[t->region], p->mapped[t->region], off, p->raw, (size_t)bytes) != Q25_OK
+    if (read_blocks(&p->rg.regions[t->region], p->rg.mapped[t->region], off, p->raw, (size_t)bytes) != Q25_OK
         || q25_dequantize(t->type, p->raw, n, p->values) != Q25_OK)
         return EXIT_REGION;
     for (size_t i = 0; i < n; i++) {
@@ -219,7 +101,7 @@ static int probe_tensor(probe *p, const q25_tensor *t, const uint32_t *ids, size
         printf("%s %s unsupported\n", t->name, t->type_name);
         return 0;
     }
-    if (t->region >= p->n_regions || t->offset + t->bytes > p->regions[t->region].file_size
+    if (t->region >= p->rg.n || t->offset + t->bytes > p->rg.regions[t->region].file_size
         || t->bytes < block_bytes) {
         fprintf(stderr, "q25tok: %s lies outside its region's partition\n", t->name);
         return EXIT_REGION;
@@ -270,7 +152,7 @@ int q25tok_probe_command(int argc, char **argv)
         else if (strcmp(argv[i], "--dt") == 0 && i + 1 < argc)
             dt = argv[++i];
         else if (strcmp(argv[i], "--files") == 0)
-            p.files = 1;
+            p.rg.files = 1;
         else if (n_tables < 2 && argv[i][0] != '-')
             tables[n_tables++] = argv[i];
         else if (n_tables == 2 && n_ids < MAX_IDS && argv[i][0] >= '0' && argv[i][0] <= '9') {
@@ -284,9 +166,9 @@ int q25tok_probe_command(int argc, char **argv)
     }
     if (n_tables != 2)
         return usage();
-    int rc = open_regions(&p, tables[0], mem, dt);
+    int rc = q25tok_open_regions(&p.rg, tables[0], mem, dt);
     size_t len = 0;
-    char *text = rc ? NULL : slurp(tables[1], &len);
+    char *text = rc ? NULL : q25tok_slurp(tables[1], &len);
     if (!rc && !text) {
         fprintf(stderr, "q25tok: %s: %s\n", tables[1], strerror(errno));
         rc = EXIT_IO;
@@ -304,7 +186,7 @@ int q25tok_probe_command(int argc, char **argv)
     free(text);
     free(p.raw);
     free(p.values);
-    close_regions(&p);
+    q25tok_close_regions(&p.rg);
     if (fflush(stdout) != 0 && !rc)
         rc = EXIT_IO;
     return rc;

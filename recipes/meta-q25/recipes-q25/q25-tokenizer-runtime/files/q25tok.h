@@ -38,7 +38,8 @@ enum q25_status {
     Q25_ERR_SCRATCH_CAPACITY = -11, /* scratch too small: see stats->scratch_needed */
     Q25_ERR_TABLE = -12,       /* a region or tensor table line is malformed */
     Q25_ERR_NOT_FOUND = -13,   /* no tensor of that name in the tensor table */
-    Q25_ERR_UNSUPPORTED = -14  /* a ggml type q25_dequantize does not know */
+    Q25_ERR_UNSUPPORTED = -14, /* a ggml type q25_dequantize does not know */
+    Q25_ERR_MODEL = -15        /* model parameters malformed, out of bounds, or not the tensors' shapes */
 };
 
 /* flags */
@@ -283,6 +284,70 @@ int q25_ggml_bytes(uint32_t type, uint64_t n, uint64_t *bytes);
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; any other is
  * Q25_ERR_UNSUPPORTED and dst is not written. */
 int q25_dequantize(uint32_t type, const void *src, size_t n, float *dst);
+
+/* ---- the forward pass: Qwen2.5 (llama.cpp's `qwen2` graph) in float32 (model_forward.c) ----
+ * The model's hyperparameters travel in the release as model_hparams.txt, key=value lines
+ * (docs/forward.md): format=q25deploy-hparams/1, arch=qwen2, n_vocab, n_layer, n_embd, n_ff,
+ * n_head, n_head_kv, head_dim, n_rot, rope_freq_base, rms_eps, tied_output, n_ctx_train.
+ * q25_model_params_parse reads and bounds them (no allocation); q25_model_open checks them
+ * against every tensor's type, shape and place in its region before any weight is read.
+ * model_forward.c calls libm (expf, sinf, cosf, powf, sqrtf): link with -lm. */
+#define Q25_MAX_LAYERS 512
+
+typedef struct q25_model_params {
+    uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab, n_ctx_train;
+    float rope_freq_base, rms_eps;
+    uint32_t tied_output;  /* 1: token_embd.weight is also the output matrix (no output.weight) */
+} q25_model_params;
+
+int q25_model_params_parse(const char *text, size_t len, q25_model_params *out);
+
+/* Where the weights are: the regions (q25_region_table_parse), each mapped (q25_region_map:
+ * Device memory; or a partition file mapped read-only, with size set to its file_size), and
+ * the tensor table's text. Every weight is read with q25_region_read into the workspace. */
+typedef struct q25_weights {
+    const q25_region *regions;
+    const void *const *mapped;
+    size_t n_regions;
+    const char *table;
+    size_t table_len;
+} q25_weights;
+
+typedef struct q25_layer_weights q25_layer_weights; /* q25tok_forward.c */
+
+/* A model opened on a caller's workspace: the library allocates nothing. The workspace holds
+ * the KV cache (2 x n_layer x n_ctx x n_kv floats), one batch of activations, one row of
+ * dequantised weights and a bounded chunk of raw blocks: never a whole weight matrix. */
+typedef struct q25_model {
+    q25_model_params hp;
+    q25_weights w;
+    uint32_t n_ctx, n_batch, n_past;
+    q25_tensor embd, out_norm, output; /* output: token_embd's copy when tied */
+    q25_layer_weights *layers;
+    float *k_cache, *v_cache, *x, *xn, *q, *att, *gate, *up, *scores, *row, *vec;
+    uint8_t *raw;
+    size_t raw_cap;
+} q25_model;
+
+/* Workspace bytes for n_ctx positions and batches of n_batch tokens; 0 when the parameters
+ * are out of bounds or the size does not fit size_t. */
+size_t q25_model_workspace(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch);
+/* Q25_OK; Q25_ERR_MODEL: parameters out of bounds or not a tensor's shape (or tied_output=1
+ * with an output.weight); Q25_ERR_NOT_FOUND: a tensor missing (its name in `missing`, if
+ * given); Q25_ERR_TABLE: a malformed table line, or a tensor outside its region's partition;
+ * Q25_ERR_UNSUPPORTED: a type q25_dequantize does not know; Q25_ERR_ARG: a workspace too small. */
+int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w, uint32_t n_ctx,
+                   uint32_t n_batch, void *workspace, size_t size, char missing[Q25_TENSOR_NAME_MAX]);
+
+/* Called with the hidden state (n_embd floats) of the last position of the ids evaluated:
+ * layer -1 is the token embedding (layer 0's input), 0..n_layer-1 the residual stream after
+ * that layer, n_layer the output head's input (rms_norm(x) * output_norm). */
+typedef void (*q25_layer_fn)(void *arg, int layer, const float *hidden, uint32_t n_embd);
+
+/* Appends n ids at positions n_past.. (the KV cache keeps them) and writes the logits of the
+ * last one (n_vocab floats). Q25_ERR_TOKEN_ID for an id >= n_vocab, Q25_ERR_OUT_CAPACITY past
+ * n_ctx, Q25_ERR_ARG for a read outside a region. */
+int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

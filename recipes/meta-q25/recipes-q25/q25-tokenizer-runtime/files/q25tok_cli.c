@@ -7,6 +7,7 @@
  *   q25tok receive FILE                    stdin into FILE, hashed as written (cli_receive.c)
  *   q25tok dequant TYPE FILE / tensor TABLE NAME   weights (cli_dequant.c)
  *   q25tok probe REGION_TABLE TENSOR_TABLE [ID...]  the weights as the board reads them (cli_probe.c)
+ *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy (cli_generate.c)
  *
  * Exit codes: 0 ok, 1 I/O error (cannot read a file), 2 usage, 3 bad image,
  * 4 bad token id, 5 capacity (out of memory for the input).
@@ -42,9 +43,11 @@ static const char *usage_text =
     "       q25tok dequant TYPE FILE   (ggml blocks to float32 on stdout)\n"
     "       q25tok tensor TENSOR_TABLE NAME\n"
     "       q25tok probe [--mem PATH] [--dt DIR | --files] REGION_TABLE TENSOR_TABLE [ID...]\n"
+    "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N]\n"
+    "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
     "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image, 4 bad token id, 5 capacity,\n"
     "            6 region not reserved in the running device tree, or its bytes differ,\n"
-    "            7 ggml type not supported, 8 no such tensor\n";
+    "            7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters\n";
 
 static int usage(void)
 {
@@ -356,6 +359,7 @@ int q25tok_region_command(int argc, char **argv); /* cli_load.c */
 int q25tok_receive_command(int argc, char **argv); /* cli_receive.c */
 int q25tok_weights_command(int argc, char **argv); /* cli_dequant.c */
 int q25tok_probe_command(int argc, char **argv);   /* cli_probe.c */
+int q25tok_generate_command(int argc, char **argv); /* cli_generate.c */
 
 int main(int argc, char **argv)
 {
@@ -373,6 +377,8 @@ int main(int argc, char **argv)
         return q25tok_receive_command(argc - 2, argv + 2);
     if (strcmp(argv[1], "probe") == 0)
         return q25tok_probe_command(argc - 2, argv + 2);
+    if (strcmp(argv[1], "generate") == 0)
+        return q25tok_generate_command(argc - 2, argv + 2);
     if (strcmp(argv[1], "dequant") == 0 || strcmp(argv[1], "tensor") == 0)
         return q25tok_weights_command(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

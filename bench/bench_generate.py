@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""`q25tok generate` against llama.cpp on the same GGUF, both built for aarch64 and run under
+qemu-aarch64 -cpu cortex-a53 in one run: the smoke test's first prompt and N greedy tokens,
+for a build of the tiny and of a Qwen2.5 0.5B-shaped model. llama.cpp is its `llama-simple`
+example, cross-built (static, armv8-a, the Debian cross toolchain) from the sources that ship
+in llama-cpp-python's sdist; our side is `q25tok generate --files` (the partition files, page
+cache: what the board's CPU should read, docs/runtime.md). Each side is timed as a whole
+process (model load, prompt, N tokens), best of --repeat, in wall time and in CPU time (user +
+system over all threads: llama-simple runs 4 threads, q25tok one; on a busy host the CPU time
+is the steadier figure); the native host build of q25tok is timed too, for scale. Tokens per
+second = N / the wall time.
+
+    pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/sdist
+    python3 bench/bench_generate.py --sdist /tmp/sdist/llama_cpp_python-0.3.36.tar.gz
+    python3 bench/bench_generate.py --llama-simple BUILD/bin/llama-simple   # already built
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import resource
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "runtime")]
+
+from q25deploy.builddir import BuildDir  # noqa: E402
+from q25deploy.cli import main as q25deploy  # noqa: E402
+from q25deploy.model.synthetic import write_model  # noqa: E402
+from q25deploy.packer.runtime import build_runtime  # noqa: E402
+
+VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
+QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]
+CMAKE_FLAGS = [
+    "-DCMAKE_SYSTEM_NAME=Linux",
+    "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
+    "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
+    "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_CPU_ARM_ARCH=armv8-a",  # the A53: no dot-product or i8mm instructions
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_OPENMP=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DCMAKE_EXE_LINKER_FLAGS=-static",
+]
+
+
+def build_llama_simple(sdist: Path, work: Path) -> Path:
+    """llama.cpp's llama-simple for aarch64 from llama-cpp-python's sdist (vendor/llama.cpp)."""
+    with tarfile.open(sdist) as t:
+        t.extractall(work, filter="data")
+    src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    build = work / "build"
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], check=True, capture_output=True)
+    jobs = str(os.cpu_count() or 2)
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-simple", "-j", jobs], check=True)
+    return build / "bin" / "llama-simple"
+
+
+def timed(cmd: list[str], repeat: int) -> tuple[float, float, str, str]:
+    """Best wall time and best CPU time (user + system, all threads) of repeat runs."""
+    best, cpu, out, err = None, None, "", ""
+    for _ in range(repeat):
+        r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        s, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        c = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        best, cpu = (s if best is None else min(best, s)), (c if cpu is None else min(cpu, c))
+        out, err = r.stdout, r.stderr
+    assert best is not None and cpu is not None
+    return best, cpu, out, err
+
+
+def hparams(build: Path, model: Path) -> Path:
+    hp = build / "model_hparams.txt"
+    if not hp.exists():  # a build by a q25deploy that does not write it yet
+        from test_generate import hparams_text
+
+        hp.write_text(hparams_text(model))
+    return hp
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--presets", default="tiny,0.5b")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=2)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--sdist", type=Path, help="llama-cpp-python's sdist (.tar.gz): build llama-simple from it")
+    g.add_argument("--llama-simple", type=Path, help="an aarch64 llama-simple already built")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        llama_simple = args.llama_simple or build_llama_simple(args.sdist, tmp / "llama")
+        build_runtime(tmp / "host")
+        build_runtime(tmp / "arm", cross="aarch64")
+        print(
+            "| model | steps | q25tok qemu-a53 wall / CPU | llama.cpp qemu-a53 wall / CPU | ratio wall / CPU | q25tok host |"
+        )
+        print("|---|---|---|---|---|---|")
+        for preset in args.presets.split(","):
+            model, out = tmp / f"{preset}.gguf", tmp / preset
+            write_model(model, preset, str(VOCAB))
+            with contextlib.redirect_stdout(sys.stderr):  # the build's summary, away from the table
+                assert q25deploy(["build", "--target", "qemu", "--model", str(model), "--out", str(out)]) == 0
+            text, _, ids = BuildDir(out).smoke_ids[1][0]
+            tables = [str(out / "partitions" / "regions.tab"), str(out / "partitions" / "tensors.tab")]
+            gen = ["generate", "--files", "--steps", str(args.steps), "--hparams", str(hparams(out, model))]
+            arm = [*QEMU, str(tmp / "arm" / "q25tok"), *gen, *tables, *map(str, ids)]
+            ours, ours_cpu, lines, _ = timed(arm, args.repeat)
+            host, _, host_lines, _ = timed([str(tmp / "host" / "q25tok"), *gen, *tables, *map(str, ids)], 1)
+            steps = [ln for ln in lines.splitlines() if ln.startswith("step")]
+            assert steps == [ln for ln in host_lines.splitlines() if ln.startswith("step")]
+            simple = [*QEMU, str(llama_simple), "-m", str(model), "-n", str(args.steps), text.decode()]
+            llama, llama_cpu, _, err = timed(simple, args.repeat)
+            m = re.search(r"decoded (\d+) tokens in ([\d.]+) s", err)
+            e = re.search(r"eval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
+            inner = f"; its timers: {m[1]} tokens in {m[2]} s" if m else ""
+            inner += f", {float(e[1]) / int(e[2]):.0f} ms per token after the prompt" if e else ""
+            n = args.steps
+            print(
+                f"| {preset}, {len(ids)}-token prompt | {n} | {ours:.2f} / {ours_cpu:.2f} s ({n / ours:.2f} tok/s) "
+                f"| {llama:.2f} / {llama_cpu:.2f} s ({n / llama:.2f} tok/s{inner}) "
+                f"| {ours / llama:.2f}x / {ours_cpu / llama_cpu:.2f}x | {host:.2f} s ({n / host:.1f} tok/s) |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,394 @@
+/*
+ * Qwen2.5's forward pass in float32, as llama.cpp's `qwen2` graph computes it (docs/forward.md):
+ *
+ *   x = token_embd[id]
+ *   per layer:  h = rms_norm(x) * attn_norm
+ *               q, k, v = Wq h + bq, Wk h + bk, Wv h + bv; RoPE (NEOX: pairs i, i + d/2) on q, k
+ *               x = x + Wo softmax(q k^T / sqrt(d)) v     (causal, grouped-query: n_head / n_head_kv)
+ *               h = rms_norm(x) * ffn_norm
+ *               x = x + W_down (silu(W_gate h) * W_up h)
+ *   logits = output (rms_norm(x) * output_norm)           (output = token_embd when tied)
+ *
+ * Weights are read as the board must read Device memory: whole blocks of a few rows at a time
+ * copied by q25_region_read (aligned volatile loads) into a cached buffer, dequantised one row
+ * at a time by q25_dequantize, and multiplied with every position of the batch while the row is
+ * in the cache. Memory is the caller's workspace, bounded by q25_model_workspace: no weight
+ * matrix is ever dequantised whole. Built with -ffp-contract=off (no fused multiply-add, on
+ * the A53 as on the host). It calls libm (-lm), so it is not one of the q25tok_*.c files that
+ * tools and tests link without it.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "q25tok.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define HOLDS_A_MAPPING __attribute__((noinline))
+#else
+#define HOLDS_A_MAPPING
+#endif
+
+enum { RAW_CHUNK = 64 << 10 }; /* bytes of blocks copied out of a region at once */
+
+struct q25_layer_weights {
+    q25_tensor attn_norm, wq, bq, wk, bk, wv, bv, wo, ffn_norm, gate, up, down;
+};
+
+int q25_model_params_check(const q25_model_params *p); /* q25tok_params.c */
+
+/* ---- sizes --------------------------------------------------------------------------- */
+typedef struct layout {
+    uint64_t layers, kv, x, gate, scores, row, raw, total;
+} layout;
+
+static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
+
+/* every count is bounded by q25_model_params_check, n_ctx and n_batch by 2^24: no product
+ * below overflows 64 bits (the largest is 2 * 512 * 2^24 * 65536 * 4 < 2^63) */
+static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, layout *l)
+{
+    if (q25_model_params_check(p) != Q25_OK || n_ctx < 1 || n_ctx > p->n_ctx_train || n_batch < 1
+        || n_batch > n_ctx)
+        return 0;
+    uint64_t kv_dim = (uint64_t)p->head_dim * p->n_head_kv, wide = p->n_ff > p->n_embd ? p->n_ff : p->n_embd;
+    l->layers = align64((uint64_t)p->n_layer * sizeof(q25_layer_weights));
+    l->kv = align64((uint64_t)p->n_layer * n_ctx * kv_dim * sizeof(float));
+    l->x = align64((uint64_t)n_batch * p->n_embd * sizeof(float));
+    l->gate = align64((uint64_t)n_batch * p->n_ff * sizeof(float));
+    l->scores = align64((uint64_t)n_ctx * sizeof(float));
+    l->row = align64(wide * sizeof(float));
+    l->raw = align64(wide * 4 > RAW_CHUNK ? wide * 4 : RAW_CHUNK); /* one F32 row at least */
+    l->total = l->layers + 2 * l->kv + 4 * l->x + 2 * l->gate + l->scores + 2 * l->row + l->raw + 64;
+    return l->total <= SIZE_MAX;
+}
+
+size_t q25_model_workspace(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch)
+{
+    layout l;
+    return plan(p, n_ctx, n_batch, &l) ? (size_t)l.total : 0;
+}
+
+/* ---- opening: every tensor found and checked against the parameters ------------------ */
+static int find(const q25_model *m, const char *name, uint64_t ne0, uint64_t ne1, q25_tensor *t,
+                char missing[Q25_TENSOR_NAME_MAX])
+{
+    int st = q25_tensor_find(m->w.table, m->w.table_len, name, t);
+    if (st == Q25_ERR_NOT_FOUND && missing) {
+        size_t n = strlen(name);
+        memcpy(missing, name, n < Q25_TENSOR_NAME_MAX ? n + 1 : Q25_TENSOR_NAME_MAX);
+        missing[Q25_TENSOR_NAME_MAX - 1] = 0;
+    }
+    if (st != Q25_OK)
+        return st;
+    uint32_t block_elems;
+    if (q25_ggml_block(t->type, &block_elems, NULL) != Q25_OK)
+        return Q25_ERR_UNSUPPORTED;
+    const q25_region *r = t->region < m->w.n_regions ? &m->w.regions[t->region] : NULL;
+    uint64_t want;
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1
+        || q25_ggml_bytes(t->type, ne0 * ne1, &want) != Q25_OK || t->bytes != want)
+        return Q25_ERR_MODEL; /* not the shape the parameters give */
+    if (!r || t->offset > r->file_size || t->bytes > r->file_size - t->offset || r->file_size > r->size
+        || !m->w.mapped[t->region])
+        return Q25_ERR_TABLE; /* outside its region's partition */
+    return Q25_OK;
+}
+
+int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w, uint32_t n_ctx,
+                   uint32_t n_batch, void *workspace, size_t size, char missing[Q25_TENSOR_NAME_MAX])
+{
+    layout l;
+    if (!m || !p || !w || !w->regions || !w->mapped || (!w->table && w->table_len) || !workspace)
+        return Q25_ERR_ARG;
+    if (!plan(p, n_ctx, n_batch, &l))
+        return Q25_ERR_MODEL;
+    if (size < l.total)
+        return Q25_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    m->hp = *p;
+    m->w = *w;
+    m->n_ctx = n_ctx;
+    m->n_batch = n_batch;
+    uint8_t *b = (uint8_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
+    m->layers = (q25_layer_weights *)b, b += l.layers;
+    m->k_cache = (float *)b, b += l.kv;
+    m->v_cache = (float *)b, b += l.kv;
+    m->x = (float *)b, b += l.x;
+    m->xn = (float *)b, b += l.x;
+    m->q = (float *)b, b += l.x;
+    m->att = (float *)b, b += l.x;
+    m->gate = (float *)b, b += l.gate;
+    m->up = (float *)b, b += l.gate;
+    m->scores = (float *)b, b += l.scores;
+    m->row = (float *)b, b += l.row;
+    m->vec = (float *)b, b += l.row;
+    m->raw = b;
+    m->raw_cap = (size_t)l.raw;
+
+    const uint64_t e = p->n_embd, kv = (uint64_t)p->head_dim * p->n_head_kv, ff = p->n_ff;
+    int st = find(m, "token_embd.weight", e, p->n_vocab, &m->embd, missing);
+    if (st == Q25_OK)
+        st = find(m, "output_norm.weight", e, 1, &m->out_norm, missing);
+    if (st == Q25_OK) {
+        st = find(m, "output.weight", e, p->n_vocab, &m->output, p->tied_output ? NULL : missing);
+        if (p->tied_output && st == Q25_ERR_NOT_FOUND) {
+            m->output = m->embd;
+            st = Q25_OK;
+        } else if (p->tied_output && st == Q25_OK)
+            st = Q25_ERR_MODEL; /* tied, yet a separate output matrix: the parameters are not this model's */
+    }
+    for (uint32_t i = 0; st == Q25_OK && i < p->n_layer; i++) {
+        q25_layer_weights *L = &m->layers[i];
+        struct {
+            const char *suffix;
+            uint64_t ne0, ne1;
+            q25_tensor *t;
+        } want[] = {
+            {"attn_norm.weight", e, 1, &L->attn_norm}, {"attn_q.weight", e, e, &L->wq},
+            {"attn_q.bias", e, 1, &L->bq},             {"attn_k.weight", e, kv, &L->wk},
+            {"attn_k.bias", kv, 1, &L->bk},            {"attn_v.weight", e, kv, &L->wv},
+            {"attn_v.bias", kv, 1, &L->bv},            {"attn_output.weight", e, e, &L->wo},
+            {"ffn_norm.weight", e, 1, &L->ffn_norm},   {"ffn_gate.weight", e, ff, &L->gate},
+            {"ffn_up.weight", e, ff, &L->up},          {"ffn_down.weight", ff, e, &L->down},
+        };
+        for (size_t k = 0; st == Q25_OK && k < sizeof want / sizeof want[0]; k++) {
+            char name[Q25_TENSOR_NAME_MAX];
+            snprintf(name, sizeof name, "blk.%u.%s", (unsigned)i, want[k].suffix);
+            st = find(m, name, want[k].ne0, want[k].ne1, want[k].t, missing);
+        }
+    }
+    return st;
+}
+
+/* ---- reading weights ----------------------------------------------------------------- */
+/* The one function that touches a mapping: blocks [first, first + count) of t into m->raw
+ * through q25_region_read (no mem* or str* call here: tests/runtime/test_region_access.py) */
+HOLDS_A_MAPPING static int fetch(const q25_model *m, const q25_tensor *t, uint64_t first, uint64_t count)
+{
+    uint64_t off, bytes;
+    if (q25_tensor_blocks(t, first, count, &off, &bytes) != Q25_OK || bytes > m->raw_cap)
+        return Q25_ERR_ARG;
+    return q25_region_read(&m->w.regions[t->region], m->w.mapped[t->region], off, m->raw, (size_t)bytes);
+}
+
+/* a whole (small) tensor, dequantised: norms and biases, at most n_embd values */
+static int load_vec(q25_model *m, const q25_tensor *t, float *dst)
+{
+    uint32_t be, bb;
+    if (q25_ggml_block(t->type, &be, &bb) != Q25_OK || fetch(m, t, 0, t->bytes / bb) != Q25_OK)
+        return Q25_ERR_ARG;
+    return q25_dequantize(t->type, m->raw, (size_t)t->n_elements, dst);
+}
+
+/* eight partial sums: the compiler may keep them in vector registers without reassociating */
+static float dot(const float *restrict a, const float *restrict b, size_t n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
+}
+
+/* y[j][r] = row r of t . x[j] (+ bias[r]) for the n vectors of x (t->ne[0] each): the
+ * rows come out of the region a chunk at a time and are dequantised one at a time */
+static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n, float *y, const float *bias)
+{
+    uint32_t be, bb;
+    if (q25_ggml_block(t->type, &be, &bb) != Q25_OK)
+        return Q25_ERR_ARG;
+    const uint64_t in = t->ne[0], out = t->ne[1], row_blocks = in / be, row_bytes = row_blocks * bb;
+    const uint64_t per = m->raw_cap / row_bytes; /* >= 1: raw_cap holds a float32 row of the widest */
+    for (uint64_t r0 = 0; r0 < out; r0 += per) {
+        const uint64_t nr = out - r0 < per ? out - r0 : per;
+        if (fetch(m, t, r0 * row_blocks, nr * row_blocks) != Q25_OK)
+            return Q25_ERR_ARG;
+        for (uint64_t r = 0; r < nr; r++) {
+            if (q25_dequantize(t->type, m->raw + r * row_bytes, (size_t)in, m->row) != Q25_OK)
+                return Q25_ERR_ARG;
+            const float b = bias ? bias[r0 + r] : 0.0f;
+            for (uint32_t j = 0; j < n; j++) {
+                float v = dot(m->row, x + (size_t)j * in, (size_t)in);
+                y[(size_t)j * out + r0 + r] = bias ? v + b : v;
+            }
+        }
+    }
+    return Q25_OK;
+}
+
+/* ---- the layers' arithmetic (ggml's order of operations) -------------------------------- */
+static void rms_norm(const float *x, const float *w, float *y, uint32_t n, float eps)
+{
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n), scale = 1.0f / sqrtf(mean + eps);
+    for (uint32_t i = 0; i < n; i++) {
+        float v = x[i] * scale;
+        y[i] = v * w[i];
+    }
+}
+
+/* NEOX rotation (llama.cpp's rope type for qwen2) of the first n_rot values of n_heads heads
+ * of d at position pos: element i pairs with i + n_rot/2, at the angle pos * base^(-2i/n_rot),
+ * built up by products as ggml's rope cache does */
+static void rope(float *v, uint32_t n_heads, uint32_t d, uint32_t n_rot, uint32_t pos, float base, float *cs)
+{
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const uint32_t half = n_rot / 2;
+    float theta = (float)pos;
+    for (uint32_t i = 0; i < n_rot; i += 2) {
+        cs[i] = cosf(theta);
+        cs[i + 1] = sinf(theta);
+        theta *= theta_scale;
+    }
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *p = v + (size_t)h * d;
+        for (uint32_t i = 0; i < half; i++) {
+            const float x0 = p[i], x1 = p[i + half], c = cs[2 * i], s = cs[2 * i + 1];
+            const float a = x0 * c, b = x1 * s, e = x0 * s, f = x1 * c;
+            p[i] = a - b;
+            p[i + half] = e + f;
+        }
+    }
+}
+
+/* causal attention of the token at pos (its q: n_head x d) over the cache's positions 0..pos */
+static void attend(const q25_model *m, uint32_t layer, uint32_t pos, const float *q, float *out)
+{
+    const uint32_t d = m->hp.head_dim, group = m->hp.n_head / m->hp.n_head_kv;
+    const size_t kv_dim = (size_t)d * m->hp.n_head_kv, base = (size_t)layer * m->n_ctx * kv_dim;
+    const float scale = 1.0f / sqrtf((float)d);
+    float *s = m->scores;
+    for (uint32_t h = 0; h < m->hp.n_head; h++) {
+        const size_t g = (size_t)(h / group) * d;
+        const float *qh = q + (size_t)h * d;
+        float max = -INFINITY;
+        for (uint32_t p = 0; p <= pos; p++) {
+            s[p] = dot(qh, m->k_cache + base + p * kv_dim + g, d) * scale;
+            max = s[p] > max ? s[p] : max;
+        }
+        double sum = 0.0;
+        for (uint32_t p = 0; p <= pos; p++) {
+            s[p] = expf(s[p] - max);
+            sum += (double)s[p];
+        }
+        const float inv = (float)(1.0 / sum);
+        float *o = out + (size_t)h * d;
+        for (uint32_t i = 0; i < d; i++)
+            o[i] = 0.0f;
+        for (uint32_t p = 0; p <= pos; p++) {
+            const float w = s[p] * inv, *v = m->v_cache + base + p * kv_dim + g;
+            for (uint32_t i = 0; i < d; i++)
+                o[i] += w * v[i];
+        }
+    }
+}
+
+static void add(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* one layer over the batch of n tokens at positions n_past.. */
+static int layer(q25_model *m, uint32_t il, uint32_t n)
+{
+    const q25_layer_weights *L = &m->layers[il];
+    const uint32_t e = m->hp.n_embd, d = m->hp.head_dim, kv = d * m->hp.n_head_kv, ff = m->hp.n_ff, rot = m->hp.n_rot;
+    float *kc = m->k_cache + ((size_t)il * m->n_ctx + m->n_past) * kv;
+    float *vc = m->v_cache + ((size_t)il * m->n_ctx + m->n_past) * kv;
+    int st = load_vec(m, &L->attn_norm, m->vec);
+    for (uint32_t j = 0; st == Q25_OK && j < n; j++)
+        rms_norm(m->x + (size_t)j * e, m->vec, m->xn + (size_t)j * e, e, m->hp.rms_eps);
+    if (st == Q25_OK && (st = load_vec(m, &L->bq, m->vec)) == Q25_OK)
+        st = matmul(m, &L->wq, m->xn, n, m->q, m->vec);
+    if (st == Q25_OK && (st = load_vec(m, &L->bk, m->vec)) == Q25_OK)
+        st = matmul(m, &L->wk, m->xn, n, kc, m->vec);
+    if (st == Q25_OK && (st = load_vec(m, &L->bv, m->vec)) == Q25_OK)
+        st = matmul(m, &L->wv, m->xn, n, vc, m->vec);
+    if (st != Q25_OK)
+        return st;
+    for (uint32_t j = 0; j < n; j++) {
+        rope(m->q + (size_t)j * e, m->hp.n_head, d, rot, m->n_past + j, m->hp.rope_freq_base, m->row);
+        rope(kc + (size_t)j * kv, m->hp.n_head_kv, d, rot, m->n_past + j, m->hp.rope_freq_base, m->row);
+    }
+    for (uint32_t j = 0; j < n; j++)
+        attend(m, il, m->n_past + j, m->q + (size_t)j * e, m->att + (size_t)j * e);
+    if ((st = matmul(m, &L->wo, m->att, n, m->xn, NULL)) != Q25_OK)
+        return st;
+    add(m->x, m->xn, (size_t)n * e);
+    if ((st = load_vec(m, &L->ffn_norm, m->vec)) != Q25_OK)
+        return st;
+    for (uint32_t j = 0; j < n; j++)
+        rms_norm(m->x + (size_t)j * e, m->vec, m->xn + (size_t)j * e, e, m->hp.rms_eps);
+    if ((st = matmul(m, &L->gate, m->xn, n, m->gate, NULL)) != Q25_OK
+        || (st = matmul(m, &L->up, m->xn, n, m->up, NULL)) != Q25_OK)
+        return st;
+    for (size_t i = 0; i < (size_t)n * ff; i++) {
+        const float g = m->gate[i], silu = g / (1.0f + expf(-g));
+        m->gate[i] = silu * m->up[i];
+    }
+    if ((st = matmul(m, &L->down, m->gate, n, m->q, NULL)) != Q25_OK)
+        return st;
+    add(m->x, m->q, (size_t)n * e);
+    return Q25_OK;
+}
+
+/* the embeddings of ids[0..n) into m->x */
+static int embed(q25_model *m, const uint32_t *ids, uint32_t n)
+{
+    uint32_t be, bb;
+    if (q25_ggml_block(m->embd.type, &be, &bb) != Q25_OK)
+        return Q25_ERR_ARG;
+    const uint64_t e = m->hp.n_embd, row_blocks = e / be;
+    for (uint32_t j = 0; j < n; j++) {
+        if (fetch(m, &m->embd, ids[j] * row_blocks, row_blocks) != Q25_OK
+            || q25_dequantize(m->embd.type, m->raw, (size_t)e, m->x + j * e) != Q25_OK)
+            return Q25_ERR_ARG;
+    }
+    return Q25_OK;
+}
+
+int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg)
+{
+    if (!m || !m->layers || !logits || !ids || n == 0)
+        return Q25_ERR_ARG;
+    if (n > m->n_ctx - m->n_past)
+        return Q25_ERR_OUT_CAPACITY;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= m->hp.n_vocab)
+            return Q25_ERR_TOKEN_ID;
+    const uint32_t e = m->hp.n_embd;
+    int st = Q25_OK;
+    for (size_t done = 0; st == Q25_OK && done < n;) {
+        const uint32_t nb = (uint32_t)(n - done < m->n_batch ? n - done : m->n_batch);
+        const int last_batch = done + nb == n;
+        const float *last = m->x + (size_t)(nb - 1) * e;
+        st = embed(m, ids + done, nb);
+        if (st == Q25_OK && last_batch && fn)
+            fn(arg, -1, last, e);
+        for (uint32_t il = 0; st == Q25_OK && il < m->hp.n_layer; il++) {
+            st = layer(m, il, nb);
+            if (st == Q25_OK && last_batch && fn)
+                fn(arg, (int)il, last, e);
+        }
+        if (st == Q25_OK && last_batch && (st = load_vec(m, &m->out_norm, m->vec)) == Q25_OK) {
+            rms_norm(last, m->vec, m->xn, e, m->hp.rms_eps);
+            if (fn)
+                fn(arg, (int)m->hp.n_layer, m->xn, e);
+            st = matmul(m, &m->output, m->xn, 1, logits, NULL);
+        }
+        if (st == Q25_OK) {
+            m->n_past += nb;
+            done += nb;
+        }
+    }
+    return st;
+}
