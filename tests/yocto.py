@@ -351,6 +351,8 @@ class BuildDir:
             "# tools and licence tasks one build made, another of the same series takes from sstate",
             f'SSTATE_DIR = "{ws.root / "sstate-cache"}"',
             f'DL_DIR = "{ws.root / "downloads"}"',
+            "# and the hash equivalence database beside it (wrynose warns of a shared sstate without it)",
+            'BB_HASHSERVE_DB_DIR = "${SSTATE_DIR}"',
         ]
         if not board:
             local += [
