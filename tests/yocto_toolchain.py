@@ -180,7 +180,11 @@ PSEUDO_IGNORED = (
     "/usr/,/etc/,/lib,/dev/,/run/,${T},${WORKDIR}/recipe-sysroot,${SSTATE_DIR},${STAMPS_DIR},"
     "${TMPDIR}/sstate-control,${TMPDIR}/buildstats,${TMPDIR}/sysroots-components,${TMPDIR}/pkgdata,"
     "${WORKDIR}/deploy-,${WORKDIR}/sstate-build-package_,${WORKDIR}/sstate-install-package_,"
-    "${WORKDIR}/pkgdata-sysroot,${DEPLOY_DIR},${TOPDIR}/cache,${COREBASE}/scripts"
+    "${WORKDIR}/pkgdata-sysroot,${DEPLOY_DIR},${TOPDIR}/cache,${COREBASE}/scripts,"
+    # the unpacked sources, which OE-core's include list leaves out too: do_package hardlinks
+    # them into the -src package's tree, and a rerun do_install (after a recipe change) then
+    # aborted pseudo ("path mismatch", test_a_stripping_recipe_fails_qa on wrynose)
+    "${UNPACKDIR}"
 )
 
 
