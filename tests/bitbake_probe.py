@@ -13,7 +13,7 @@ REQUEST: {"recipes": [PN, ...], "vars": [NAME, ...],
                                  "vars": [NAME, ...]}}  # optional: any recipe's variables
 ANSWER:  {"recipes": {PN: {"file": PATH, "vars": {NAME: VALUE}, "files": [[PKG, FILES], ...],
                            "src": [[URL, LOCALPATH or null], ...], "install": [DEST, ...]}},
-          "device_tree": {"appends": [...], "cases": {NAME: {"EXTRA_DT_INCLUDE_FILES": ...,
+          "device_tree": {"appends": [...], "cases": {NAME: {"EXTRA_DT_INCLUDE_FILES": ..., "EXTRA_OVERLAYS": ...,
                                                             "SRC_URI": ..., "local": PATH,
                                                             "vars": {NAME: VALUE}}}}}
 """
@@ -78,6 +78,7 @@ def device_tree(tf, req):
         url = next((u for u in src if re.fullmatch(r"file://" + re.escape(req["file"]) + r"(;.*)?", u)), None)
         cases[name] = {
             "EXTRA_DT_INCLUDE_FILES": d.getVar("EXTRA_DT_INCLUDE_FILES") or "",
+            "EXTRA_OVERLAYS": d.getVar("EXTRA_OVERLAYS") or "",  # meta-xilinx rel-v2024.1's name
             "SRC_URI": d.getVar("SRC_URI") or "",
             "local": local_paths(d, [url])[0][1] if url else None,
             "vars": {n: d.getVar(n) for n in req.get("vars", [])},

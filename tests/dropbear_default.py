@@ -39,8 +39,9 @@ def oe_dropbear_files(series: str) -> dict[str, str]:
     out = {}
     with tarfile.open(tarball, "r:xz") as tar:
         for member in tar:
-            if member.name in names:
-                out[names[member.name]] = tar.extractfile(member).read().decode()
+            name = member.name.removeprefix("./")  # the langdale, whinlatter and wrynose tarballs say ./
+            if name in names:
+                out[names[name]] = tar.extractfile(member).read().decode()
     assert set(out) == set(FILES), f"{tarball}: {sorted(out)}"
     return out
 

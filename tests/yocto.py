@@ -1,24 +1,33 @@
-"""Real BitBake for the layer tests (tests/test_bitbake.py): the Yocto snapshots of
+"""Real BitBake for the layer tests (tests/packer/test_bitbake*.py): the Yocto snapshots of
 ``../shared/yocto`` (beside the repository; ``Q25_YOCTO_SNAPSHOTS`` overrides) unpacked once
 per test session, build directories for MACHINE qemuarm64 (or a board's own) / DISTRO nodistro /
 ``BB_NO_NETWORK``, and BitBake run as a non-root user (``Q25_BITBAKE_USER``, default
 ``q25bb``; created here when missing and running as root), with an en_US.UTF-8 locale.
 
+The series (SERIES_INFO; ``LAYERSERIES_COMPAT_q25`` names exactly these): langdale (PetaLinux
+2023.1-2024.1), scarthgap (PetaLinux 2024.2+), wrynose (Yocto 6.0) are built through packaging,
+whinlatter (5.3) is parsed. The snapshots of whinlatter and wrynose hold no meta-xilinx, and
+their meta-arm-toolchain no longer has the external Linux toolchain: wrynose's packaging build
+takes scarthgap's (tests/yocto_toolchain.py).
+
 One build directory per series and layer set ("declared": OE-core + meta-q25; "xilinx":
-+ meta-arm, meta-arm-toolchain, meta-xilinx-core; "package": "xilinx" building with Debian's
-cross toolchain (tests/yocto_toolchain.py); "package-kv260": "package" with kv260's own
-MACHINE, k26-smk-kv-sdt, from a stand-in for meta-kria (tests/data/yocto/meta-kria-stand-in:
-its machine configuration on meta-xilinx-core's zynqmp-ev-generic.conf) instead of qemuarm64;
-any other name: "declared" plus the layer directories a test gives, e.g. a stand-in for a
-layer the snapshots lack); every board's meta-q25 is copied to the same path in turn, so the
-configuration (and the parse cache) stays the same and a board change reparses only its own
-recipes. All but "package-kv260" are MACHINE qemuarm64 with every board's MACHINE names as
-overrides (so each board's COMPATIBLE_MACHINE recipes parse and run). The "declared" build masks
-OE-core's recipes (BBMASK): OE-core's configuration and classes are all loaded, so what
-could break there (a layer or class meta-q25 needs but does not declare, a bbappend without
-its recipe, our recipes' own parse) still does, without a second cold parse of ~900 recipes
-per series; the "xilinx" build parses everything. ``Q25_BITBAKE_WORKDIR`` keeps the whole
-tree (and its warm cache) for the next run; otherwise it is removed at the end of the session.
++ meta-arm, meta-arm-toolchain and meta-xilinx-core where the snapshot has it; "package":
+OE-core + meta-arm's external toolchain (+ meta-arm and meta-xilinx-core where the snapshot has
+it) building with Debian's cross toolchain (tests/yocto_toolchain.py); "package-kv260":
+"package" with kv260's own MACHINE for the series (SERIES_INFO: PetaLinux 2024.1's
+xilinx-k26-kv on langdale, meta-kria's k26-smk-kv-sdt on scarthgap), from a stand-in for that
+machine configuration (tests/data/yocto/meta-kria-stand-in, on meta-xilinx-core's ZynqMP
+machines) instead of qemuarm64; any other name: "declared" plus the layer directories a test
+gives, e.g. a stand-in for a layer the snapshots lack); every board's meta-q25 is copied to the
+same path in turn, so the configuration (and the parse cache) stays the same and a board change
+reparses only its own recipes. All but "package-kv260" are MACHINE qemuarm64 with every board's
+MACHINE names as overrides (so each board's COMPATIBLE_MACHINE recipes parse and run). The
+"declared" build masks OE-core's recipes (BBMASK): OE-core's configuration and classes are all
+loaded, so what could break there (a layer or class meta-q25 needs but does not declare, a
+bbappend without its recipe, our recipes' own parse) still does, without a second cold parse
+of ~900 recipes per series; the "xilinx" build parses everything. ``Q25_BITBAKE_WORKDIR`` keeps
+the whole tree (and its warm cache) for the next run; otherwise it is removed at the end of the
+session.
 """
 
 from __future__ import annotations
@@ -38,12 +47,61 @@ import yocto_toolchain
 from requirements import need, need_program
 
 REPO = Path(__file__).resolve().parents[1]
-SERIES = ("scarthgap", "styhead", "walnascar")
+
+
+@dataclass(frozen=True)
+class Series:
+    """What CI does on one Yocto series, and what its snapshot holds."""
+
+    name: str
+    releases: str  # who is on it (docs/yocto.md's table)
+    built: tuple[str, ...]  # boards whose four recipes are built through packaging (none: parsed only)
+    xilinx: bool  # the snapshot holds meta-xilinx-core (the device-tree bbappend's recipe)
+    toolchain: str  # the series whose meta-arm-toolchain has the external Linux toolchain
+    kv260_machine: str = ""  # kv260's MACHINE in its "package-kv260" build
+    # BBMASK for the snapshot's meta-xilinx-core: its appends to recipes of layers the
+    # snapshots lack (BitBake fails on a bbappend without its recipe)
+    xilinx_mask: str = ""
+
+
+# scarthgap first: the tests that run on one series take the first of Q25_BITBAKE_SERIES
+SERIES_INFO = {
+    s.name: s
+    for s in (
+        Series(
+            "scarthgap",
+            releases="Yocto 5.0 LTS; PetaLinux 2024.2, 2025.x",
+            built=("qemu", "kv260"),
+            xilinx=True,
+            toolchain="scarthgap",
+            kv260_machine="k26-smk-kv-sdt",  # meta-kria's (scarthgap branch)
+        ),
+        Series(
+            "langdale",
+            releases="Yocto 4.1; PetaLinux 2023.1, 2023.2, 2024.1",
+            built=("kv260",),
+            xilinx=True,  # meta-xilinx-core rel-v2024.1
+            toolchain="langdale",
+            # the machine file petalinux-config generates for a KV260 project
+            # (tests/data/yocto/meta-kria-stand-in/README.md)
+            kv260_machine="xilinx-k26-kv",
+            # rel-v2024.1 appends meta-oe's v4l-utils and yavta (PetaLinux has meta-oe)
+            xilinx_mask="/meta-xilinx-core/recipes-multimedia/v4l2apps/",
+        ),
+        # meta-arm dropped the external Linux toolchain after scarthgap: wrynose builds with
+        # scarthgap's (tests/yocto_toolchain.py); meta-xilinx has no wrynose or whinlatter branch
+        Series("wrynose", releases="Yocto 6.0 LTS", built=("qemu",), xilinx=False, toolchain="scarthgap"),
+        Series("whinlatter", releases="Yocto 5.3", built=(), xilinx=False, toolchain=""),
+    )
+}
+SERIES = tuple(SERIES_INFO)
 BOARDS = ("kv260", "zcu104", "qemu")
 LAYER = "meta-q25"
 PROBE = Path(__file__).with_name("bitbake_probe.py")
 DEVICE_TREE = "meta-xilinx/meta-xilinx-core/recipes-bsp/device-tree/device-tree.bb"
-XILINX_LAYERS = ("meta-arm/meta-arm", "meta-arm/meta-arm-toolchain", "meta-xilinx/meta-xilinx-core")
+ARM_LAYERS = ("meta-arm/meta-arm", "meta-arm/meta-arm-toolchain")
+XILINX_LAYERS = (*ARM_LAYERS, "meta-xilinx/meta-xilinx-core")
+TOOLCHAIN_LAYER = "meta-arm/meta-arm-toolchain"
 # tasks that need no compiler and no pseudo can run offline: the layer has no patches
 ASSUME_PROVIDED = "patch-native quilt-native patch-replacement-native"
 HOST_TOOLS = (
@@ -66,8 +124,8 @@ HOW = "Debian: the Yocto host packages in .ci/run"
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 TIMEOUT = 1200
 PACKAGE = "package"  # the layer set that builds and packages: "xilinx" + Debian's cross toolchain
-# boards built with their own MACHINE (the first of the board file's yocto_machine) in a
-# "package-<board>" build: the layer holding that MACHINE's configuration
+# boards built with their own MACHINE (the series' kv260_machine, one of the board file's
+# yocto_machine) in a "package-<board>" build: the layer holding that MACHINE's configuration
 MACHINE_LAYERS = {"kv260": Path(__file__).with_name("data") / "yocto" / "meta-kria-stand-in"}
 # what an image installs of the layer (packagegroup-q25 and what it brings), built by the "package" build
 RECIPES = ("q25-tokenizer-runtime", "q25-model-assets", "q25-regions", "packagegroup-q25")
@@ -93,12 +151,22 @@ def package_board(layers: str) -> str | None:
     return next((b for b in MACHINE_LAYERS if layers == package_layers(b)), None)
 
 
-def board_machine(board: str) -> str:
-    """The board's own MACHINE: the first name of its board file's yocto_machine."""
+def package_machine(series: str, board: str) -> str:
+    """The MACHINE ``board``'s "package-<board>" build uses on ``series``: the one that
+    series' users build (SERIES_INFO), which must be one of the board file's yocto_machine."""
     from q25deploy.board.boardfile import load_board
     from q25deploy.resources import data_dir
 
-    return load_board(data_dir("targets") / f"{board}.toml").yocto_machines[0]
+    machine = {"kv260": SERIES_INFO[series].kv260_machine}[board]
+    assert machine in load_board(data_dir("targets") / f"{board}.toml").yocto_machines, (series, board, machine)
+    return machine
+
+
+def built_pairs() -> list[tuple[str, str]]:
+    """(series, board) pairs whose four recipes CI builds through packaging (SERIES_INFO),
+    narrowed by ``Q25_BITBAKE_SERIES`` / ``Q25_BITBAKE_BOARDS``."""
+    boards = selected("Q25_BITBAKE_BOARDS", BOARDS)
+    return [(s, b) for s in selected("Q25_BITBAKE_SERIES", SERIES) for b in SERIES_INFO[s].built if b in boards]
 
 
 def board_machines() -> list[str]:
@@ -244,23 +312,32 @@ class BuildDir:
         (bd.layer.parent).mkdir(parents=True, exist_ok=True)
         board = package_board(layers)  # a board built with its own MACHINE
         packaging = layers == PACKAGE or board is not None
+        info = SERIES_INFO[series]
         paths = [tree / "openembedded-core" / "meta"]
-        if layers == "xilinx" or packaging:
-            paths += [tree / p for p in XILINX_LAYERS]
+        bsp = XILINX_LAYERS if info.xilinx else ARM_LAYERS  # the snapshot's
+        if layers == "xilinx" or packaging and info.toolchain == series:
+            paths += [tree / p for p in bsp]
+        meta_xilinx = any(p.name == "meta-xilinx-core" for p in paths)
+        borrowed = packaging and info.toolchain != series
+        if borrowed:  # meta-arm's external Linux toolchain from the last series that had it
+            paths.append(ws.tree(info.toolchain) / TOOLCHAIN_LAYER)
         if board:
+            assert info.xilinx, (series, board)  # the stand-in machines are on meta-xilinx-core's
             extra = (*extra, bd.machine_layer(board))
         if packaging:
             extra = (*extra, *bd.packaging())
         paths += [*extra, bd.layer]
         if board:
             machine = [
-                f"# {board}'s own MACHINE (its board file's first yocto_machine): {MACHINE_LAYERS[board].name}'s",
-                "# machine configuration on meta-xilinx-core's (tests/data/yocto/meta-kria-stand-in/README.md)",
-                f'MACHINE = "{board_machine(board)}"',
+                f"# {board}'s own MACHINE on {series} (one of its board file's yocto_machine):",
+                f"# {MACHINE_LAYERS[board].name}'s machine configuration on meta-xilinx-core's",
+                "# (tests/data/yocto/meta-kria-stand-in/README.md)",
+                f'MACHINE = "{package_machine(series, board)}"',
                 "# meta-xilinx-core's xilinx-vars.bbclass warns on every run unless the licence flag of the",
-                "# ZynqMP PMU ROM (pmu-rom-native: runqemu's ZynqMP emulation) is accepted; accepted for that",
-                "# recipe only, which nothing here builds (PetaLinux accepts all of 'xilinx')",
-                'LICENSE_FLAGS_ACCEPTED += "xilinx_pmu-rom-native"',
+                "# ZynqMP PMU ROM (pmu-rom-native: runqemu's ZynqMP emulation) is accepted: for that recipe",
+                "# only, which nothing here builds; rel-v2024.1 (langdale) checks for the whole 'xilinx'",
+                "# flag, which PetaLinux accepts",
+                f'LICENSE_FLAGS_ACCEPTED += "{"xilinx" if series == "langdale" else "xilinx_pmu-rom-native"}"',
             ]
         else:
             machine = ['MACHINE = "qemuarm64"']
@@ -270,6 +347,12 @@ class BuildDir:
             'BB_NO_NETWORK = "1"',
             'BB_NUMBER_THREADS = "2"',
             'BB_NUMBER_PARSE_THREADS = "2"',
+            "# one sstate cache and download directory for every build of the session: the -native",
+            "# tools and licence tasks one build made, another of the same series takes from sstate",
+            f'SSTATE_DIR = "{ws.root / "sstate-cache"}"',
+            f'DL_DIR = "{ws.root / "downloads"}"',
+            "# and the hash equivalence database beside it (wrynose warns of a shared sstate without it)",
+            'BB_HASHSERVE_DB_DIR = "${SSTATE_DIR}"',
         ]
         if not board:
             local += [
@@ -278,8 +361,13 @@ class BuildDir:
                 f'MACHINEOVERRIDES =. "{"".join(m + ":" for m in board_machines())}"',
             ]
         local += [f'ASSUME_PROVIDED += "{ASSUME_PROVIDED}"']
+        if info.xilinx_mask and meta_xilinx:
+            local += [
+                "# meta-xilinx-core's appends to meta-openembedded's recipes (not in the snapshots)",
+                f'BBMASK += "{info.xilinx_mask}"',
+            ]
         if packaging:
-            local += yocto_toolchain.local_conf(tree / "debian-cross")
+            local += yocto_toolchain.local_conf(tree / "debian-cross", tree / "openembedded-core")
         if layers != "xilinx" and not packaging:
             # only meta-q25's own recipes: OE-core's configuration and classes are all there,
             # its ~900 recipes are parsed (cold, about a minute) in the "xilinx" build
@@ -289,8 +377,22 @@ class BuildDir:
                 'BBFILE_PATTERN_IGNORE_EMPTY_core = "1"',
             ]
         (path / "conf" / "local.conf").write_text("\n".join(local) + "\n")
+        compat = (
+            [
+                f"# {info.toolchain}'s meta-arm-toolchain (the last with the external Linux toolchain) on {series}:",
+                "# tests/yocto_toolchain.py adapts it where OE-core changed",
+                f'LAYERSERIES_COMPAT_arm-toolchain:append = " {series}"',
+                "# its bare-metal toolchains and SDK toolchain are not used here (and do not parse cleanly there)",
+                'BBMASK += "/meta-arm-toolchain/recipes-devtools/external-arm-toolchain/(gcc-|external-arm-sdk-)"',
+            ]
+            if borrowed
+            else []
+        )
         (path / "conf" / "bblayers.conf").write_text(
-            'BBPATH = "${TOPDIR}"\nBBFILES ?= ""\nBBLAYERS = " \\\n' + "".join(f"  {p} \\\n" for p in paths) + '  "\n'
+            'BBPATH = "${TOPDIR}"\nBBFILES ?= ""\nBBLAYERS = " \\\n'
+            + "".join(f"  {p} \\\n" for p in paths)
+            + '  "\n'
+            + "".join(line + "\n" for line in compat)
         )
         ws.chown(tree / "layers")
         ws.chown(path)
@@ -300,7 +402,7 @@ class BuildDir:
         """A copy of the layer with ``board``'s MACHINE configuration (MACHINE_LAYERS), beside
         meta-q25; the board's MACHINE must be one of its machine files."""
         src = MACHINE_LAYERS[board]
-        machine = board_machine(board)
+        machine = package_machine(self.series, board)
         assert (src / "conf" / "machine" / f"{machine}.conf").is_file(), (board, machine, src)
         dest = self.tree / "layers" / self.layers / src.name
         shutil.rmtree(dest, ignore_errors=True)
@@ -322,7 +424,7 @@ class BuildDir:
             self.ws.timings.append((f"{self.series}: assemble Debian's cross toolchain", time.monotonic() - t0, ""))
         tcmode = self.path / "conf" / "distro" / "include" / f"tcmode-{yocto_toolchain.TCMODE}.inc"
         tcmode.parent.mkdir(parents=True, exist_ok=True)
-        tcmode.write_text(yocto_toolchain.TCMODE_INC)
+        tcmode.write_text(yocto_toolchain.tcmode_inc(self.tree / "openembedded-core"))
         host = self.tree / "layers" / self.layers / yocto_toolchain.HOST_LAYER.name
         shutil.rmtree(host, ignore_errors=True)
         shutil.copytree(yocto_toolchain.HOST_LAYER, host)

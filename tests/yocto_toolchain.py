@@ -55,6 +55,30 @@ def eat_get_libc_version(d):
     return stdout.splitlines()[0].split()[-1]
 """
 
+# OE-core since whinlatter chooses the target's compiler through a toolchain class
+# (PREFERRED_TOOLCHAIN_TARGET, classes/toolchain/*.bbclass) and names the cross tools
+# virtual/cross-cc, virtual/cross-c++, virtual/cross-binutils, virtual/compilerlibs;
+# meta-arm-toolchain dropped its external Linux toolchain before that, so these series build
+# with scarthgap's (tests/yocto.py) and this: tests/data/yocto/meta-debian-host's
+# toolchain/debian-cross class (gcc's tool names, the external toolchain as provider) and its
+# external-arm-toolchain.bbappend (which provides the new names)
+TCMODE_TOOLCHAIN_CLASSES = """
+# OE-core's toolchain classes (whinlatter and later): the target's gcc is the external one
+PREFERRED_TOOLCHAIN_TARGET = "debian-cross"
+PREFERRED_PROVIDER_virtual/cross-binutils = "external-arm-toolchain"
+PREFERRED_PROVIDER_virtual/nativesdk-cross-binutils ?= "binutils-crosssdk-${SDK_SYS}"
+# tcmode-external-arm.inc's name of the compiler libraries: for native recipes (no
+# TARGET_PREFIX) the same key as toolchain/gcc.bbclass's, which names OE-core's gcc-runtime
+unset PREFERRED_PROVIDER_virtual/${TARGET_PREFIX}compilerlibs
+"""
+
+
+def tcmode_inc(oe_core: Path) -> str:
+    """The TCMODE include for the OE-core tree at ``oe_core``: TCMODE_INC, and
+    TCMODE_TOOLCHAIN_CLASSES where OE-core has toolchain classes."""
+    classes = (oe_core / "meta" / "classes" / "toolchain" / "gcc.bbclass").is_file()
+    return TCMODE_INC + (TCMODE_TOOLCHAIN_CLASSES if classes else "")
+
 
 def _files_of(package: str) -> list[Path]:
     out = subprocess.run(["dpkg", "-L", package], capture_output=True, text=True, check=True).stdout
@@ -148,10 +172,40 @@ HOST_PROGRAMS = {
 }
 
 
-def local_conf(toolchain: Path) -> list[str]:
-    """local.conf lines of the packaging build: the smallest set of host tools in place of
-    -native recipes whose sources cannot be fetched offline, each with why."""
-    return [
+# what Debian's pseudo (1.9) must leave alone where OE-core names only what it tracks
+# (PSEUDO_INCLUDE_PATHS, whinlatter and later, for OE's newer pseudo): the directories OE-core
+# listed in PSEUDO_IGNORE_PATHS before; else hardlinked pkgdata and sysroot files abort
+# pseudo ("path mismatch")
+PSEUDO_IGNORED = (
+    "/usr/,/etc/,/lib,/dev/,/run/,${T},${WORKDIR}/recipe-sysroot,${SSTATE_DIR},${STAMPS_DIR},"
+    "${TMPDIR}/sstate-control,${TMPDIR}/buildstats,${TMPDIR}/sysroots-components,${TMPDIR}/pkgdata,"
+    "${WORKDIR}/deploy-,${WORKDIR}/sstate-build-package_,${WORKDIR}/sstate-install-package_,"
+    "${WORKDIR}/pkgdata-sysroot,${DEPLOY_DIR},${TOPDIR}/cache,${COREBASE}/scripts,"
+    # the unpacked sources, which OE-core's include list leaves out too: do_package hardlinks
+    # them into the -src package's tree, and a rerun do_install (after a recipe change) then
+    # aborted pseudo ("path mismatch", test_a_stripping_recipe_fails_qa on wrynose)
+    "${UNPACKDIR}"
+)
+
+
+def local_conf(toolchain: Path, oe_core: Path) -> list[str]:
+    """local.conf lines of the packaging build with the OE-core tree at ``oe_core``: the
+    smallest set of host tools in place of -native recipes whose sources cannot be fetched
+    offline, each with why."""
+    include_paths = "PSEUDO_INCLUDE_PATHS" in (oe_core / "meta" / "conf" / "bitbake.conf").read_text()
+    pseudo = (
+        [
+            "# OE-core tells pseudo what to track (PSEUDO_INCLUDE_PATHS), which Debian's pseudo 1.9 does",
+            "# not read: it gets the older list of what to leave alone (tests/yocto_toolchain.py)",
+            f'PSEUDO_IGNORE_PATHS = "{PSEUDO_IGNORED}"',
+            "FAKEROOTBASEENV:append = \" PSEUDO_IGNORE_PATHS=${@oe.path.canonicalize(d.getVar('PSEUDO_IGNORE_PATHS'))}\"",
+            "FAKEROOTENV:append = \" PSEUDO_IGNORE_PATHS=${@oe.path.canonicalize(d.getVar('PSEUDO_IGNORE_PATHS'))}\"",
+            'BB_BASEHASH_IGNORE_VARS:append = " PSEUDO_IGNORE_PATHS"',
+        ]
+        if include_paths
+        else []
+    )
+    return pseudo + [
         f'TCMODE = "{TCMODE}"',
         f'EXTERNAL_TOOLCHAIN = "{toolchain}"',
         "# meta-arm's tcmode drops ldflags from ERROR_QA (an external toolchain may lack GNU_HASH):",
@@ -183,5 +237,11 @@ def local_conf(toolchain: Path) -> list[str]:
         "# update-rc.d.bbclass's PACKAGE_WRITE_DEPS: the tool runs only in do_rootfs's offline",
         "# postinsts (no rootfs here; without sysvinit the boot service's postinst does not call it)",
         'ASSUME_PROVIDED += "update-rc.d-native"',
+        "# systemd.bbclass's PACKAGE_WRITE_DEPS, likewise run only by do_rootfs's offline postinsts:",
+        "# since whinlatter it is built from systemd's git source (meson, python3-native, ...)",
+        'ASSUME_PROVIDED += "systemd-systemctl-native"',
+        "# nodistro inherits uninative since whinlatter: its loader tarball is downloaded (the",
+        "# host's own glibc runs the -native tools here)",
+        'INHERIT_DISTRO:remove = "uninative"',
         'PARALLEL_MAKE = "-j 2"',
     ]

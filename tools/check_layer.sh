@@ -7,13 +7,14 @@
 #   q25deploy build --target qemu --layer-maintainer 'Name <name@example.org>' --out q25-build/qemu
 #   tools/check_layer.sh q25-build/qemu/meta-q25 [SERIES [xilinx]]   # as a non-root user
 #
-# SERIES: scarthgap (default), styhead or walnascar; "xilinx": with meta-arm, meta-arm-toolchain
+# SERIES: scarthgap (default), langdale, whinlatter or wrynose; "xilinx" (langdale, scarthgap: the
+# snapshots with meta-xilinx): with meta-arm, meta-arm-toolchain
 # and meta-xilinx-core as dependencies (kv260, zcu104). Q25_YOCTO_SNAPSHOTS: the snapshot folder;
 # Q25_CHECK_LAYER_WORKDIR: where to unpack and build (kept; default: a new temporary folder).
 # Needs the Yocto host packages and an en_US.UTF-8 locale (.ci/run installs them). The exit
 # status is yocto-check-layer's; its log is in the build folder (check-layer.log).
 set -euo pipefail
-if [ $# -lt 1 ]; then sed -n '2,14p' "$0" >&2; exit 2; fi
+if [ $# -lt 1 ]; then sed -n '2,15p' "$0" >&2; exit 2; fi
 if [ "$(id -u)" = 0 ]; then echo "check_layer.sh: BitBake refuses to run as root: run it as a normal user" >&2; exit 2; fi
 layer=$(realpath "$1")
 series=${2:-scarthgap}

@@ -34,6 +34,11 @@ MEMORY_HEADER = "q25_memory_map.h"  # installed to ${includedir} only (the -dev 
 # (BBFILES_DYNAMIC in conf/layer.conf)
 DEVICE_TREE_DIR = "dynamic-layers/xilinx/recipes-bsp/device-tree"
 DTSI = "q25-reserved-memory.dtsi"
+# meta-xilinx-core's device-tree recipe #includes each file of one variable into the base
+# device tree (and adds it to SRC_URI): EXTRA_OVERLAYS up to rel-v2024.1 (langdale: PetaLinux
+# 2023.1-2024.1), EXTRA_DT_INCLUDE_FILES since scarthgap. Each release reads only its own name,
+# so the bbappend sets both and the fragment is included once on either.
+DT_INCLUDE_VARS = ("EXTRA_OVERLAYS", "EXTRA_DT_INCLUDE_FILES")
 TEMPLATE_SUFFIX = ".in"
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 # licence ids OE-core ships texts for (others need NO_GENERIC_LICENSE)
@@ -123,14 +128,16 @@ def device_tree_files(board: Board, dtsi: str) -> dict[str, bytes | None]:
     for i, m in enumerate(names):
         value = f" {DTSI}"
         if i:  # once only, also when MACHINEOVERRIDES holds an earlier name too
-            earlier = ", ".join(repr(e) for e in names[:i])
-            value = f" ${{@'' if set(d.getVar('MACHINEOVERRIDES').split(':')) & {{{earlier}}} else '{DTSI}'}}"
-        parts.append(
-            f'\nFILESEXTRAPATHS:prepend:{m} := "${{THISDIR}}/files:"\n'
-            "# nooelint: oelint.vars.mispell.unknown - EXTRA_DT_INCLUDE_FILES belongs to meta-xilinx's "
-            "device-tree recipe, not to OE-core\n"
-            f'EXTRA_DT_INCLUDE_FILES:append:{m} = "{value}"'
-        )
+            # no braces inside ${@...}: BitBake 2.2 (langdale) ends the expression at the first "}"
+            earlier = "".join(f"{e!r}, " for e in names[:i])
+            value = f" ${{@'' if set(d.getVar('MACHINEOVERRIDES').split(':')).intersection(({earlier})) else '{DTSI}'}}"
+        parts.append(f'\nFILESEXTRAPATHS:prepend:{m} := "${{THISDIR}}/files:"')
+        for var in DT_INCLUDE_VARS:
+            parts.append(
+                f"# nooelint: oelint.vars.mispell.unknown - {var} belongs to meta-xilinx's "
+                "device-tree recipe, not to OE-core\n"
+                f'{var}:append:{m} = "{value}"'
+            )
     text = render(tpl, {"BOARD": board.name, "MACHINES": ", ".join(names), "MACHINE_OVERRIDES": "\n".join(parts)})
     return {
         f"{DEVICE_TREE_DIR}/device-tree.bbappend": text.encode(),

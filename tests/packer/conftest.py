@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from requirements import need_program
-from yocto import LAYER, RECIPES, SERIES, Result, Workspace, package_layers, selected
+from yocto import LAYER, RECIPES, Result, Workspace, package_layers
 
 
 class _Timings:
@@ -39,9 +39,10 @@ def ws(request):
 
 @dataclass
 class Packages:
-    """One board layer's packages as BitBake wrote them (``debs``: a copy of its deploy/deb,
+    """One board layer's packages as BitBake wrote them on one series (``debs``: a copy of its deploy/deb,
     which the next board's build replaces), the build directory and the run."""
 
+    series: str
     board: str
     bd: object
     result: Result
@@ -50,16 +51,15 @@ class Packages:
 
 @pytest.fixture(scope="session")
 def bitbake_packages(ws, builds, tmp_path_factory):
-    """``packages(board)``: ``bitbake`` of the four recipes of ``board``'s layer through
-    do_package_write_deb (the first series of ``Q25_BITBAKE_SERIES``), once per session, in
-    the board's "package" build (tests/yocto.py: kv260 with its own MACHINE, k26-smk-kv-sdt;
-    the qemu board with qemuarm64)."""
+    """``packages(series, board)``: ``bitbake`` of the four recipes of ``board``'s layer
+    through do_package_write_deb on ``series``, once per session, in the board's "package"
+    build (tests/yocto.py: kv260 with its own MACHINE for the series; the qemu board with
+    qemuarm64)."""
     need_program("dpkg-deb", "Debian: dpkg")
-    done: dict[str, Packages] = {}
-    series = selected("Q25_BITBAKE_SERIES", SERIES)[0]
+    done: dict[tuple[str, str], Packages] = {}
 
-    def packages(board: str) -> Packages:
-        if board not in done:
+    def packages(series: str, board: str) -> Packages:
+        if (series, board) not in done:
             bd = ws.build(series, package_layers(board))
             bd.install(board, builds[board] / LAYER)
             r = bd.bitbake(*RECIPES, label=f"bitbake {' '.join(RECIPES)} ({board})")
@@ -68,9 +68,9 @@ def bitbake_packages(ws, builds, tmp_path_factory):
             assert re.search(
                 r"Tasks Summary: Attempted \d+ tasks of which \d+ didn't need to be rerun and all succeeded", r.output
             )
-            debs = tmp_path_factory.mktemp(f"debs-{board}") / "deb"
+            debs = tmp_path_factory.mktemp(f"debs-{series}-{board}") / "deb"
             shutil.copytree(next(bd.path.glob("tmp*/deploy/deb")), debs)
-            done[board] = Packages(board, bd, r, debs)
-        return done[board]
+            done[series, board] = Packages(series, board, bd, r, debs)
+        return done[series, board]
 
     return packages

@@ -1,5 +1,6 @@
-"""The packages BitBake built from the qemu board's layer (conftest.bitbake_packages), on the
-emulated board with no ``deploy``: their payloads unpacked into the board's root as an image
+"""The packages BitBake built from the qemu board's layer (conftest.bitbake_packages) on each
+series that builds it (scarthgap, wrynose; tests/yocto.py's SERIES_INFO), on the emulated board
+with no ``deploy``: their payloads unpacked into the board's root as an image
 installs them, the board boots, the packaged boot service loads the model's partitions into
 the reserved regions at boot (read back by QEMU, outside the guest), and ``smoke --strict``
 and ``status`` pass against the image's own assets with the packaged ``q25tok``.
@@ -21,11 +22,12 @@ from pathlib import Path
 
 import pytest
 from board_checks import q25, resident
-from yocto import RECIPES
+from yocto import RECIPES, built_pairs
 
 pytestmark = pytest.mark.board
 
 RUNTIME, ASSETS, REGIONS, _GROUP = RECIPES
+QEMU_SERIES = [s for s, b in built_pairs() if b == "qemu"]
 
 
 def _unpack(debs: Path, root: Path) -> None:
@@ -41,10 +43,11 @@ def _unit_start(root: Path) -> str:
     return command
 
 
-def test_the_board_runs_the_packages_without_a_deploy(bitbake_packages, boot_board, builds, capsys, tmp_path):
+@pytest.mark.parametrize("series", QEMU_SERIES)
+def test_the_board_runs_the_packages_without_a_deploy(series, bitbake_packages, boot_board, builds, capsys, tmp_path):
     build = builds["qemu"]
     root = tmp_path / "root"
-    _unpack(bitbake_packages("qemu").debs, root)
+    _unpack(bitbake_packages(series, "qemu").debs, root)
     assert (root / "usr/lib/firmware/q25/assets_manifest.json").is_file()
     # the merged-/usr links of the image these packages were built for
     (root / "lib").mkdir()

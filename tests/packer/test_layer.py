@@ -1,4 +1,4 @@
-"""The BitBake layer in every build: oelint-adv clean for scarthgap and walnascar, every
+"""The BitBake layer in every build: oelint-adv clean for every series it claims, every
 SRC_URI file present, every LIC_FILES_CHKSUM md5 right, and the runtime recipe's own
 make invocation run with the cross compiler, its result run under qemu-aarch64."""
 
@@ -18,6 +18,7 @@ import pytest
 from ollama_store import add_model
 from release_modes import DIR_MODE, FILE_MODE
 from requirements import need_program
+from yocto import SERIES
 
 from q25deploy.cli import main
 from q25deploy.model.synthetic import write_model
@@ -35,7 +36,7 @@ def recipe_files(layer: Path) -> list[Path]:
     return sorted([*layer.rglob("*.bb"), *layer.rglob("*.bbappend"), layer / "conf" / "layer.conf"])
 
 
-@pytest.mark.parametrize("release", ["scarthgap", "walnascar"])
+@pytest.mark.parametrize("release", SERIES)
 @pytest.mark.parametrize("target", ["kv260", "zcu104", "qemu"])
 def test_oelint_adv_finds_nothing(layers, target, release):
     exe = need_program("oelint-adv", "pip install '.[test]' installs oelint-adv")
@@ -81,7 +82,8 @@ def test_src_uri_files_exist_and_license_checksums_match(layers, target):
 def test_layer_conf(layers):
     conf = (layers["kv260"] / LAYER / "conf" / "layer.conf").read_text()
     assert 'BBFILE_COLLECTIONS += "q25"' in conf and 'LAYERDEPENDS_q25 = "core"' in conf
-    assert 'LAYERSERIES_COMPAT_q25 = "scarthgap styhead walnascar"' in conf
+    # exactly the series the BitBake tests build or parse (tests/yocto.py)
+    assert f'LAYERSERIES_COMPAT_q25 = "{" ".join(sorted(SERIES))}"' in conf
     assert 'BBFILE_PATTERN_q25 = "^${LAYERDIR}/"' in conf
 
 
@@ -93,6 +95,9 @@ def test_device_tree_parts_are_machine_specific(layers):
     assert 'EXTRA_DT_INCLUDE_FILES:append:k26-smk-kv-sdt = " q25-reserved-memory.dtsi"' in kv
     assert 'FILESEXTRAPATHS:prepend:xilinx-k26-kv := "${THISDIR}/files:"' in kv
     assert "EXTRA_DT_INCLUDE_FILES:append:xilinx-k26-kv = " in kv  # once, also with both names (tests/test_bitbake.py)
+    # meta-xilinx rel-v2024.1's name for the same list (langdale: PetaLinux 2023.1-2024.1)
+    assert 'EXTRA_OVERLAYS:append:k26-smk-kv-sdt = " q25-reserved-memory.dtsi"' in kv
+    assert "EXTRA_OVERLAYS:append:xilinx-k26-kv = " in kv
     assert not re.search(r"^SRC_URI", kv, re.M)  # meta-xilinx adds EXTRA_DT_INCLUDE_FILES to SRC_URI itself
     dtsi = layers["kv260"].joinpath(LAYER, *DT, "files", "q25-reserved-memory.dtsi")
     assert dtsi.read_bytes() == (layers["kv260"] / "reserved-memory.dtsi").read_bytes()

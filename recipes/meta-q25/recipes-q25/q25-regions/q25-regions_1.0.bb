@@ -1,4 +1,4 @@
-# nooelint: oelint.var.mandatoryvar.HOMEPAGE,oelint.var.suggestedvar.BUGTRACKER,oelint.var.suggestedvar.CVE_PRODUCT,oelint.var.bbclassextend - q25deploy has no public homepage, bug tracker or CVE product; a boot service of the target, nothing for native or the SDK; the layer README says where this recipe comes from
+# nooelint: oelint.var.mandatoryvar.HOMEPAGE,oelint.var.suggestedvar.BUGTRACKER,oelint.var.suggestedvar.CVE_PRODUCT,oelint.var.bbclassextend,oelint.var.suggestedvar.AUTHOR - q25deploy has no public homepage, bug tracker or CVE product; a boot service of the target, nothing for native or the SDK; the layer README says where this recipe comes from; no AUTHOR (oelint-adv suggests it for langdale, OE-core later dropped it): the README names the maintainer
 SUMMARY = "Load the q25deploy model partitions into reserved DDR at boot"
 DESCRIPTION = "Boot service (sysvinit script and systemd unit) that runs q25tok load on the \
                current release's region table early at boot, so the weights are resident in \

@@ -1,4 +1,4 @@
-# nooelint: oelint.var.mandatoryvar.HOMEPAGE,oelint.var.suggestedvar.BUGTRACKER,oelint.var.suggestedvar.CVE_PRODUCT - q25deploy has no public homepage, bug tracker or CVE product; the layer README says where this recipe comes from
+# nooelint: oelint.var.mandatoryvar.HOMEPAGE,oelint.var.suggestedvar.BUGTRACKER,oelint.var.suggestedvar.CVE_PRODUCT,oelint.var.suggestedvar.AUTHOR - q25deploy has no public homepage, bug tracker or CVE product; the layer README says where this recipe comes from; no AUTHOR (oelint-adv suggests it for langdale, OE-core later dropped it): the README names the maintainer
 SUMMARY = "Qwen2.5 tokenizer runtime (q25tok) for Q25TOKRT images"
 DESCRIPTION = "C11 library and command that map a Q25TOKRT tokenizer image in place and \
                encode text to Qwen2.5 token ids exactly as llama.cpp does, and decode ids to text."
