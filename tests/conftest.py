@@ -87,7 +87,9 @@ def qwen25_codec(qwen25_image) -> Codec:
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
     """`q25deploy build` of the tiny Qwen2.5 model for each built-in target (read-only)."""
-    from q25deploy.cli import main
+    # the function from its module: once a test imported q25deploy.cli.main (test_docs does),
+    # the package's lazy name ``main`` is that submodule, not the function
+    from q25deploy.cli.main import main
 
     out = {}
     for t in ("kv260", "zcu104", "qemu"):
