@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,26 @@ def test_a_record_not_written_by_the_runner_or_not_naming_the_digest_is_refused(
     if os.geteuid() == 0:  # a record someone else wrote (replaced): theirs, not the runner's
         os.chown(state, 1000, 1000)
         assert "was not written by" in copy(shell, q, sha, str(state)).stdout
+        os.chown(state, 0, 0)
+        root_record_for_a_user(shell, q, sha, state)
     fifo = q.parent / "fifo"
     os.mkfifo(fifo)
     assert copy(shell, fifo, sha).returncode == 3  # never opened: not a regular file
+
+
+def root_record_for_a_user(shell: str, q: Path, sha: str, state: Path) -> None:
+    """A login that is not root (uid 1000) trusts a record root wrote: its private copy runs."""
+    d = Path(tempfile.mkdtemp(prefix="q25-trust-"))  # under /tmp, which uid 1000 can reach
+    try:
+        d.chmod(0o755)
+        shutil.copy(q, d / "q25tok")
+        shutil.copy(state, d / "state.json")  # root's, mode 0644
+        (d / "q25tok").chmod(0o755)
+        (d / "state.json").chmod(0o644)
+        argv = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", *SHELLS[shell]]
+        argv += [COPY, "sh", str(d / "q25tok"), sha, str(d / "state.json")]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "TMPDIR": "/tmp"})
+        assert r.returncode == 0 and r.stdout.strip().startswith("/tmp/q25tok."), (r.stdout, r.stderr)
+        shutil.rmtree(Path(r.stdout.strip()).parent)
+    finally:
+        shutil.rmtree(d)
