@@ -6,6 +6,7 @@ smoke --strict run against it as against a real board; `qemu down` stops it and 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -134,7 +135,10 @@ def assert_status_svg_shows_residency(capsys, conn: list, build: Path, tmp_path:
     base = regions[0]["base"]
     capsys.readouterr()
     table = [str(a) for a in ["status", *conn, "--svg", tmp_path / "table.svg"] if a != "--json"]
-    assert main(table) == 0 and f"regions resident map {tmp_path / 'table.svg'}" in capsys.readouterr().out
+    assert main(table) == 0
+    head, row = capsys.readouterr().out.splitlines()[:2]  # status's table: a header, a row per board
+    assert head.split() == ["host", "ok", "current", "previous", "reserved", "regions", "detail"]
+    assert re.search(rf"\byes +resident +map {re.escape(str(tmp_path / 'table.svg'))}$", row), row
     import paramiko
 
     key, known_hosts = conn[conn.index("--identity") + 1], conn[conn.index("--known-hosts") + 1]
