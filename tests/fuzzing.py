@@ -5,6 +5,7 @@ clang, seeded with a corpus (copied, so the checked-in one never grows), bounded
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,7 +42,14 @@ def fuzz(tmp_path: Path, harness: Path, corpus: Path, *options: str, env: dict |
     shutil.copytree(corpus, work)
     seconds = int(os.environ.get("Q25_FUZZ_SECONDS", "20"))
     r = subprocess.run(
-        [str(exe), f"-max_total_time={seconds}", *options, "-timeout=10", f"-artifact_prefix={tmp_path}/", str(work)],
+        [
+            str(exe),
+            f"-max_total_time={seconds}",
+            *rss_limited(options),
+            "-timeout=10",
+            f"-artifact_prefix={tmp_path}/",
+            str(work),
+        ],
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
@@ -50,3 +58,20 @@ def fuzz(tmp_path: Path, harness: Path, corpus: Path, *options: str, env: dict |
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Done" in r.stderr and not list(tmp_path.glob("crash-*"))
+
+
+def rss_limited(options: tuple[str, ...], default_mb: int = 2048) -> list[str]:
+    """``options`` with libFuzzer's -rss_limit_mb (its default 2048 when not given) raised by
+    this process's peak RSS. libFuzzer reads its RSS as ru_maxrss, which the kernel carries
+    over from the forking process through exec: after tests that ran a 0.5B model's forward
+    pass in this process (GBs), a fuzzer's first input was "out of memory". The limit stays
+    what the harness may add."""
+    inherited = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KiB -> MiB
+    limit = default_mb
+    rest = []
+    for o in options:
+        if o.startswith("-rss_limit_mb="):
+            limit = int(o.split("=", 1)[1])
+        else:
+            rest.append(o)
+    return [*rest, f"-rss_limit_mb={limit + inherited}"]
