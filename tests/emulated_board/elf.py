@@ -78,13 +78,14 @@ def _dynamic(path: Path) -> tuple[list[str], list[str]]:
     return needed, runpath
 
 
-def library_closure(root: Path, binaries: list[str]) -> list[str]:
-    """Paths (relative to root) of the shared libraries the binaries (and plugins) need, transitively."""
+def library_closure(root: Path, binaries: list[str], also: tuple[str, ...] = ()) -> list[str]:
+    """Paths (relative to root) of the shared libraries the binaries (and plugins) need, and of
+    the libraries named ``also`` (sonames no binary of the image links), transitively."""
     found: dict[str, str] = {}
-    todo = list(binaries)
+    todo: list[str | None] = [*binaries, None]  # None: the names of ``also``, found like any DT_NEEDED
     while todo:
         rel = todo.pop()
-        needed, runpath = _dynamic(root / rel)
+        needed, runpath = _dynamic(root / rel) if rel is not None else (list(also), [])
         for lib in needed:
             if lib in found:
                 continue
@@ -94,5 +95,5 @@ def library_closure(root: Path, binaries: list[str]) -> list[str]:
                     todo.append(found[lib])
                     break
             else:
-                raise BoardError(f"{rel} needs {lib}, which none of the board's packages has")
+                raise BoardError(f"{rel or 'the image'} needs {lib}, which none of the board's packages has")
     return sorted(found.values())

@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .elf import LIB_DIRS, library_closure, modules_in_order
+from .elf import library_closure, modules_in_order
 from .packages import FLAVOURS, BoardError
 from .users import add_users
 
@@ -235,18 +235,6 @@ def add_tree(c: Cpio, tree: Path) -> None:
             c.file(rel, p.read_bytes(), p.stat().st_mode & 0o7777)
 
 
-def _glibc(root: Path) -> list[str]:
-    """glibc's libraries that every glibc image has whoever links them (libc6's package): a
-    ``q25tok`` sent with --runtime-bin needs libm (its forward pass) though no board program does."""
-    found = []
-    for lib in GLIBC:
-        where = next((f"{d}/{lib}" for d in LIB_DIRS if (root / d / lib).is_file()), None)
-        if where is None:
-            raise BoardError(f"the board's libc6 has no {lib}")
-        found.append(where)
-    return found
-
-
 def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     """Write the board's initramfs (an uncompressed newc cpio: QEMU and the kernel take it
     as is) to ``out``."""
@@ -258,7 +246,9 @@ def assemble_initramfs(root: Path, out: Path, spec: InitramfsSpec) -> Path:
     c.copy(root, binary)
     binaries = [binary, *add_users(c, root, spec.authorized_keys)]
     c.copy(root, "lib/ld-linux-aarch64.so.1")
-    for lib in sorted({*library_closure(root, binaries), *_glibc(root)}):
+    # glibc's libraries every glibc image has whoever links them: a q25tok sent with --runtime-bin
+    # needs libm (its forward pass) though no program of the board does
+    for lib in library_closure(root, binaries, also=GLIBC):
         c.copy(root, lib)
     c.file("etc/inittab", INITTAB.replace("@SSH_SERVER@", server).encode())
     for tree in spec.trees:
