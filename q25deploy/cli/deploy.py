@@ -27,6 +27,30 @@ def group(parser: argparse.ArgumentParser, title: str):
     return found or parser.add_argument_group(title)
 
 
+def forward_prompts(text: str) -> int | None:
+    """``--forward``'s value: a count of smoke prompts, or ``all`` (None)."""
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"not a count of prompts or 'all': {text!r}")
+    return n
+
+
+def add_forward_option(g) -> None:
+    g.add_argument(
+        "--forward",
+        type=forward_prompts,
+        default=1,
+        metavar="N|all",
+        help="run the model on the board for the first N smoke prompts of the build's record and compare "
+        "with the host (default 1; 0: not run; docs/forward.md)",
+    )
+
+
 def add_output_options(g) -> None:
     """``--json`` and ``--quiet``: the output options of a command with live progress."""
     g.add_argument("--json", action="store_true", help="results as JSON (no progress)")
@@ -93,6 +117,7 @@ def add_commands(sub) -> None:
     )
     how = group(dp, HOW)
     how.add_argument("--strict", action="store_true", help="fail the smoke test when the device tree lacks the regions")
+    add_forward_option(how)
     how.add_argument(
         "--allow-unreserved",
         action="store_true",
@@ -121,6 +146,7 @@ def add_commands(sub) -> None:
     how = group(sm, HOW)
     how.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
     how.add_argument("--quick", action="store_true", help="skip hashing the partition files on the board")
+    add_forward_option(how)
     sm.set_defaults(func=cmd_fleet)
     st = sub.add_parser(
         "status",
@@ -162,6 +188,7 @@ def _fleet(a: argparse.Namespace):
         tokenizer_only=getattr(a, "tokenizer_only", False),
         strict=getattr(a, "strict", False),
         quick=getattr(a, "quick", False),
+        forward_prompts=getattr(a, "forward", 1),
         verify_board=getattr(a, "verify_board", False),
         become=a.become,
         transfer=getattr(a, "transfer", "auto"),

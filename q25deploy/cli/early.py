@@ -46,10 +46,10 @@ COMMON_FLAGS = frozenset({"--trust-new-host", "--json", "--quiet"})
 #: the commands that log in to boards → (their long options with a value, their flags)
 OPTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "deploy": (
-        COMMON_VALUED | {"--transfer"},
+        COMMON_VALUED | {"--transfer", "--forward"},
         COMMON_FLAGS | {"--tokenizer-only", "--strict", "--allow-unreserved", "--verify-board"},
     ),
-    "smoke": (COMMON_VALUED, COMMON_FLAGS | {"--strict", "--quick"}),
+    "smoke": (COMMON_VALUED | {"--forward"}, COMMON_FLAGS | {"--strict", "--quick"}),
     "status": (COMMON_VALUED | {"--svg"}, COMMON_FLAGS),
     "rollback": (COMMON_VALUED, COMMON_FLAGS),
 }

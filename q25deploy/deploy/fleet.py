@@ -230,9 +230,18 @@ class Fleet:
                     quick=quick,
                     residency=residency,
                     probe=self.build.probe_digests if self.opts.build_dir else None,
+                    forward=self._forward_record(),
                 )
         except Unverified as e:
             return {"ok": False, "checks": [{"name": "q25tok", "ok": False, "detail": str(e)}], "warnings": []}
+
+    def _forward_record(self) -> dict | None:
+        """The build's forward record cut to the prompts ``--forward`` asks for (None: no pass)."""
+        record = self.build.forward_record if self.opts.build_dir else None
+        n = self.opts.forward_prompts
+        if record is None or n == 0:
+            return None
+        return record if n is None else {**record, "prompts": record["prompts"][:n]}
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:

@@ -25,6 +25,7 @@ class Options:
     tokenizer_only: bool = False
     strict: bool = False
     quick: bool = False  # smoke: skip the partition hashes
+    forward_prompts: int | None = 1  # smoke: the forward pass on the record's first N prompts (None: all)
     verify_board: bool = False  # deploy: hash the board's kept files too, send again what differs
     become: str | None = None  # --become: overrides the board file's [ssh] become
     transfer: str = "auto"  # deploy --transfer: large files through OpenSSH's ssh (auto, openssh) or paramiko

@@ -1,4 +1,4 @@
-"""The on-board smoke test: what runs there gives the host's token ids.
+"""The on-board smoke test: what runs there gives the host's token ids and the host's forward pass.
 
 Checks, on the release ``current`` points at: ``q25tok info`` on the image; every prompt of
 :mod:`q25deploy.tokenizer.prompts` encoded on the board equals the host codec's ids; the
@@ -9,7 +9,8 @@ other memory; the reserved regions hold the partitions (``q25tok verify``, see
 :mod:`.residency`); given the build's ``probe_digests.json``, the weights as the board reads
 them from those regions (``q25tok probe``, see :mod:`q25deploy.packer.probe`): a tensor whose
 digest differs fails by name, regions that are not resident are a warning (a failure with
-``strict``); plus any checks board plugins add.
+``strict``); given the build's ``forward_record.json``, the forward pass on the board from
+those weights against the host's (:mod:`.forward_check`); plus any checks board plugins add.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..tokenizer.prompts import SMOKE_PROMPTS
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
 from .deployer import BoardFiles
+from .forward_check import check_forward
 from .residency import verify
 
 
@@ -61,13 +63,15 @@ def smoke_test(
     quick: bool = False,
     residency: dict | None = None,
     probe: dict | None = None,
+    forward: dict | None = None,
 ) -> dict:
     """``expected``: the host codec's ids of each smoke prompt (:mod:`.expected`).
     ``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree,
     /dev/mem). ``quick``: the files were proven moments ago (a deploy hashed them as it wrote
     them), so the partitions are not hashed again; ``residency``: what a load just reported
     (read back and checked by it), used instead of reading the regions again; ``probe``: the
-    build's ``probe_digests.json`` (none: no probe)."""
+    build's ``probe_digests.json`` (none: no probe); ``forward``: the build's
+    ``forward_record.json`` (none: no forward pass, :mod:`.forward_check`)."""
     board_paths = board_paths or {"device_tree": "/proc/device-tree", "memory": "/dev/mem"}
     report = _Report(strict)
     cur = files.cur()
@@ -85,6 +89,8 @@ def smoke_test(
     _check_residency(report, residency)
     if probe is not None:
         _check_probe(board, report, cur, q25tok, probe, residency, board_paths, partition_map)
+    if forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256"):
+        check_forward(board, report, cur, q25tok, forward, residency, board_paths)  # not: another model's weights
     for name, command in extra_checks:
         status, out, err = board.run(["sh", "-c", command], check=False)
         report.check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])

@@ -7,22 +7,10 @@ import copy
 import json
 
 import pytest
+from forward_dump import dump
 
 from q25deploy.model.record_compare import first_difference, parse_dump
 from q25deploy.packer import layout
-
-
-def dump(steps: list[dict]) -> str:
-    """The text ``q25tok generate --dump-layers`` prints for these steps (floats as %.9g)."""
-    lines = []
-    for s, st in enumerate(steps):
-        lines.append(f"step {s} pos {st['position']} token {st['token']} margin {st['margin']:.9g}")
-        lines.append("top " + " ".join(f"{i} {v:.9g}" for i, v in st["top"]))
-        state = lambda d: f"norm {d['norm']:.17g} values " + " ".join(f"{v:.9g}" for v in d["values"])  # noqa: E731
-        lines.append("embd " + state(st["embd"]))
-        lines += [f"layer {i} " + state(x) for i, x in enumerate(st["layers"])]
-        lines.append("output " + state(st["output"]))
-    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")

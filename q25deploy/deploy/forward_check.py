@@ -1,0 +1,103 @@
+"""The smoke test's forward pass: the board runs Qwen2.5 (``q25tok generate --dump-layers``) on
+every smoke prompt from the weights it holds and the report compares each step with the
+build's ``forward_record.json`` (:mod:`q25deploy.model.record_compare`, docs/forward.md).
+
+From DDR (``--mem``, through the reserved regions, Device memory) when the regions are
+reserved (resident, or reserved but not as built: then the layer that goes wrong is named);
+from the partition files (``--files``) otherwise, with a warning (a failure with ``strict``).
+A difference beyond the record's tolerances fails the check and names the prompt, the step and
+the first layer (or the embedding, the output head, the logits or the token) that differs; a
+token that differs at a near tie (the host's top-two margin below
+:data:`~q25deploy.model.record_compare.TOKEN_MARGIN`) is a warning, a failure with ``strict``.
+A q25tok without ``generate`` (an older image) is a warning, a failure with ``strict``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from typing import Protocol
+
+from ..model.record_compare import first_difference, parse_dump
+from ..packer.layout import REGION_TABLE, TENSOR_TABLE
+from .boardbase import BoardBase as Board
+
+EXIT_USAGE = 2  # q25tok: an unknown command (an image older than generate)
+GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
+MARK = "@@q25-prompt-done"
+
+
+class Report(Protocol):
+    strict: bool
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool: ...
+
+    def warn(self, name: str, msg: str) -> None: ...
+
+
+def generate_script(q25tok: str, source: list[str], tables: list[str], steps: int, prompts: list[list[int]]) -> str:
+    """One board command for every prompt: each prompt's dump, then a marker line; stops at
+    the first failure with its status (what it printed on stderr tells why)."""
+    head = [q25tok, "generate", *source, "--steps", str(steps), "--dump-layers", *tables]
+    lines = [f"{shlex.join([*head, *map(str, ids)])} || exit $?; echo {MARK}" for ids in prompts]
+    return "\n".join(lines)
+
+
+def _split(out: str, n: int) -> list[str]:
+    parts = out.split(MARK + "\n")
+    return parts[:n] if len(parts) > n else parts
+
+
+def check_forward(
+    board: Board, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
+) -> None:
+    """Runs the forward pass on the board and adds one check per smoke prompt to ``report``
+    (``record``: the build's forward record, already known to be of the board's model)."""
+    tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
+    if residency.get("state") in ("resident", "failed"):
+        source, where = ["--mem", paths["memory"], "--dt", paths["device_tree"]], "from the reserved regions"
+    else:
+        source, where = ["--files"], "from the partition files"
+        report.warn("forward pass", "forward pass run from the partition files: they are not in reserved memory")
+    prompts = record["prompts"]
+    script = generate_script(q25tok, source, tables, record["steps"], [p["ids"] for p in prompts])
+    status, out, err = board.run(["sh", "-c", script], check=False, timeout=GENERATE_TIMEOUT)
+    text, why = out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
+    if status == EXIT_USAGE and "usage" in why and MARK not in text:
+        report.warn("forward pass", f"forward pass not run: this q25tok has no generate ({why[-80:]})")
+        return
+    dumps = _split(text, len(prompts))
+    for i, prompt in enumerate(prompts):
+        name = f"forward prompt {i}"
+        if i >= len(dumps) or (i == len(dumps) - 1 and status != 0):
+            report.check(name, False, f"q25tok generate failed (exit {status}): {why[-160:] or 'no output'}")
+            return
+        try:
+            steps = parse_dump(dumps[i])
+        except ValueError as e:
+            report.check(name, False, f"q25tok generate printed {e}")
+            continue
+        diff = first_difference(prompt, steps)
+        if diff is not None:
+            report.check(name, False, f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}")
+            continue
+        tie = _near_tie(prompt, steps)
+        if tie:
+            report.warn(name, f"{name}: {tie}")
+        got = " ".join(str(s["token"]) for s in steps[: len(prompt["steps"])])
+        report.check(name, True, f"{len(prompt['steps'])} steps as the host {where}: tokens {got}")
+
+
+def _layer_name(where: str) -> str:
+    """``layer N`` with the tensors that compute it (what an accelerator engineer looks at)."""
+    return f"{where} (blk.{where.split()[1]}.*)" if where.startswith("layer ") and where[6:].isdigit() else where
+
+
+def _near_tie(prompt: dict, steps: list[dict]) -> str | None:
+    """The step where the board took the other side of a near tie (first_difference then stops
+    comparing: the contexts differ from there on)."""
+    for s, (want, got) in enumerate(zip(prompt["steps"], steps)):
+        if got["token"] != want["token"]:
+            margin = "none" if want["margin"] is None else f"{want['margin']:.3g}"
+            return f"step {s}: token {got['token']}, host {want['token']} at a near tie (host margin {margin}): compared up to there"
+    return None

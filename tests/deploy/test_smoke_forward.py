@@ -1,0 +1,91 @@
+"""smoke's forward pass over a real sshd (q25deploy/deploy/forward_check.py): the board's
+`q25tok generate` (here the host build, on the stand-in /dev/mem of test_deploy_reserved.py)
+from the reserved regions agrees with the build's forward record under `deploy --strict`; one
+flipped byte in the scale of a block in the middle of a layer-1 tensor (which the tensor probe,
+reading first and last blocks, does not see) fails `smoke` and names layer 1; without the
+reservation the pass runs from the partition files, a warning (a failure with --strict). On
+the emulated board: tests/deploy/emulated/test_board_forward.py."""
+
+from __future__ import annotations
+
+from deploy_helpers import deploy
+from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale
+from test_deploy_reserved import board_file, boot_with
+
+from q25deploy.builddir import BuildDir
+
+
+def forward_checks(res) -> list[dict]:
+    return [c for c in res[0]["smoke"]["checks"] if c["name"].startswith("forward")]
+
+
+def scale_byte(pmap: dict, layer: int) -> tuple[str, int]:
+    """(tensor name, address in memory of the high byte of a middle block's scale) of a
+    quantised tensor of ``layer``."""
+    t = next(t for t in pmap["tensors"] if t["name"].startswith(f"blk.{layer}.") and t["type"] in SCALE_HIGH_BYTE)
+    return t["name"], pmap["regions"][t["region"]]["base"] + t["offset"] + middle_scale(t)
+
+
+def test_smoke_runs_the_forward_pass_from_the_regions(tmp_path, capsys, ssh, models, q25tok):
+    srv, root, build = ssh["servers"][2], tmp_path / "board", models["A"]
+    bf, dt, mem = board_file(tmp_path)
+    boot_with(dt, mem, build)
+    here = ("--target-file", str(bf))
+    b = BuildDir(build)
+    record = b.forward_record
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"], res
+    assert [c["name"] for c in forward_checks(res)] == ["forward prompt 0"]  # by default, one prompt
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--forward", "0", *here, action="smoke")
+    assert code == 0 and forward_checks(res) == [], res
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", "--forward", "all", *here, action="smoke")
+    assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"], res
+    checks = forward_checks(res)
+    assert [c["name"] for c in checks] == [f"forward prompt {i}" for i in range(len(record["prompts"]))]
+    for c, p in zip(checks, record["prompts"]):
+        tokens = " ".join(str(s["token"]) for s in p["steps"])
+        assert c == {
+            "name": c["name"],
+            "ok": True,
+            "detail": f"{record['steps']} steps as the host from the reserved regions: tokens {tokens}",
+        }
+
+    name, at = scale_byte(b.partition_map, 1)
+    with open(mem, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([flipped(byte)]))
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--forward", "all", *here, action="smoke")
+    assert code == 13, res
+    checks = {c["name"]: c for c in res[0]["smoke"]["checks"]}
+    assert checks["tensor probe"]["ok"], checks  # a middle block: only the forward pass sees it
+    bad = [c for c in forward_checks(res) if not c["ok"]]
+    assert bad and bad[0]["name"] == "forward prompt 0", res
+    assert bad[0]["detail"].startswith("step 0: layer 1 (blk.1.*): "), (name, bad)
+
+    with open(mem, "r+b") as f:  # put it back: the reservation goes, the pass runs from the files
+        f.seek(at)
+        f.write(bytes([byte]))
+    for node in (dt / "reserved-memory").iterdir():
+        for f in node.iterdir():
+            f.unlink()
+        node.rmdir()
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--forward", "3", *here, action="smoke")
+    warning = "forward pass run from the partition files: they are not in reserved memory"
+    assert warning in res[0]["smoke"]["warnings"]
+    assert len(forward_checks(res)) == 3, res
+    assert all(c["ok"] and "from the partition files" in c["detail"] for c in forward_checks(res)), res
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, action="smoke")
+    assert code == 13 and {"name": "forward pass", "ok": False, "detail": warning} in res[0]["smoke"]["checks"]
+
+
+def test_another_models_build_runs_no_forward_pass(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    bf, dt, mem = board_file(tmp_path)
+    boot_with(dt, mem, models["A"])
+    here = ("--target-file", str(bf))
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], *here, runtime=q25tok, unreserved=False)
+    assert code == 0, res
+    code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--strict", *here, action="smoke")
+    assert forward_checks(res) == [], res  # B's record is not of the weights the board holds
