@@ -171,3 +171,22 @@ class CuttingProxy:
 
 
 __all__ = ["USER", "CuttingProxy", "SSHServer", "keygen", "os"]
+
+
+def board_command(command: str, port: int, key, known_hosts, root, *extra: str) -> list[str]:
+    """``q25deploy COMMAND`` against a loopback board: its sshd on ``port``, the test key,
+    host keys checked against ``known_hosts``, the board's files under ``root``; then ``extra``."""
+    return [
+        command,
+        "--target",
+        "qemu",
+        "--host",
+        f"{USER}@127.0.0.1:{port}",
+        "--identity",
+        str(key),
+        "--known-hosts",
+        str(known_hosts),
+        "--remote-root",
+        str(root),
+        *extra,
+    ]

@@ -8,7 +8,7 @@ import argparse
 import json
 
 import pytest
-from sshd import USER, SSHServer, keygen
+from sshd import USER, SSHServer, board_command, keygen
 
 from q25deploy.cli import early, main
 from q25deploy.cli.main import build_parser
@@ -70,21 +70,7 @@ def board(tmp_path_factory):
 
 
 def _argv(srv, key, kh, root, *extra):
-    return [
-        "status",
-        "--target",
-        "qemu",
-        "--host",
-        f"{USER}@127.0.0.1:{srv.port}",
-        "--identity",
-        str(key),
-        "--known-hosts",
-        str(kh),
-        "--remote-root",
-        str(root),
-        "--json",
-        *extra,
-    ]
+    return board_command("status", srv.port, key, kh, root, "--json", *extra)
 
 
 def test_the_command_adopts_the_early_login_and_ends_one_it_would_not_make(board, capsys):

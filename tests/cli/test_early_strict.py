@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sshd import USER, SSHServer, keygen
+from sshd import SSHServer, board_command, keygen
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +43,7 @@ def sshd_log(srv) -> bytes:
 
 def connection(board, root: Path, command: str = "status") -> list[str]:
     srv, key, kh, _ = board
-    return [
-        command,
-        "--target",
-        "qemu",
-        "--host",
-        f"{USER}@127.0.0.1:{srv.port}",
-        "--identity",
-        str(key),
-        "--known-hosts",
-        str(kh),
-        "--remote-root",
-        str(root),
-    ]
+    return board_command(command, srv.port, key, kh, root)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from sshd import USER, SSHServer
+from sshd import SSHServer, board_command
 
 from q25deploy.cli import main
 
@@ -20,20 +20,7 @@ def board_argv(action: str, ssh, server, root: Path, *extra: str, known_hosts: P
     """``q25deploy ACTION`` against a loopback board (its sshd, the test key, known hosts
     checked, the board's files under ``root``), then ``extra``."""
     kh = known_hosts or server.known_hosts(root.parent / f"known_hosts_{server.port}")
-    return [
-        action,
-        "--target",
-        "qemu",
-        "--host",
-        f"{USER}@127.0.0.1:{server.port}",
-        "--identity",
-        str(ssh["key"]),
-        "--known-hosts",
-        str(kh),
-        "--remote-root",
-        str(root),
-        *extra,
-    ]
+    return board_command(action, server.port, ssh["key"], kh, root, *extra)
 
 
 def deploy(capsys, ssh, server, root, build, *extra, known_hosts=None, runtime=None, action="deploy", unreserved=True):
