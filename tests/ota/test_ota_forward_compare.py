@@ -46,13 +46,13 @@ def compare(bb: str, tmp_path, want: dict, board: str) -> subprocess.CompletedPr
     exp.write_bytes(forward_expect.render({"prompts": [other, other, other, want]}))
     dump = tmp_path / "dump.txt"
     dump.write_text(board)
-    return subprocess.run(
-        [f"{bb}/sh", str(SCRIPT), "compare-forward", str(exp), "3", str(dump)],
-        env={"PATH": bb},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_compare(bb, exp, 3, dump)
+
+
+def run_compare(bb: str, exp, n: int, dump) -> subprocess.CompletedProcess:
+    """`q25-ota.sh compare-forward EXPECTED N DUMP` under BusyBox sh, BusyBox applets only."""
+    argv = [f"{bb}/sh", str(SCRIPT), "compare-forward", str(exp), str(n), str(dump)]
+    return subprocess.run(argv, env={"PATH": bb}, capture_output=True, text=True, timeout=60)
 
 
 def scaled(x: dict, key: str, by: float) -> None:
@@ -200,11 +200,5 @@ def test_a_prompt_the_forward_file_lacks_fails(tmp_path, busybox_path, prompt):
     exp = tmp_path / "q25-forward.txt"
     exp.write_bytes(forward_expect.render({"prompts": [prompt]}))
     (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
-    r = subprocess.run(
-        [f"{busybox_path}/sh", str(SCRIPT), "compare-forward", str(exp), "1", str(tmp_path / "dump.txt")],
-        env={"PATH": busybox_path},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_compare(busybox_path, exp, 1, tmp_path / "dump.txt")
     assert r.returncode == 1 and r.stdout == "the forward file has no steps for prompt 1\n"

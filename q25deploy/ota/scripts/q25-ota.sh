@@ -537,10 +537,11 @@ forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a ful
     fi
     q_exp=$(payload "$q_name") || exit 1; no_fifo "$q_exp"
     [ "$(head -n 1 "$q_exp")" = "q25-forward 1" ] || die "smoke: $q_exp: not a forward file this script reads"
+    q_n=$(grep -c '^prompt ' "$q_exp"); [ "$q_n" -gt 0 ] || die "smoke: $q_exp: no prompt in the forward file"
     q_out=$(mktemp) || die "smoke: cannot create a temporary file"
-    grep '^prompt ' "$q_exp" | while read -r _ n _ steps _ ids extra; do
-        is_digits "$n" && is_digits "$steps" && [ -z "$extra" ] && case "$ids" in ''|*[!0-9,]*) false ;; esac ||
-            die "smoke: $q_exp: bad prompt line '$n'"
+    grep '^prompt ' "$q_exp" | while read -r _ n q_k1 steps q_k2 ids extra; do  # prompt N steps S ids ID,...
+        is_digits "$n" && is_digits "$steps" && [ "$q_k1 $q_k2" = "steps ids" ] && [ -z "$extra" ] &&
+            case "$ids" in ''|*[!0-9,]*) false ;; esac || die "smoke: $q_exp: bad prompt line '$n'"
         q_err=$("$Q25TOK" generate --files --dump-layers --steps "$steps" "$q_tab" "$q_tt" $(echo "$ids" | tr ',' ' ') 2>&1 >"$q_out")
         q_st=$?
         if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_err" | grep -q 'q25tok generate'; then exit 3; fi  # an older q25tok
@@ -550,7 +551,7 @@ forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a ful
     done
     q_st=$?; rm -f "$q_out"
     case "$q_st" in
-        0) say "smoke: the forward pass agrees with the host's on $(grep -c '^prompt ' "$q_exp") prompt(s) (q25tok generate --files)" ;;
+        0) say "smoke: the forward pass agrees with the host's on $q_n prompt(s) (q25tok generate --files)" ;;
         3) say "warning: smoke: $Q25TOK has no generate command (an older image): the forward pass is not checked" ;;
         *) exit 1 ;;
     esac
