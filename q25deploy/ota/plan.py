@@ -21,6 +21,7 @@ from ..common import stream_sha256
 from ..deploy.release import release_from_build
 from ..errors import DeployError, PackageError, SchemaError
 from ..tokenizer.prompts import SMOKE_PROMPTS
+from . import forward_expect
 
 PLAN_NAME = "q25-plan"
 PLAN_FORMAT = "q25-ota-plan 1"
@@ -133,6 +134,21 @@ def region_lines(build_dir: Path, board=None) -> list[dict]:
     return [{"node": r["node"], "base": r["base"], "size": r["size"]} for r in rows]
 
 
+def forward_payload(build_dir: Path, model_sha256: str | None) -> bytes | None:
+    """``q25-forward.txt`` (:mod:`.forward_expect`) from the build's forward record, or None:
+    a build without one (an older q25deploy, a model the forward pass cannot run) or whose
+    record is of another model than the release's."""
+    from ..builddir import BuildDir
+
+    try:
+        record = BuildDir(build_dir).forward_record
+    except (SchemaError, OSError) as e:
+        raise PackageError(f"{build_dir}: {e}") from None
+    if record is None or record["model_sha256"] != model_sha256:
+        return None
+    return forward_expect.render(record)
+
+
 def plan_text(plan_lines: list[str]) -> bytes:
     return ("\n".join([PLAN_FORMAT, *plan_lines]) + "\n").encode()
 
@@ -218,6 +234,10 @@ def plan_package(
     for name, text, special, ids in smoke_expectations(smoke_ids):
         lines.append(f"smoke {name} {int(special)} {','.join(map(str, ids))}")
         extra.append(PayloadFile(name, "", _sha(text), len(text), data=text))
+    expect = None if tokenizer_only else forward_payload(build_dir, meta.get("model_sha256"))
+    if expect is not None:
+        lines.append(f"forward {forward_expect.NAME}")
+        extra.append(PayloadFile(forward_expect.NAME, "", _sha(expect), len(expect), data=expect))
     plan = plan_text(lines)
     head = PayloadFile(PLAN_NAME, "", _sha(plan), len(plan), data=plan)
     return OtaPlan(

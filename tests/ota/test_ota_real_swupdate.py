@@ -56,6 +56,9 @@ def test_a_signed_swu_installs_with_one_mode_and_its_progress_is_information(tmp
         assert not (board.root / INSTALL / ".q25-ota-incoming").exists()
         assert resident(board.memory, ota_builds["A" if build.name == "A2" else build.name])  # A2: A's regions kept
         assert "q25-ota: verify: the reserved regions hold" in r.stdout
+        # the model ran from the release's partitions and agreed with the build's forward record
+        # (a full release; a tokenizer-only one keeps the current release's weights)
+        assert ("q25-ota: smoke: the forward pass agrees with the host's" in r.stdout) == (not extra)
 
 
 def test_a_failed_smoke_test_is_an_error_and_rolls_back(tmp_path, board, ota_builds, keys):

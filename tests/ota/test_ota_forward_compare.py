@@ -1,0 +1,204 @@
+"""The board script's comparison of `q25tok generate --dump-layers` with the payload's
+forward file (q25-ota.sh's awk, under BusyBox sh with only BusyBox applets on PATH) against
+the host's (q25deploy/model/record_compare.py): the same verdict, the same step and place, on
+the tiny model's real record and board outputs derived from it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+
+import pytest
+
+from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, parse_dump
+from q25deploy.ota import forward_expect
+from q25deploy.ota.scripts import SCRIPT
+
+
+@pytest.fixture(scope="module")
+def prompt(ota_builds) -> dict:
+    return json.loads((ota_builds["A"] / "forward_record.json").read_text())["prompts"][0]
+
+
+def c_style(steps: list[dict]) -> str:
+    """Lines as q25tok generate prints them: %.9g floats, %.17g norms (not the repr the payload
+    uses), nan for what is not finite."""
+
+    def g(v, digits=9):
+        return "nan" if v is None else f"{v:.{digits}g}"
+
+    out = []
+    for s, st in enumerate(steps):
+        out.append(f"step {s} pos {st['position']} token {st['token']} margin {g(st['margin'])}")
+        out.append("top " + " ".join(f"{i} {g(v)}" for i, v in st["top"]))
+        for what, x in [("embd", st["embd"]), *((f"layer {n}", x) for n, x in enumerate(st["layers"]))]:
+            out.append(f"{what} norm {g(x['norm'], 17)} values {' '.join(g(v) for v in x['values'])}")
+        out.append(f"output norm {g(st['output']['norm'], 17)} values {' '.join(g(v) for v in st['output']['values'])}")
+    return "\n".join(out) + "\n"
+
+
+def compare(bb: str, tmp_path, want: dict, board: str) -> subprocess.CompletedProcess:
+    """The script's comparison of ``board`` (dump lines) with ``want`` (a record's prompt),
+    rendered into a forward file as `package` renders it (the prompt as number 3 of 4)."""
+    other = {**want, "steps": want["steps"][:1]}
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_bytes(forward_expect.render({"prompts": [other, other, other, want]}))
+    dump = tmp_path / "dump.txt"
+    dump.write_text(board)
+    return run_compare(bb, exp, 3, dump)
+
+
+def run_compare(bb: str, exp, n: int, dump) -> subprocess.CompletedProcess:
+    """`q25-ota.sh compare-forward EXPECTED N DUMP` under BusyBox sh, BusyBox applets only."""
+    argv = [f"{bb}/sh", str(SCRIPT), "compare-forward", str(exp), str(n), str(dump)]
+    return subprocess.run(argv, env={"PATH": bb}, capture_output=True, text=True, timeout=60)
+
+
+def scaled(x: dict, key: str, by: float) -> None:
+    x[key] = x[key] * by
+
+
+# (name, change of the board's steps, change of the host's prompt, expected (step, where) or None)
+def _norm(steps, p):
+    scaled(steps[0]["layers"][1], "norm", 1 + 3 * STATE_RTOL)
+
+
+def _norm_within(steps, p):
+    scaled(steps[0]["layers"][1], "norm", 1 + 0.5 * STATE_RTOL)
+
+
+def _value(steps, p):
+    st = steps[2]["output"]
+    st["values"][1] += 2 * STATE_RTOL * st["norm"]
+
+
+def _value_within(steps, p):
+    st = steps[2]["layers"][0]
+    st["values"][3] -= 0.5 * STATE_RTOL * st["norm"]
+
+
+def _embd_nan(steps, p):
+    steps[4]["embd"]["values"][0] = None
+
+
+def _near_tie(steps, p):
+    """The host's margin at step 3 is below 1e-3: the board took the runner-up, and from then
+    on its context (and so everything it prints) differs."""
+    p["steps"][3]["margin"] = 0.5e-3
+    steps[3]["token"] = p["steps"][3]["top"][1][0]
+    for st in steps[4:]:
+        st["token"] += 1
+        st["layers"][0]["norm"] *= 2
+
+
+def _clear_margin(steps, p):
+    steps[1]["token"] = p["steps"][1]["top"][1][0]
+
+
+def _fewer_steps(steps, p):
+    del steps[5:]
+
+
+def _logit(steps, p):
+    i, v = steps[6]["top"][2]
+    steps[6]["top"][2] = [i, v + 2 * LOGIT_ATOL * max(1.0, abs(v))]
+
+
+def _top_id(steps, p):
+    i, v = steps[0]["top"][4]
+    steps[0]["top"][4] = [i + 1, v - 0.01]
+
+
+def _top_ids_tied(steps, p):
+    """Two of the top five with the same logit listed the other way round: not a difference."""
+    p["steps"][0]["top"][3][1] = p["steps"][0]["top"][2][1]
+    steps[0]["top"][3][1] = steps[0]["top"][2][1]
+    steps[0]["top"][2], steps[0]["top"][3] = steps[0]["top"][3], steps[0]["top"][2]
+
+
+def _layer_missing(steps, p):
+    del steps[1]["layers"][1]
+
+
+def _host_none(steps, p):
+    """A state the host could not compute (null in the record): a board that computes one differs."""
+    p["steps"][0]["output"]["norm"] = None
+
+
+def _host_value_none(steps, p):
+    p["steps"][0]["output"]["values"][2] = None
+    steps[0]["output"]["values"][2] = 123.0
+
+
+CASES = [
+    ("own", None, None),
+    ("norm", _norm, (0, "layer 1")),
+    ("norm within", _norm_within, None),
+    ("value", _value, (2, "output")),
+    ("value within", _value_within, None),
+    ("nan", _embd_nan, (4, "embd")),
+    ("near-tie", _near_tie, None),
+    ("clear margin", _clear_margin, (1, "token")),
+    ("fewer steps", _fewer_steps, (5, "token")),
+    ("logit", _logit, (6, "logits")),
+    ("top id", _top_id, (0, "logits")),
+    ("tied top ids", _top_ids_tied, None),
+    ("layer missing", _layer_missing, (1, "layer")),
+    ("host none", _host_none, (0, "output")),
+    ("host value none", _host_value_none, None),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_board_script_and_record_compare_agree(tmp_path, busybox_path, prompt, case):
+    _, change, expected = case
+    want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
+    if change:
+        change(steps, want)
+    board = c_style(steps)
+    host = first_difference(want, parse_dump(board))
+    assert (None if host is None else (host.step, host.where)) == expected, host
+    r = compare(busybox_path, tmp_path, want, board)
+    assert r.stderr == ""
+    if expected is None:
+        assert r.returncode == 0, r.stdout
+        assert r.stdout.startswith("near-tie at step 3:") if case[0] == "near-tie" else r.stdout == ""
+    else:  # the same line (but for a number record_compare writes with repr where C printed %.17g)
+        assert r.returncode == 1 and r.stdout.startswith(f"step {host.step}: {host.where}: ")
+        assert r.stdout == f"{host}\n" or "(host: none)" in r.stdout
+
+
+def test_a_near_tie_is_reported_where_the_comparison_stopped(tmp_path, busybox_path, prompt):
+    want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
+    _near_tie(steps, want)
+    r = compare(busybox_path, tmp_path, want, c_style(steps))
+    t = want["steps"][3]["top"]
+    assert r.returncode == 0
+    assert r.stdout == f"near-tie at step 3: token {t[1][0]}, host {t[0][0]} (margin 0.0005): compared up to there\n"
+
+
+def test_the_payload_lines_themselves_agree(tmp_path, busybox_path, prompt):
+    """The record's own rendering (repr floats, not %.9g) as the board's output."""
+    r = compare(busybox_path, tmp_path, prompt, "\n".join(forward_expect.dump_lines(prompt)) + "\n")
+    assert r.returncode == 0 and r.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["garbage", "layer 5 norm 1 values 1 2 3 4", "embd norm x values 1 2 3 4", "top 1 2 3", "step 0 pos 1 token 2"],
+)
+def test_unreadable_output_fails_as_parse_dump_refuses_it(tmp_path, busybox_path, prompt, line):
+    board = c_style(prompt["steps"]).replace("\noutput ", f"\n{line}\noutput ", 1)
+    with pytest.raises(ValueError):
+        parse_dump(board)
+    r = compare(busybox_path, tmp_path, prompt, board)
+    assert r.returncode == 1 and r.stdout.startswith("q25tok generate printed ") and line in r.stdout
+
+
+def test_a_prompt_the_forward_file_lacks_fails(tmp_path, busybox_path, prompt):
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_bytes(forward_expect.render({"prompts": [prompt]}))
+    (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
+    r = run_compare(busybox_path, exp, 1, tmp_path / "dump.txt")
+    assert r.returncode == 1 and r.stdout == "the forward file has no steps for prompt 1\n"
