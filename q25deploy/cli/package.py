@@ -43,6 +43,7 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
         memory=target.board.memory_device,
         allow_unreserved=a.allow_unreserved,
         board=target.board,
+        forward_prompts=a.forward,
     )
 
 
@@ -169,7 +170,14 @@ def add_commands(sub) -> None:
         metavar="REV",
         help="SWUpdate hardware-compatibility (repeatable; default [ota] swupdate_hw_revision)",
     )
-    from .deploy import add_output_options
+    from .deploy import add_output_options, forward_prompts
 
+    p.add_argument(
+        "--forward",
+        type=forward_prompts,
+        default=1,
+        metavar="N|all",
+        help="the commit-time smoke test runs the model on the first N smoke prompts (default 1; 0: not run)",
+    )
     add_output_options(p.add_argument_group("output"))
     p.set_defaults(func=cmd_package)

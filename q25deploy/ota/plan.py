@@ -134,19 +134,20 @@ def region_lines(build_dir: Path, board=None) -> list[dict]:
     return [{"node": r["node"], "base": r["base"], "size": r["size"]} for r in rows]
 
 
-def forward_payload(build_dir: Path, model_sha256: str | None) -> bytes | None:
-    """``q25-forward.txt`` (:mod:`.forward_expect`) from the build's forward record, or None:
-    a build without one (an older q25deploy, a model the forward pass cannot run) or whose
-    record is of another model than the release's."""
+def forward_payload(build_dir: Path, model_sha256: str | None, prompts: int | None = 1) -> bytes | None:
+    """``q25-forward.txt`` (:mod:`.forward_expect`) from the build's forward record, its first
+    ``prompts`` prompts (None: all), or None: a build without one (an older q25deploy, a model
+    the forward pass cannot run), whose record is of another model than the release's, or
+    ``prompts`` 0."""
     from ..builddir import BuildDir
 
     try:
         record = BuildDir(build_dir).forward_record
     except (SchemaError, OSError) as e:
         raise PackageError(f"{build_dir}: {e}") from None
-    if record is None or record["model_sha256"] != model_sha256:
+    if record is None or record["model_sha256"] != model_sha256 or prompts == 0:
         return None
-    return forward_expect.render(record)
+    return forward_expect.render(record if prompts is None else {**record, "prompts": record["prompts"][:prompts]})
 
 
 def plan_text(plan_lines: list[str]) -> bytes:
@@ -188,13 +189,15 @@ def plan_package(
     memory: str = "/dev/mem",
     allow_unreserved: bool = False,
     board=None,
+    forward_prompts: int | None = 1,
 ) -> OtaPlan:
     """The payload of an artifact for ``build_dir`` (validated; digests checked on disk);
     ``smoke_ids``: what the board's smoke test must give for each smoke prompt;
     ``device_tree``, ``memory``: the board's running device tree and physical memory (its
     board file's); ``allow_unreserved``: the board installs a full release whose regions its
     device tree does not reserve (a warning, like ``deploy --allow-unreserved``); ``board``: the
-    board file, whose banks and reservations every region must respect."""
+    board file, whose banks and reservations every region must respect; ``forward_prompts``: how
+    many of the forward record's prompts the commit-time smoke runs the model on (None: all)."""
     regions = () if tokenizer_only else tuple(region_lines(build_dir, board))  # before hashing every file
     meta, files, description = _release_payload(build_dir, tokenizer_only)
     check_name(target, "target")
@@ -234,7 +237,7 @@ def plan_package(
     for name, text, special, ids in smoke_expectations(smoke_ids):
         lines.append(f"smoke {name} {int(special)} {','.join(map(str, ids))}")
         extra.append(PayloadFile(name, "", _sha(text), len(text), data=text))
-    expect = None if tokenizer_only else forward_payload(build_dir, meta.get("model_sha256"))
+    expect = None if tokenizer_only else forward_payload(build_dir, meta.get("model_sha256"), forward_prompts)
     if expect is not None:
         lines.append(f"forward {forward_expect.NAME}")
         extra.append(PayloadFile(forward_expect.NAME, "", _sha(expect), len(expect), data=expect))

@@ -25,8 +25,8 @@ def bb(busybox_path):
 def arts(tmp_path_factory, ota_builds) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("forward-artifacts")
     return {
-        "A": package(ota_builds["A"], "mender", d / "a.mender"),
-        "B": package(ota_builds["B"], "mender", d / "b.mender"),
+        "A": package(ota_builds["A"], "mender", d / "a.mender", "--forward", "all"),
+        "B": package(ota_builds["B"], "mender", d / "b.mender"),  # the first prompt, by default
         "A2-tok": package(ota_builds["A2"], "mender", d / "a2-tok.mender", "--tokenizer-only"),
     }
 
@@ -74,6 +74,7 @@ def test_the_commit_runs_the_model_and_a_damaged_weight_fails_it_naming_the_laye
     flip_weight(current.parent / current.readlink(), "blk.1.attn_norm.weight")
     commit = sh(bb, board, "ArtifactCommit", str(tree))
     assert commit.returncode == 1
+    assert commit.stderr.count("forward prompt") == 1, commit.stderr  # B's artifact: the first prompt only
     assert "verify: the reserved regions hold" in commit.stderr  # the bytes the regions hold were not touched
     err = commit.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"q25-ota: smoke: forward prompt 0 step 0: layer 1: norm \S+, host \S+", err), err

@@ -72,8 +72,13 @@ def plan_lines(build, **kw) -> tuple[list[str], dict]:
 def test_a_full_plan_carries_the_forward_file_and_a_tokenizer_only_plan_does_not(ota_builds):
     lines, files = plan_lines(ota_builds["A"])
     assert [ln for ln in lines if ln.startswith("forward ")] == ["forward q25-forward.txt"]
-    f = files["q25-forward.txt"]
-    assert f.data == forward_expect.render(record_of(ota_builds["A"])) and f.rel == "" and f.size == len(f.data)
+    f, record = files["q25-forward.txt"], record_of(ota_builds["A"])
+    first = {**record, "prompts": record["prompts"][:1]}  # by default, the first prompt (package --forward)
+    assert f.data == forward_expect.render(first) and f.rel == "" and f.size == len(f.data)
+    _, files = plan_lines(ota_builds["A"], forward_prompts=None)
+    assert files["q25-forward.txt"].data == forward_expect.render(record)
+    lines, files = plan_lines(ota_builds["A"], forward_prompts=0)
+    assert "q25-forward.txt" not in files and not [ln for ln in lines if ln.startswith("forward")]
     lines, files = plan_lines(ota_builds["A2"], tokenizer_only=True)
     assert not [ln for ln in lines if ln.startswith("forward")] and "q25-forward.txt" not in files
 
