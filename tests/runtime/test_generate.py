@@ -298,7 +298,8 @@ def test_usage_and_ids(san_q25tok, release, prompts):  # noqa: F811
 def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, tmp_path_factory):  # noqa: F811
     """24 layers of 896 (Q4_K / Q6_K / Q5_0 / Q8_0, 14 heads over 2 KV heads, tied Q8_0 head):
     three smoke prompts on this machine against llama.cpp, and the first two steps of one on
-    aarch64 under qemu against this machine's."""
+    aarch64 under qemu against this machine's; two prompts (8 steps) on this machine and the
+    first two steps on aarch64 against the build's record of the host reference."""
     from q25deploy.cli import main
     from q25deploy.model.synthetic import write_model
 
@@ -311,8 +312,20 @@ def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, tmp_path_facto
     ours = run_all([q25tok], b, prompts, d, env=None)
     assert agree(ours, llama_greedy(model, prompts)) >= len(prompts) * STEPS // 2
     qemu = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
-    arm = generate(qemu, b, prompts[0], "--files", "--steps", "2", "--logits", d / "arm.f32", env=None)
+    arm = generate(qemu, b, prompts[0], "--files", "--steps", "2", "--logits", d / "arm.f32", "--dump-layers", env=None)
     assert arm.returncode == 0, arm.stderr
     logits = np.fromfile(d / "arm.f32", dtype="<f4").reshape(2, -1)
     assert [s["token"] for s in parse(arm.stdout)] == ours[0][0][:2]
     np.testing.assert_allclose(logits, ours[0][1][:2], rtol=0, atol=1e-4 * float(np.abs(ours[0][1]).max()))
+
+    # against the host reference, as the smoke test compares them: every layer of every step
+    # within record_compare's tolerances (here and on aarch64), the tokens margin-aware
+    from q25deploy.model.record_compare import first_difference, parse_dump
+
+    record = BuildDir(b).forward_record
+    assert [p["ids"] for p in record["prompts"][:3]] == prompts  # the GGUF asks for no BOS
+    for p in record["prompts"][:2]:
+        host = generate([q25tok], b, p["ids"], "--files", "--dump-layers", env=None)
+        assert host.returncode == 0 and first_difference(p, parse_dump(host.stdout)) is None, p["text"]
+    p = record["prompts"][0]
+    assert first_difference({**p, "steps": p["steps"][:2]}, parse_dump(arm.stdout)) is None
