@@ -35,7 +35,7 @@ from ..common import json_bytes, json_digest
 from ..model.source import ModelSource, cached_digest, remember_digest, resolve
 from ..plugin.manager import PluginFailure, Target, make_plugin_manager, plugin_versions, resolve_target
 from ..tokenizer import cache as tokenizer_cache
-from . import layout
+from . import layout, plan_cache
 from .outputs import OutputDir
 from .previous import Previous, read_json
 
@@ -149,12 +149,40 @@ def build(
         src.sha256 = cached_digest(src.path)
         if src.sha256 is None and old and old.get("inputs", {}).get("model") == inputs["model"]:
             src.sha256 = old.get("model_sha256")
-    progress(f"reading {src.reference}")
-    with _short_switch_interval():
-        summary, keys, report = _run(pm, req, Previous(req.out, old), progress)
+    key = plan_cache.key(inputs, src.sha256, src.reference, src.ollama, req.license_file) if src.sha256 else None
+    served = _serve(req, key, Previous(req.out, old), progress) if key else None
+    if served:
+        summary, keys, report = served
+    else:
+        progress(f"reading {src.reference}")
+        with _short_switch_interval():
+            summary, keys, report = _run(pm, req, Previous(req.out, old), progress)
+        assert src.sha256 is not None  # the pass computed it if nothing knew it
+        key = key or plan_cache.key(inputs, src.sha256, src.reference, src.ollama, req.license_file)
+        if key:
+            plan_cache.store(key, src.sha256, req.out)
     phases.mark("commit")
     (req.out / layout.STAMP).write_bytes(json_bytes({"inputs": inputs, "keys": keys, "model_sha256": src.sha256}))
     return BuildResult(req.out, False, summary, note, failures, report)
+
+
+def _serve(req: Request, key: str, prev: Previous, progress: Progress) -> tuple[dict, dict, dict] | None:
+    """The build from the plan cache (:mod:`~q25deploy.packer.plan_cache`), or None when it has
+    no sound entry for ``key``: only the partitions are made, from the GGUF."""
+    assert req.src.sha256 is not None
+    entry = plan_cache.lookup(key, req.src.sha256, req.src.path.stat().st_size)
+    if entry is None:
+        return None
+    phases.mark("plan")
+    progress("copying tensors into partitions (the rest from the plan cache)")
+    try:
+        with OutputDir(req.out, "build") as o:
+            report = plan_cache.serve(entry, o, req.src.path, prev)
+            phases.mark("payload")
+    except plan_cache.Corrupt as e:
+        progress(f"plan cache: {e}; building in full")
+        return None
+    return entry.summary, entry.keys, report
 
 
 @contextmanager
