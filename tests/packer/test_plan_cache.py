@@ -18,12 +18,21 @@ from q25deploy.resources import data_dir
 
 
 def tree(d: Path) -> dict[str, tuple[str, int]]:
-    """Every file (the stamp too) → (sha256, link count): the bytes and the hard links."""
-    return {
-        str(p.relative_to(d)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_nlink)
-        for p in sorted(d.rglob("*"))
-        if p.is_file()
-    }
+    """Every file → (sha256, link count): the bytes and the hard links; the stamp too, but for
+    its quick record (the command line's ``sys.path``: a test's process is not a user's)."""
+    return {str(p.relative_to(d)): (hashlib.sha256(_bytes(p)).hexdigest(), p.stat().st_nlink) for p in _files(d)}
+
+
+def _files(d: Path) -> list[Path]:
+    return [p for p in sorted(d.rglob("*")) if p.is_file()]
+
+
+def _bytes(p: Path) -> bytes:
+    if p.name != ".q25deploy-stamp.json":
+        return p.read_bytes()
+    stamp = json.loads(p.read_text())
+    stamp.pop("quick", None)
+    return json.dumps(stamp, sort_keys=True).encode()
 
 
 def plans(tmp_path) -> Path:
