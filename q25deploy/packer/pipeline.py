@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__, phases
 from ..common import json_bytes, read_json
+from ..errors import Q25Error
 from ..model.source import ModelSource, cached_digest, resolve
 from . import layout, quick
 
@@ -182,7 +183,7 @@ def _quick_check(asked: dict, out: Path) -> BuildResult | None:
         return None
     try:
         src = resolve(asked["model"])
-    except Exception:  # the full check reports it, in its order
+    except (Q25Error, OSError):  # the full check reports it, in its order
         return None
     failures = quick.unchanged(read_json(out / layout.STAMP), quick.request(asked, src.path))
     if failures is None or not _outputs_intact(out):

@@ -35,7 +35,7 @@ from pathlib import Path
 from .. import __version__, schema
 from ..common import cache_dir as default_cache_dir
 from ..common import file_sha256, json_bytes, json_digest
-from ..errors import SchemaError
+from ..errors import OutputError, SchemaError
 from . import layout
 from .payload import Piece
 
@@ -261,14 +261,14 @@ def serve(entry: Entry, o, model_path: Path, prev) -> dict:
             )
         )
         for rel in entry.origins():
-            o.path(rel).write_bytes(entry.blob(rel))
+            _written(o, rel, lambda p, rel=rel: p.write_bytes(entry.blob(rel)))
             o.record(rel, entry.artifacts[rel].kind, sha256=entry.artifacts[rel].sha256)
         done = job.result() if job else None
     for rel in [] if linked else entry.files:
         o.record(rel, PARTITION_KIND, sha256=entry.artifacts[rel].sha256)
     for first, *others in entry.links:
         for rel in others:
-            os.link(o.path(first), o.path(rel))
+            _written(o, rel, lambda p, first=first: os.link(o.path(first), p))
             o.record(rel, entry.artifacts[rel].kind, sha256=entry.artifacts[rel].sha256)
     how = {"tensors": "plan cache", "partitions": "last build" if linked else "plan cache"}
     return {
@@ -279,3 +279,11 @@ def serve(entry: Entry, o, model_path: Path, prev) -> dict:
         "hashed": 0,
         "digests": how,
     }
+
+
+def _written(o, rel: str, write) -> None:
+    """``write(path)`` of ``rel`` in ``o``; a failure is the user's to act on (a full disk)."""
+    try:
+        write(o.path(rel))
+    except OSError as e:
+        raise OutputError(f"{o.dest / rel}: cannot write: {e.strerror}") from None
