@@ -9,19 +9,24 @@ fork/exec/wait4, with the process's peak RSS from wait4. Rows per model:
 
 - `cp` of the model (page cache warm: the build reads the same cached bytes), best of N,
   interleaved with the warm build so both see the same load;
-- the warm build: a fresh output directory, the model built before (its digest, tokenizer
-  assets and payload digests in the content caches): what an engineer's rebuild costs when only
+- the warm build: a fresh output directory, the same build made before (the plan cache has
+  it: only the partitions are made, from the GGUF): what an engineer's rebuild costs when only
   the output directory is new. Goal: <= 2x `cp`;
+- the warm build without a plan-cache entry: the model built before (its digest, tokenizer
+  assets and payload digests in the content caches) but not this build (another board file,
+  other options): every stage runs;
 - a new plan: the model known, this plan's partition digests not (another board, a board file
   that moves regions): the partitions are hashed in the copy's one pass;
 - the first build: every cache empty (the model's digest, the tokenizer, every digest), once;
-- the no-op rebuild (goal <= 0.3 s), best of 5;
-- peak RSS over all these builds (goal <= 200 MB at every size).
+- the no-op rebuild (goal <= 0.3 s), best of 5, beside `python3 -c pass` and
+  `q25deploy --version` (the interpreter's and the command line's start), best of 5 each;
+- peak RSS over all these builds but the first, and the first build's (goal <= 200 MB at
+  every size).
 
-Content-keyed cached stages get their own row, cold and warm, out of the warm build's figure:
-the tokenizer assets (cold = the first build), the payload digests (cold = first build / new
-plan). A reference forward pass for the smoke test (issue 36) belongs here the same way once it
-exists.
+Content-keyed cached work gets its own column, cold and warm, out of the warm build's figure:
+the tokenizer assets and the reference forward pass for the smoke test (cold = the first
+build, warm = the build without a plan-cache entry), the payload digests (cold = first build /
+new plan), the whole build but its partitions (cold = the first build, warm = the warm build).
 
     python3 bench/bench_build.py [--dir /work/tmp-bench] [--sizes 0.5b,1.5b,3b] [--repeat 3]
                                  [--alignment 4096] [--keep-models]
@@ -74,8 +79,15 @@ def run(cmd: list[str], env: dict, stdout: Path | None = None) -> tuple[float, i
     return wall, usage.ru_maxrss * 1024
 
 
+def drop_builds(cache: Path) -> None:
+    """Forget every build the plan cache holds: the next build runs every stage."""
+    shutil.rmtree(cache / "q25deploy" / "plans", ignore_errors=True)
+
+
 def drop_plans(cache: Path) -> None:
-    """Forget every plan's partition digests (the tensors' stay): the next build hashes its partitions."""
+    """Forget every plan's partition digests (the tensors' stay) and every build: the next
+    build hashes its partitions."""
+    drop_builds(cache)
     for entry in (cache / "q25deploy" / "payload").glob("*.json"):
         doc = json.loads(entry.read_text())
         doc["partitions"] = []
@@ -105,7 +117,7 @@ def main() -> None:
         "XDG_CACHE_HOME": str(cache),
         "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
-    rows, phase_rows = [], []
+    rows, phase_rows, starts = [], [], []
     for preset in a.sizes.split(","):
         model = work / f"qwen25-{preset}{f'-a{a.alignment}' if a.alignment else ''}.gguf"
         wrote = not model.exists()
@@ -122,7 +134,8 @@ def main() -> None:
 
         fresh()
         shutil.rmtree(cache, ignore_errors=True)
-        first, rss = run(build, env, report)  # every cache empty
+        first, first_rss = run(build, env, report)  # every cache empty
+        rss = 0  # the peak of every other build
         first_rep = json.loads(report.read_text())["payload"]
         cps, warms = [], []
         best_phases: dict[str, float] = {}
@@ -142,16 +155,27 @@ def main() -> None:
             warms.append(t)
             rss = max(rss, r)
         warm_rep = json.loads(report.read_text())["payload"]
-        plans = []
-        for _ in range(a.repeat):
-            fresh()
-            drop_plans(cache)
-            t, r = run(build, env, report)
-            plans.append(t)
-            rss = max(rss, r)
+
+        def builds_after(forget, build: list[str] = build, report: Path = report) -> list[float]:
+            """Fresh builds, each after ``forget`` dropped some of the caches (peak RSS into ``rss``)."""
+            nonlocal rss
+            times = []
+            for _ in range(a.repeat):
+                fresh()
+                forget(cache)
+                t, r = run(build, env, report)
+                times.append(t)
+                rss = max(rss, r)
+            return times
+
+        unplanned = builds_after(drop_builds)
+        plans = builds_after(drop_plans)
         plan_rep = json.loads(report.read_text())["payload"]
-        noops = []
+        noops, passes, versions = [], [], []
+        run(build, env)  # the full check writes the quick record of this command line
         for _ in range(5):
+            passes.append(run([sys.executable, "-c", "pass"], env)[0])
+            versions.append(run([*cmd0, "--version"], env)[0])
             t, r = run(build, env)
             noops.append(t)
             rss = max(rss, r)
@@ -159,7 +183,8 @@ def main() -> None:
         size = model.stat().st_size
         if wrote and not a.keep_models:
             model.unlink()
-        rows.append((preset, size, min(cps), first, min(plans), min(warms), min(noops), rss))
+        rows.append((preset, size, min(cps), first, min(plans), min(warms), min(unplanned), min(noops), rss, first_rss))
+        starts.append((preset, min(passes), min(versions), min(noops)))
         phase_rows.append((preset, best_phases))
         print(
             f"({preset}: first build {first_rep['digests']}, {first_rep['hashed'] / 1e6:.0f} MB read to hash; "
@@ -177,19 +202,25 @@ def main() -> None:
         f"target {a.target}; fresh processes; best of {a.repeat} (first build: once; no-op: best of 5); "
         f"load average {load:.1f} at the end"
     )
-    print("| model | file | cp | warm build (x cp) | new plan (x cp) | first build (x cp) | no-op | peak RSS |")
-    print("|---|---|---|---|---|---|---|---|")
-    for preset, size, cp_t, first, plan, warm, noop, rss in rows:
+    print(
+        "| model | file | cp | warm build (x cp) | warm, no plan-cache entry (x cp) | new plan (x cp) "
+        "| first build (x cp) | no-op | peak RSS (first build) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for preset, size, cp_t, first, plan, warm, unplanned, noop, rss, first_rss in rows:
         print(
             f"| {preset} | {size / 1e6:.0f} MB | {cp_t:.2f} s | {warm:.2f} s ({warm / cp_t:.2f}x) | "
+            f"{unplanned:.2f} s ({unplanned / cp_t:.2f}x) | "
             f"{plan:.2f} s ({plan / cp_t:.2f}x) | {first:.2f} s ({first / cp_t:.2f}x) | {noop:.3f} s | "
-            f"{rss / 1e6:.0f} MB |"
+            f"{rss / 1e6:.0f} MB ({first_rss / 1e6:.0f} MB) |"
         )
-    print(
-        "| reference forward pass (issue 36) | - | - | not in the build yet: its own row, cold and warm, "
-        "out of the warm build's figure | | | | |"
-    )
     print("goals: warm build <= 2x cp; no-op <= 0.3 s; peak RSS <= 200 MB at every size")
+    print()
+    print("the no-op rebuild beside the interpreter's and the command line's start (best of 5, interleaved):")
+    print("| model | python3 -c pass | q25deploy --version | no-op build |")
+    print("|---|---|---|---|")
+    for preset, pass_t, version_t, noop in starts:
+        print(f"| {preset} | {pass_t:.3f} s | {version_t:.3f} s | {noop:.3f} s |")
     print()
     print("where the warm build's time goes (its best run; s from the fork to each phase's end, Q25_PHASE_TIMES):")
     print("| model | " + " | ".join(PHASES) + " |")

@@ -38,6 +38,15 @@ def json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def read_json(path: Path) -> dict | None:
+    """A JSON object from a file, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
 def json_digest(obj: Any) -> str:
     """The sha256 of an object's compact canonical JSON: a content key (release ids, build stages)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()

@@ -3,7 +3,8 @@ every value in it (see docs/security.md).
 
 Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json``,
 ``smoke_ids.json``, ``probe_digests.json``, ``forward_record.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
-``.q25deploy-state.json`` and its intent record, and the tokenizer cache's ``assets.json``. Each ``parse_*`` takes the decoded JSON and
+``.q25deploy-state.json`` and its intent record, the tokenizer cache's ``assets.json`` and
+the plan cache's entries. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
 ints >= 0, release ids 16 hex digits, paths relative POSIX with no empty, ``.`` or ``..``
@@ -378,6 +379,37 @@ def parse_payload_digests(doc: Any, where: str) -> tuple[dict[str, str], dict[st
             hex64(sha, where, f"partitions[{i}].sha256[{j}]")
         plans[hex64(e.get("plan"), where, f"partitions[{i}].plan")] = shas
     return tensors, plans
+
+
+PLAN_CACHE_FORMAT = "q25deploy-plan-cache/1"
+
+
+def parse_plan_cache(doc: Any, where: str) -> tuple[str, str, dict[str, Artifact], list[list[str]]]:
+    """A plan-cache entry (q25deploy/packer/plan_cache.py): (its key, the model's sha256, the
+    build's artifacts as its manifest lists them, the groups of hard-linked artifacts)."""
+    d = obj(doc, where)
+    if d.get("format") != PLAN_CACHE_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {PLAN_CACHE_FORMAT}")
+    artifacts = parse_manifest(d, where)
+    seen: set[str] = set()
+    groups = []
+    for i, g in enumerate(array(d.get("links"), where, "links")):
+        group = array(g, where, f"links[{i}]")
+        _expect(len(group) >= 2, group, where, f"links[{i}]", "two or more paths")
+        for j, rel in enumerate(group):
+            f = f"links[{i}][{j}]"
+            _expect(rel in artifacts and rel not in seen, rel, where, f, "an artifact in no other group")
+            seen.add(rel)
+        first = artifacts[group[0]]
+        _expect(
+            all((artifacts[r].sha256, artifacts[r].size) == (first.sha256, first.size) for r in group),
+            group[0],
+            where,
+            f"links[{i}]",
+            "paths of the same bytes",
+        )
+        groups.append(list(group))
+    return hex64(d.get("key"), where, "key"), hex64(d.get("model_sha256"), where, "model_sha256"), artifacts, groups
 
 
 def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, list[int]]]]:

@@ -8,7 +8,6 @@ digests only when it is well formed and names exactly the model's tensors.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -16,19 +15,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from .. import schema
+from ..common import read_json
 from ..errors import SchemaError
 from . import layout
 from .outputs import OutputDir, is_plain_relative
-
-
-def read_json(path: Path) -> dict | None:
-    """A JSON object from a file, or None when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text("utf-8"))
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 

@@ -1,10 +1,13 @@
 """The payload-digest cache: a model built before is written without hashing it again, a new
-plan of it hashes only its partitions, and a damaged entry is a miss, never a wrong build."""
+plan of it hashes only its partitions, and a damaged entry is a miss, never a wrong build.
+These are the builds the plan cache (tests/packer/test_plan_cache.py) does not serve: its
+entries are removed before each build after the first."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 
 from q25deploy.cli import main
 from q25deploy.packer.pipeline import build
@@ -20,11 +23,17 @@ def digests(out) -> dict:
     return {"parts": parts, "tensors": {t["name"]: t["sha256"] for t in pmap["tensors"]}}
 
 
+def forget_plans(tmp_path) -> None:
+    """No plan-cache entry: the build below runs every stage, with the digest cache under it."""
+    shutil.rmtree(tmp_path / "cache" / "q25deploy" / "plans", ignore_errors=True)
+
+
 def test_a_model_built_before_is_written_without_hashing(tmp_path, qwen25_tiny, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     a = build("kv260", model=str(qwen25_tiny), out=tmp_path / "a")
     assert a.payload and a.payload["digests"] == {"tensors": "computed", "partitions": "computed"}
     assert a.payload["hashed"] >= a.payload["bytes"] > 0  # every byte read once (the file's digest too)
+    forget_plans(tmp_path)
     b = build("kv260", model=str(qwen25_tiny), out=tmp_path / "b")
     assert b.payload and b.payload["digests"] == {"tensors": "cache", "partitions": "cache"}
     assert b.payload["hashed"] == 0 and b.payload["copied"] + b.payload["shared"] == b.payload["bytes"]
@@ -52,10 +61,12 @@ def test_a_damaged_cache_entry_is_a_miss(tmp_path, qwen25_tiny, monkeypatch):
         bad = json.loads(json.dumps(doc))
         damage(bad)
         entry.write_text(json.dumps(bad))
+        forget_plans(tmp_path)
         r = build("kv260", model=str(qwen25_tiny), out=tmp_path / f"b{i}")
         assert r.payload and "computed" in r.payload["digests"].values()
         assert digests(tmp_path / f"b{i}") == digests(tmp_path / "a")
     entry.write_text("{")  # not JSON at all: a miss, then a good entry again
+    forget_plans(tmp_path)
     r = build("kv260", model=str(qwen25_tiny), out=tmp_path / "c")
     assert r.payload and r.payload["hashed"] > 0
     assert json.loads(entry.read_text()) == doc and a.payload
