@@ -7,8 +7,9 @@ in llama-cpp-python's sdist; our side is `q25tok generate --files` (the partitio
 cache: what the board's CPU should read, docs/runtime.md). Each side is timed as a whole
 process (model load, prompt, N tokens), best of --repeat, in wall time and in CPU time (user +
 system over all threads: llama-simple runs 4 threads, q25tok one; on a busy host the CPU time
-is the steadier figure); the native host build of q25tok is timed too, for scale. Tokens per
-second = N / the wall time.
+is the steadier figure); the native host build of q25tok and the host's numpy reference
+(q25deploy/model, a fresh Python process: imports, the GGUF's weights dequantised, the prompt
+and N tokens) are timed too, for scale. Tokens per second = N / the wall time.
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/sdist
     python3 bench/bench_generate.py --sdist /tmp/sdist/llama_cpp_python-0.3.36.tar.gz
@@ -38,6 +39,19 @@ from q25deploy.model.synthetic import write_model  # noqa: E402
 from q25deploy.packer.runtime import build_runtime  # noqa: E402
 
 VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
+# the host reference on one prompt, as the build runs it for its forward record (docs/forward.md)
+REFERENCE = """import sys
+sys.path.insert(0, sys.argv.pop(1))
+from q25deploy.model.forward import Forward
+from q25deploy.model.generate import greedy
+from q25deploy.model.gguf import GGUFFile
+from q25deploy.model.weights import Weights
+from q25deploy.packer.forward_record import fed_ids, runnable
+f = GGUFFile(sys.argv[1])
+hp = runnable(f)
+run = greedy(Forward(Weights(f), hp), fed_ids(hp, [[int(i) for i in sys.argv[3:]]]), int(sys.argv[2]))[0]
+print(*("step %d token %d" % (i, s["token"]) for i, s in enumerate(run)), sep="\\n")
+"""
 QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]
 CMAKE_FLAGS = [
     "-DCMAKE_SYSTEM_NAME=Linux",
@@ -108,9 +122,10 @@ def main() -> None:
         build_runtime(tmp / "host")
         build_runtime(tmp / "arm", cross="aarch64")
         print(
-            "| model | steps | q25tok qemu-a53 wall / CPU | llama.cpp qemu-a53 wall / CPU | ratio wall / CPU | q25tok host |"
+            "| model | steps | q25tok qemu-a53 wall / CPU | llama.cpp qemu-a53 wall / CPU | ratio wall / CPU "
+            "| q25tok host | numpy reference host |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for preset in args.presets.split(","):
             model, out = tmp / f"{preset}.gguf", tmp / preset
             write_model(model, preset, str(VOCAB))
@@ -124,6 +139,10 @@ def main() -> None:
             host, _, host_lines, _ = timed([str(tmp / "host" / "q25tok"), *gen, *tables, *map(str, ids)], 1)
             steps = [ln for ln in lines.splitlines() if ln.startswith("step")]
             assert steps == [ln for ln in host_lines.splitlines() if ln.startswith("step")]
+            py = [sys.executable, "-c", REFERENCE, str(ROOT), str(model), str(args.steps), *map(str, ids)]
+            ref, _, ref_lines, _ = timed(py, 1)
+            if [ln.split()[3] for ln in ref_lines.splitlines()] != [ln.split()[5] for ln in steps]:
+                print(f"{preset}: the reference's tokens differ from q25tok's (a near tie?)", file=sys.stderr)
             simple = [*QEMU, str(llama_simple), "-m", str(model), "-n", str(args.steps), text.decode()]
             llama, llama_cpu, _, err = timed(simple, args.repeat)
             m = re.search(r"decoded (\d+) tokens in ([\d.]+) s", err)
@@ -134,7 +153,8 @@ def main() -> None:
             print(
                 f"| {preset}, {len(ids)}-token prompt | {n} | {ours:.2f} / {ours_cpu:.2f} s ({n / ours:.2f} tok/s) "
                 f"| {llama:.2f} / {llama_cpu:.2f} s ({n / llama:.2f} tok/s{inner}) "
-                f"| {ours / llama:.2f}x / {ours_cpu / llama_cpu:.2f}x | {host:.2f} s ({n / host:.1f} tok/s) |",
+                f"| {ours / llama:.2f}x / {ours_cpu / llama_cpu:.2f}x | {host:.2f} s ({n / host:.1f} tok/s) "
+                f"| {ref:.2f} s ({n / ref:.1f} tok/s) |",
                 flush=True,
             )
 
