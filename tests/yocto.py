@@ -263,8 +263,13 @@ class Workspace:
             if not (top / "bitbake" / "bin" / "bitbake").is_file():
                 top.mkdir(exist_ok=True)
                 t0 = time.monotonic()
+                # --touch: the langdale, whinlatter and wrynose snapshots store every file with
+                # mtime 0, which langdale's BitBake (2.2) takes for a file that no longer exists:
+                # it would reparse every recipe of the snapshot on every run, parse cache or not
                 subprocess.run(
-                    ["tar", "--no-same-owner", "-xJf", str(tarball), "-C", str(top)], check=True, capture_output=True
+                    ["tar", "--no-same-owner", "--touch", "-xJf", str(tarball), "-C", str(top)],
+                    check=True,
+                    capture_output=True,
                 )
                 self.chown(top)  # the trees must belong to BitBake's user
                 self.timings.append((f"{series}: unpack", time.monotonic() - t0, ""))
