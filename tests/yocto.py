@@ -213,6 +213,15 @@ class Result:
         m = re.search(r"Parsing of \d+ \.bb files complete \((\d+) cached, (\d+) parsed\)", self.output)
         return (int(m.group(1)), int(m.group(2))) if m else None
 
+    def parse_note(self) -> str:
+        """The parse's counts for the timings; BitBake prints no summary when every recipe came
+        from the parse cache, only how many entries it loaded."""
+        counts = self.parsed()
+        if counts:
+            return f"{counts[0]} cached, {counts[1]} parsed"
+        m = re.search(r"Loaded (\d+) entries from dependency cache", self.output)
+        return f"all from the parse cache: {m.group(1)} entries, 0 parsed" if m else ""
+
 
 class Workspace:
     """The session's BitBake trees: series → unpacked snapshot, (series, layers) → build dir."""
@@ -514,13 +523,8 @@ class BuildDir:
             check=False,
         )
         res = Result(list(args), r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
-        counts = res.parsed()
         self.ws.timings.append(
-            (
-                f"{self.series}/{self.layers}: {label or ' '.join(args)}",
-                res.seconds,
-                f"{counts[0]} cached, {counts[1]} parsed" if counts else "",
-            )
+            (f"{self.series}/{self.layers}: {label or ' '.join(args)}", res.seconds, res.parse_note())
         )
         return res
 
