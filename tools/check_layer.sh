@@ -27,7 +27,8 @@ work=${Q25_CHECK_LAYER_WORKDIR:-$(mktemp -d -t q25-check-layer-XXXXXX)}
 tree=$work/$series
 if [ ! -x "$tree/bitbake/bin/bitbake" ]; then
     mkdir -p "$tree"
-    tar -xJf "$snapshot" -C "$tree"
+    # --touch: some snapshots store mtime 0, which langdale's BitBake takes for deleted recipes (reparsing all on every run)
+    tar --touch -xJf "$snapshot" -C "$tree"
 fi
 export LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8
 cd "$tree"
