@@ -3,8 +3,10 @@ the board's ``q25tok generate`` is compared with. The graph, op by op and in the
 arithmetic is done, is in docs/forward.md; the code follows it line for line.
 
 Weights come dequantised from :class:`~q25deploy.model.weights.Weights`. :meth:`Forward.eval`
-runs several sequences in lock step, layer by layer, so a model larger than the weight cache
-is dequantised once per step, not once per sequence.
+runs several sequences in lock step, layer by layer and weight by weight, so each weight is
+dequantised once per step whatever the number of sequences, and the weight cache holds a
+tensor or two, not the model (the build's peak memory does not grow with the model but for its
+largest tensor).
 """
 
 from __future__ import annotations
@@ -131,49 +133,67 @@ class Forward:
             pos.append(np.arange(cache.n, cache.n + len(ids)))
         results = [Result(np.empty(0, F32), x[-1].copy()) for x in xs]
         note(-1, "embd", xs[0])
+        caches = [cache for _, cache in seqs]
         for layer in range(hp.n_layer):
-            for i, (_, cache) in enumerate(seqs):
-                xs[i] = self._block(layer, xs[i], pos[i], cache, note)
-                results[i].layers.append(xs[i][-1].copy())
-        for (_, cache), p in zip(seqs, pos):
+            xs = self._block(layer, xs, pos, caches, note)
+            for r, x in zip(results, xs):
+                r.layers.append(x[-1].copy())
+        for cache, p in zip(caches, pos):
             cache.n = int(p[-1]) + 1
         norm = w.get("output_norm.weight")
-        head = w.get("token_embd.weight" if hp.tied_output else "output.weight")
-        for i, x in enumerate(xs):
-            h = rmsnorm(x[-1:], norm, hp.rms_eps)
-            results[i].output = h[0].copy()
-            results[i].logits = linear(h, head)[0]
+        hs = [rmsnorm(x[-1:], norm, hp.rms_eps) for x in xs]
+        logits = w.products("token_embd.weight" if hp.tied_output else "output.weight", hs)
+        for r, h, y in zip(results, hs, logits):
+            r.output, r.logits = h[0].copy(), y[0]
         note(-1, "output_norm", rmsnorm(xs[0], norm, hp.rms_eps))
         note(-1, "logits", results[0].logits[None, :])
         return results
 
-    def _block(self, layer: int, x: np.ndarray, positions: np.ndarray, cache: KVCache, note) -> np.ndarray:
+    def _block(
+        self, layer: int, xs: list[np.ndarray], pos: list[np.ndarray], caches: list[KVCache], note
+    ) -> list[np.ndarray]:
+        """One layer on every sequence, each weight applied to all of them before the next is
+        dequantised (the weight cache then needs to hold one tensor, not the model); every
+        sequence's arithmetic is its own, whatever the others."""
         hp, w, p = self.hp, self.w, f"blk.{layer}."
-        t = len(positions)
-        note(layer, "input", x)
-        h = rmsnorm(x, w.get(p + "attn_norm.weight"), hp.rms_eps)
-        note(layer, "attn_norm", h)
-        q = linear(h, w.get(p + "attn_q.weight"), w.get(p + "attn_q.bias"))
-        k = linear(h, w.get(p + "attn_k.weight"), w.get(p + "attn_k.bias"))
-        v = linear(h, w.get(p + "attn_v.weight"), w.get(p + "attn_v.bias"))
-        note(layer, "q", q)
-        note(layer, "k", k)
-        note(layer, "v", v)
-        cos, sin = rope_tables(hp, positions)
-        q = rope(q.reshape(t, hp.n_head, hp.head_dim), cos, sin, hp.n_rot)
-        k = rope(k.reshape(t, hp.n_head_kv, hp.head_dim), cos, sin, hp.n_rot)
-        note(layer, "q_rope", q.reshape(t, -1))
-        note(layer, "k_rope", k.reshape(t, -1))
-        cache.k[layer][:, positions] = k.transpose(1, 0, 2)
-        cache.v[layer][:, positions] = v.reshape(t, hp.n_head_kv, hp.head_dim).transpose(1, 0, 2)
-        a = attention(q, cache, layer, positions, hp)
-        note(layer, "attn", a)
-        x = x + linear(a, w.get(p + "attn_output.weight"))
-        note(layer, "attn_residual", x)
-        h = rmsnorm(x, w.get(p + "ffn_norm.weight"), hp.rms_eps)
-        note(layer, "ffn_norm", h)
-        g = silu(linear(h, w.get(p + "ffn_gate.weight"))) * linear(h, w.get(p + "ffn_up.weight"))
-        note(layer, "ffn_hidden", g)
-        x = x + linear(g, w.get(p + "ffn_down.weight"))
-        note(layer, "output", x)
-        return x
+
+        def lin(hs: list[np.ndarray], name: str, bias: str | None = None) -> list[np.ndarray]:
+            weight = w.get(p + name)
+            b = w.get(p + bias) if bias else None
+            return [linear(h, weight, b) for h in hs]
+
+        def norm(hs: list[np.ndarray], name: str) -> list[np.ndarray]:
+            weight = w.get(p + name)
+            return [rmsnorm(h, weight, hp.rms_eps) for h in hs]
+
+        note(layer, "input", xs[0])
+        hs = norm(xs, "attn_norm.weight")
+        note(layer, "attn_norm", hs[0])
+        qs = lin(hs, "attn_q.weight", "attn_q.bias")
+        ks = lin(hs, "attn_k.weight", "attn_k.bias")
+        vs = lin(hs, "attn_v.weight", "attn_v.bias")
+        note(layer, "q", qs[0])
+        note(layer, "k", ks[0])
+        note(layer, "v", vs[0])
+        attn = []
+        for q, k, v, positions, cache in zip(qs, ks, vs, pos, caches):
+            t = len(positions)
+            cos, sin = rope_tables(hp, positions)
+            q = rope(q.reshape(t, hp.n_head, hp.head_dim), cos, sin, hp.n_rot)
+            k = rope(k.reshape(t, hp.n_head_kv, hp.head_dim), cos, sin, hp.n_rot)
+            note(layer, "q_rope", q.reshape(t, -1))
+            note(layer, "k_rope", k.reshape(t, -1))
+            cache.k[layer][:, positions] = k.transpose(1, 0, 2)
+            cache.v[layer][:, positions] = v.reshape(t, hp.n_head_kv, hp.head_dim).transpose(1, 0, 2)
+            attn.append(attention(q, cache, layer, positions, hp))
+        note(layer, "attn", attn[0])
+        xs = [x + y for x, y in zip(xs, lin(attn, "attn_output.weight"))]
+        note(layer, "attn_residual", xs[0])
+        hs = norm(xs, "ffn_norm.weight")
+        note(layer, "ffn_norm", hs[0])
+        gates = [silu(g) for g in lin(hs, "ffn_gate.weight")]
+        gs = [g * u for g, u in zip(gates, lin(hs, "ffn_up.weight"))]
+        note(layer, "ffn_hidden", gs[0])
+        xs = [x + y for x, y in zip(xs, lin(gs, "ffn_down.weight"))]
+        note(layer, "output", xs[0])
+        return xs

@@ -154,6 +154,16 @@ class GGUFFile:
         """The tensor's bytes as a zero-copy view of the mapping."""
         return self._buf[t.data_offset : t.data_offset + t.nbytes]
 
+    def forget(self, t: TensorInfo, start: int, stop: int) -> None:
+        """Bytes ``start:stop`` of the tensor's data were read and copied: their pages leave
+        this process's resident set (the page cache keeps them), so reading a whole model once
+        does not count the model in the process's memory."""
+        page = mmap.PAGESIZE
+        lo = (t.data_offset + start) // page * page
+        hi = t.data_offset + stop
+        if hasattr(self._mmap, "madvise") and hi > lo:
+            self._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
 
 # -- the parsing steps, in file order -------------------------------------------------------
 def _read_version(r: ValueReader) -> int:

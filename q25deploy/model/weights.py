@@ -2,10 +2,10 @@
 (``gguf.quants.dequantize``: the same bits as ``q25_dequantize`` on the board).
 
 A tensor is dequantised when first asked for, in chunks of rows (gguf-py's temporaries are
-several times the output), and kept in a least-recently-used cache bounded in bytes: the
-0.5B-shaped model (about 2 GB as float32) stays resident under the default budget, a larger
-one is dequantised again when it comes round. Single rows (an embedding lookup) are
-dequantised on their own, without the whole matrix.
+several times the output), and kept in a least-recently-used cache bounded in bytes (a tensor
+or two by default: the forward pass uses one weight at a time, for every sequence, and asks for
+it again on the next step). Single rows (an embedding lookup) are dequantised on their own, and
+products with the output head a chunk of rows at a time, never the whole matrix.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from gguf.quants import dequantize
 from ..errors import GGUFError
 from .gguf import GGUFFile, TensorInfo
 
-DEFAULT_BUDGET = 3 << 30  # bytes of float32 kept dequantised
-CHUNK_ELEMENTS = 1 << 22  # dequantise about 4 M values at a time
+DEFAULT_BUDGET = 0  # bytes of float32 kept dequantised beyond the tensor in use (Forward uses each once per step)
+CHUNK_ELEMENTS = 1 << 20  # dequantise about 1 M values at a time (gguf-py's temporaries are ~10x)
 
 
 def row_bytes(t: TensorInfo) -> int:
@@ -31,7 +31,8 @@ def row_bytes(t: TensorInfo) -> int:
 def dequantize_rows(f: GGUFFile, t: TensorInfo, start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` of ``t`` (a row is ``ne0`` values) as float32, shape (rows, ne0)."""
     rb, ne0 = row_bytes(t), t.shape[0]
-    raw = np.frombuffer(f.tensor_data(t)[start * rb : stop * rb], np.uint8)
+    raw = np.array(f.tensor_data(t)[start * rb : stop * rb], np.uint8)  # a copy: the pages can go
+    f.forget(t, start * rb, stop * rb)
     with np.errstate(all="ignore"):  # NaN/inf scales stay NaN/inf, as on the board
         values = dequantize(raw, GGMLQuantizationType(t.ggml_type))
     return np.asarray(values, np.float32).reshape(stop - start, ne0)
@@ -69,6 +70,24 @@ class Weights:
         whole.flags.writeable = False
         self._keep(name, whole)
         return whole
+
+    def products(self, name: str, xs: list[np.ndarray]) -> list[np.ndarray]:
+        """``linear(x, get(name))`` for each ``x`` (vectors of shape (1, ne0)), the matrix
+        dequantised a chunk of rows at a time and never whole: the output head (151,936 rows)
+        of a 3B model is 1.2 GB as float32. Each output is its own dot product of one row, so
+        the chunks give the bits the whole matrix gives."""
+        hit = self._cache.get(name)
+        if hit is not None:
+            return [np.matmul(x, hit.T) for x in xs]
+        t = self.info(name)
+        rows = t.n_elements // t.shape[0]
+        out = [np.empty((x.shape[0], rows), np.float32) for x in xs]
+        step = max(1, CHUNK_ELEMENTS // t.shape[0])
+        for r in range(0, rows, step):
+            chunk = dequantize_rows(self.f, t, r, min(rows, r + step))
+            for x, y in zip(xs, out):
+                y[:, r : r + step] = np.matmul(x, chunk.T)
+        return out
 
     def rows(self, name: str, ids: list[int]) -> np.ndarray:
         """Rows ``ids`` of a matrix (an embedding lookup), without dequantising the rest."""
