@@ -49,8 +49,12 @@ def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, b
     code, res = q25(capsys, plain.q25("smoke", builds["qemu"], "--strict"))
     assert code == 13 and not res[0]["smoke"]["ok"]
     bad = [c for c in res[0]["smoke"]["checks"] if not c["ok"]]
-    assert [c["name"] for c in bad] == [f"device tree {r['node']}" for r in regions] + ["residency", "tensor probe"]
-    assert "does not reserve the regions" in bad[-2]["detail"] and "not in reserved memory" in bad[-1]["detail"]
+    names = [f"device tree {r['node']}" for r in regions] + ["residency", "tensor probe", "forward pass"]
+    assert [c["name"] for c in bad] == names, bad
+    assert "does not reserve the regions" in bad[-3]["detail"] and "not in reserved memory" in bad[-2]["detail"]
+    assert bad[-1]["detail"] == "forward pass run from the partition files: they are not in reserved memory"
+    forward = [c for c in res[0]["smoke"]["checks"] if c["name"] == "forward prompt 0"]
+    assert forward and forward[0]["ok"] and "from the partition files" in forward[0]["detail"], res
     # q25tok load refuses to write where the running tree reserves nothing (kernel memory)
     status, out, _ = plain.sh(f"{INSTALL}/current/q25tok load {INSTALL}/current/partitions/regions.tab", check=False)
     assert status == 6 and "REFUSED the running device tree has no q25-region" in out
