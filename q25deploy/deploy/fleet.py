@@ -15,6 +15,7 @@ from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256, printable
 from ..errors import DeployError, Q25Error
+from ..model.record_compare import first_prompts
 from ..packer.layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
@@ -241,7 +242,7 @@ class Fleet:
         n = self.opts.forward_prompts
         if record is None or n == 0:
             return None
-        return record if n is None else {**record, "prompts": record["prompts"][:n]}
+        return first_prompts(record, n)
 
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:

@@ -43,11 +43,6 @@ def generate_script(q25tok: str, source: list[str], tables: list[str], steps: in
     return "\n".join(lines)
 
 
-def _split(out: str, n: int) -> list[str]:
-    parts = out.split(MARK + "\n")
-    return parts[:n] if len(parts) > n else parts
-
-
 def check_forward(
     board: Board, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
 ) -> None:
@@ -66,7 +61,7 @@ def check_forward(
     if status == EXIT_USAGE and "usage" in why and MARK not in text:
         report.warn("forward pass", f"forward pass not run: this q25tok has no generate ({why[-80:]})")
         return
-    dumps = _split(text, len(prompts))
+    dumps = text.split(MARK + "\n")[: len(prompts)]  # each prompt's dump; a failed one's partial output last
     for i, prompt in enumerate(prompts):
         name = f"forward prompt {i}"
         if i >= len(dumps) or (i == len(dumps) - 1 and status != 0):

@@ -28,6 +28,12 @@ class Difference:
         return f"step {self.step}: {self.where}: {self.detail}"
 
 
+def first_prompts(record: dict, n: int | None) -> dict:
+    """The forward record cut to its first ``n`` prompts (None: all of them), as ``--forward``
+    asks (deploy, smoke, package)."""
+    return record if n is None else {**record, "prompts": record["prompts"][:n]}
+
+
 def _floats(words: list[str]) -> list[float]:
     return [float(w) for w in words]
 

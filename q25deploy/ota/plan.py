@@ -20,6 +20,7 @@ from .. import schema
 from ..common import stream_sha256
 from ..deploy.release import release_from_build
 from ..errors import DeployError, PackageError, SchemaError
+from ..model.record_compare import first_prompts
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from . import forward_expect
 
@@ -147,7 +148,7 @@ def forward_payload(build_dir: Path, model_sha256: str | None, prompts: int | No
         raise PackageError(f"{build_dir}: {e}") from None
     if record is None or record["model_sha256"] != model_sha256 or prompts == 0:
         return None
-    return forward_expect.render(record if prompts is None else {**record, "prompts": record["prompts"][:prompts]})
+    return forward_expect.render(first_prompts(record, prompts))
 
 
 def plan_text(plan_lines: list[str]) -> bytes:
