@@ -4,9 +4,9 @@ arithmetic is done, is in docs/forward.md; the code follows it line for line.
 
 Weights come dequantised from :class:`~q25deploy.model.weights.Weights`. :meth:`Forward.eval`
 runs several sequences in lock step, layer by layer and weight by weight, so each weight is
-dequantised once per step whatever the number of sequences, and the weight cache holds a
-tensor or two, not the model (the build's peak memory does not grow with the model but for its
-largest tensor).
+dequantised once per step whatever the number of sequences, a chunk of rows at a time
+(:meth:`~q25deploy.model.weights.Weights.products`): no matrix is ever whole in memory, and
+the build's peak memory does not grow with the model.
 """
 
 from __future__ import annotations
@@ -101,12 +101,6 @@ def attention(q: np.ndarray, cache: KVCache, layer: int, positions: np.ndarray, 
     return out.reshape(len(positions), hp.n_embd)
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """``x @ w.T`` (+ ``b``): w is (n_out, n_in), as the GGUF stores rows."""
-    y = np.matmul(x, w.T)
-    return y + b if b is not None else y
-
-
 def silu(z: np.ndarray) -> np.ndarray:
     return z / (F32(1.0) + np.exp(-z))
 
@@ -158,9 +152,8 @@ class Forward:
         hp, w, p = self.hp, self.w, f"blk.{layer}."
 
         def lin(hs: list[np.ndarray], name: str, bias: str | None = None) -> list[np.ndarray]:
-            weight = w.get(p + name)
-            b = w.get(p + bias) if bias else None
-            return [linear(h, weight, b) for h in hs]
+            """``h @ W.T (+ b)`` for each ``h``: W is (n_out, n_in) as the GGUF stores rows."""
+            return w.products(p + name, hs, w.get(p + bias) if bias else None)
 
         def norm(hs: list[np.ndarray], name: str) -> list[np.ndarray]:
             weight = w.get(p + name)

@@ -92,8 +92,10 @@ class GGUFFile:
             if self.size < 24:
                 raise GGUFError(f"{self.path}: not a GGUF file ({self.size} bytes, too short)")
             self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd  # for read(): tensor data read, not mapped
         self._buf = memoryview(self._mmap)
         try:
             self._parse()
@@ -113,6 +115,10 @@ class GGUFFile:
 
     def close(self) -> None:
         """Release the mapping. Views (numpy arrays, string arrays) must not outlive it."""
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            self._fd = -1
+            os.close(fd)
         buf = getattr(self, "_buf", None)
         if buf is not None:
             self._buf = None  # type: ignore[assignment]
@@ -154,15 +160,22 @@ class GGUFFile:
         """The tensor's bytes as a zero-copy view of the mapping."""
         return self._buf[t.data_offset : t.data_offset + t.nbytes]
 
-    def forget(self, t: TensorInfo, start: int, stop: int) -> None:
-        """Bytes ``start:stop`` of the tensor's data were read and copied: their pages leave
-        this process's resident set (the page cache keeps them), so reading a whole model once
-        does not count the model in the process's memory."""
-        page = mmap.PAGESIZE
-        lo = (t.data_offset + start) // page * page
-        hi = t.data_offset + stop
-        if hasattr(self._mmap, "madvise") and hi > lo:
-            self._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    def read(self, t: TensorInfo, start: int, stop: int) -> bytearray:
+        """Bytes ``start:stop`` of the tensor's data, a copy read with ``pread``, not through the
+        mapping: the page cache holds them, never this process's resident set, so reading a
+        whole model (the forward pass reads every weight once per step) does not count the
+        model in the process's memory. (Through the mapping, the kernel's fault-around maps the
+        neighbouring pages too, and no ``madvise`` after the fact drops them all.)"""
+        if not 0 <= start <= stop <= t.nbytes:
+            raise ValueError(f"{t.name}: bytes {start}:{stop} outside its {t.nbytes}")
+        out = bytearray(stop - start)
+        view, done = memoryview(out), 0
+        while done < len(out):
+            got = os.preadv(self._fd, [view[done:]], t.data_offset + start + done)
+            if got <= 0:
+                raise GGUFError(f"{self.path}: ended while reading {t.name} (was the file changed?)")
+            done += got
+        return out
 
 
 # -- the parsing steps, in file order -------------------------------------------------------

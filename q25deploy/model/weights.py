@@ -1,11 +1,11 @@
 """A GGUF's tensors as float32 numpy arrays, dequantised lazily as gguf-py does
 (``gguf.quants.dequantize``: the same bits as ``q25_dequantize`` on the board).
 
-A tensor is dequantised when first asked for, in chunks of rows (gguf-py's temporaries are
-several times the output), and kept in a least-recently-used cache bounded in bytes (a tensor
-or two by default: the forward pass uses one weight at a time, for every sequence, and asks for
-it again on the next step). Single rows (an embedding lookup) are dequantised on their own, and
-products with the output head a chunk of rows at a time, never the whole matrix.
+The forward pass multiplies by a matrix a chunk of rows at a time (:meth:`Weights.products`,
+every sequence with each chunk), so no matrix is ever whole in memory; vectors (norms, biases)
+come whole from :meth:`Weights.get`, dequantised in chunks of rows (gguf-py's temporaries are
+several times the output) and kept in a least-recently-used cache bounded in bytes. Single rows
+(an embedding lookup) are dequantised on their own.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ def row_bytes(t: TensorInfo) -> int:
 def dequantize_rows(f: GGUFFile, t: TensorInfo, start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` of ``t`` (a row is ``ne0`` values) as float32, shape (rows, ne0)."""
     rb, ne0 = row_bytes(t), t.shape[0]
-    raw = np.array(f.tensor_data(t)[start * rb : stop * rb], np.uint8)  # a copy: the pages can go
-    f.forget(t, start * rb, stop * rb)
+    raw = np.frombuffer(f.read(t, start * rb, stop * rb), np.uint8)
     with np.errstate(all="ignore"):  # NaN/inf scales stay NaN/inf, as on the board
         values = dequantize(raw, GGMLQuantizationType(t.ggml_type))
     return np.asarray(values, np.float32).reshape(stop - start, ne0)
@@ -71,14 +70,17 @@ class Weights:
         self._keep(name, whole)
         return whole
 
-    def products(self, name: str, xs: list[np.ndarray]) -> list[np.ndarray]:
-        """``linear(x, get(name))`` for each ``x`` (vectors of shape (1, ne0)), the matrix
-        dequantised a chunk of rows at a time and never whole: the output head (151,936 rows)
-        of a 3B model is 1.2 GB as float32. Each output is its own dot product of one row, so
-        the chunks give the bits the whole matrix gives."""
+    def products(self, name: str, xs: list[np.ndarray], bias: np.ndarray | None = None) -> list[np.ndarray]:
+        """``linear(x, get(name), bias)`` for each ``x`` (shape (tokens, ne0)), the matrix
+        dequantised a chunk of rows at a time and never whole: the forward pass's peak memory is
+        then a chunk and gguf-py's temporaries, whatever the model's size (a 3B model's FFN
+        matrices are 90 MB as float32, its output head 1.2 GB). BLAS blocks a chunk's sums as it
+        would not the whole matrix's, so a product may round otherwise than the whole one (a
+        float32 rounding, far inside record_compare's tolerances); the same chunks, the same
+        bits, run after run."""
         hit = self._cache.get(name)
         if hit is not None:
-            return [np.matmul(x, hit.T) for x in xs]
+            return [np.matmul(x, hit.T) + bias if bias is not None else np.matmul(x, hit.T) for x in xs]
         t = self.info(name)
         rows = t.n_elements // t.shape[0]
         out = [np.empty((x.shape[0], rows), np.float32) for x in xs]
@@ -87,6 +89,8 @@ class Weights:
             chunk = dequantize_rows(self.f, t, r, min(rows, r + step))
             for x, y in zip(xs, out):
                 y[:, r : r + step] = np.matmul(x, chunk.T)
+                if bias is not None:
+                    y[:, r : r + step] += bias[r : r + step]
         return out
 
     def rows(self, name: str, ids: list[int]) -> np.ndarray:

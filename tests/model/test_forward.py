@@ -147,9 +147,8 @@ def q8_k(x: np.ndarray) -> np.ndarray:
 def with_llama_roundings(monkeypatch, weights: Weights) -> None:
     """Make the reference round where llama.cpp's CPU backend does (not a feature: a probe)."""
     kinds: dict[int, Q] = {}
-    get, linear, attention, softmax = (
+    get, attention, softmax = (
         weights.get,
-        forward_module.linear,
         forward_module.attention,
         forward_module.softmax,
     )
@@ -165,7 +164,8 @@ def with_llama_roundings(monkeypatch, weights: Weights) -> None:
             x = dequantize(quantize(x, Q.Q8_0), Q.Q8_0).reshape(x.shape).astype(np.float32)
         elif kind in (Q.Q4_K, Q.Q6_K):
             x = q8_k(x)
-        return linear(x, w, b)
+        y = np.matmul(x, w.T)
+        return y + b if b is not None else y
 
     def half(a):
         return a.astype(np.float16).astype(np.float32)
@@ -176,9 +176,10 @@ def with_llama_roundings(monkeypatch, weights: Weights) -> None:
         return attention(half(q), cache, layer, positions, hp)
 
     monkeypatch.setattr(weights, "get", typed_get)
-    # the output head, which the reference multiplies a chunk of rows at a time
-    monkeypatch.setattr(weights, "products", lambda name, xs: [rounded_linear(x, typed_get(name)) for x in xs])
-    monkeypatch.setattr(forward_module, "linear", rounded_linear)
+    # every matrix product, which the reference makes a chunk of rows at a time
+    monkeypatch.setattr(
+        weights, "products", lambda name, xs, bias=None: [rounded_linear(x, typed_get(name), bias) for x in xs]
+    )
     monkeypatch.setattr(forward_module, "attention", rounded_attention)
     monkeypatch.setattr(forward_module, "softmax", lambda s: half(softmax(s)))
 

@@ -64,6 +64,21 @@ def test_tensor_directory_matches_gguf_reader(tmp_path):
             )
             assert tuple(int(x) for x in a.shape) == b.shape
             assert bytes(f.tensor_data(b)[:64]) == a.data.tobytes()[:64]
+            assert f.read(b, 0, b.nbytes) == a.data.tobytes()  # read, not mapped: the same bytes
+            assert f.read(b, 7, 70) == a.data.tobytes()[7:70]
+
+
+def test_tensor_reads_stay_inside_the_tensor_and_a_file_cut_short_is_a_clear_error(tmp_path):
+    path = _write(tmp_path, small_valid())
+    with GGUFFile(path) as f:
+        b = f.tensor("b")
+        with pytest.raises(ValueError, match="outside"):
+            f.read(b, 0, b.nbytes + 1)
+        with open(path, "r+b") as cut:  # changed under the open file: a short read
+            cut.truncate(b.data_offset + 5)
+        with pytest.raises(GGUFError, match="ended while reading b") as e:
+            f.read(b, 0, b.nbytes)
+        assert "\n" not in str(e.value)
 
 
 def test_small_valid_file_parses(tmp_path):
