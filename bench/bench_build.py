@@ -24,9 +24,12 @@ fork/exec/wait4, with the process's peak RSS from wait4. Rows per model:
   every size).
 
 Content-keyed cached work gets its own column, cold and warm, out of the warm build's figure:
-the tokenizer assets and the reference forward pass for the smoke test (cold = the first
-build, warm = the build without a plan-cache entry), the payload digests (cold = first build /
-new plan), the whole build but its partitions (cold = the first build, warm = the warm build).
+the tokenizer assets (cold = the first build, warm = the build without a plan-cache entry), the
+payload digests (cold = first build / new plan), the whole build but its partitions (cold = the
+first build, warm = the warm build). The reference forward pass for the smoke test (the one
+expensive piece of it) has its own table: the record alone in a fresh process, cold (its cache
+entry removed) and warm (read and checked), time and peak RSS each, beside the first build
+without it (every cache empty but the record's) and with it.
 
     python3 bench/bench_build.py [--dir /work/tmp-bench] [--sizes 0.5b,1.5b,3b] [--repeat 3]
                                  [--alignment 4096] [--keep-models]
@@ -94,6 +97,27 @@ def drop_plans(cache: Path) -> None:
         entry.write_text(json.dumps(doc))
 
 
+def drop_all_but_record(cache: Path) -> None:
+    """Empty every cache but the reference forward pass's (``q25deploy/forward``): the next
+    build is a first build of a model whose record was computed before."""
+    root = cache / "q25deploy"
+    for entry in root.iterdir() if root.is_dir() else ():
+        if entry.name != "forward":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+# The reference forward pass on the smoke prompts alone, as the build runs it (its content
+# cache looked up first): argv = model, the build's smoke_ids.json, the model's sha256.
+RECORD = (
+    "import json, sys\n"
+    "from q25deploy.model.gguf import GGUFFile\n"
+    "from q25deploy.packer.forward_record import record_bytes\n"
+    "ids = [p['ids'] for p in json.load(open(sys.argv[2]))['prompts']]\n"
+    "with GGUFFile(sys.argv[1]) as f:\n"
+    "    record_bytes(f, sys.argv[3], ids)\n"
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, help="where models and builds go (default: a temporary directory)")
@@ -117,7 +141,7 @@ def main() -> None:
         "XDG_CACHE_HOME": str(cache),
         "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
-    rows, phase_rows, starts = [], [], []
+    rows, phase_rows, starts, records = [], [], [], []
     for preset in a.sizes.split(","):
         model = work / f"qwen25-{preset}{f'-a{a.alignment}' if a.alignment else ''}.gguf"
         wrote = not model.exists()
@@ -137,6 +161,16 @@ def main() -> None:
         first, first_rss = run(build, env, report)  # every cache empty
         rss = 0  # the peak of every other build
         first_rep = json.loads(report.read_text())["payload"]
+        smoke_ids = work / "smoke_ids.json"
+        shutil.copyfile(out / "smoke_ids.json", smoke_ids)
+        model_sha = json.loads((out / "forward_record.json").read_text())["model_sha256"]
+        record = [sys.executable, "-c", RECORD, str(model), str(smoke_ids), model_sha]
+        fresh()
+        drop_all_but_record(cache)
+        bare, bare_rss = run(build, env, report)  # every cache empty but the record's
+        record_warm = min(run(record, env) for _ in range(a.repeat))  # (s, RSS) of the best
+        shutil.rmtree(cache / "q25deploy" / "forward")
+        record_cold = run(record, env)  # computed again (and cached again)
         cps, warms = [], []
         best_phases: dict[str, float] = {}
         for _ in range(a.repeat):  # interleaved: cp, build, cp, build...
@@ -184,6 +218,7 @@ def main() -> None:
         if wrote and not a.keep_models:
             model.unlink()
         rows.append((preset, size, min(cps), first, min(plans), min(warms), min(unplanned), min(noops), rss, first_rss))
+        records.append((preset, min(cps), record_cold, record_warm, (bare, bare_rss), (first, first_rss)))
         starts.append((preset, min(passes), min(versions), min(noops)))
         phase_rows.append((preset, best_phases))
         print(
@@ -193,7 +228,7 @@ def main() -> None:
             file=sys.stderr,
         )
     shutil.rmtree(cache, ignore_errors=True)
-    for scratch in ("report.json", "phases.json"):
+    for scratch in ("report.json", "phases.json", "smoke_ids.json"):
         (work / scratch).unlink(missing_ok=True)
     if not a.dir:
         shutil.rmtree(work, ignore_errors=True)
@@ -215,6 +250,20 @@ def main() -> None:
             f"{rss / 1e6:.0f} MB ({first_rss / 1e6:.0f} MB) |"
         )
     print("goals: warm build <= 2x cp; no-op <= 0.3 s; peak RSS <= 200 MB at every size")
+    print()
+    print(
+        "the reference forward pass on the smoke prompts (forward_record.json, cached by content), a fresh "
+        "process of its own: cold (computed) and warm (its cache entry read and checked), beside the first "
+        "build with and without it (every other cache empty):"
+    )
+    print("| model | record, cold | record, warm | first build without it (x cp) | first build with it (x cp) |")
+    print("|---|---|---|---|---|")
+    for preset, cp_t, cold, warm, bare, first in records:
+        print(
+            f"| {preset} | {cold[0]:.2f} s, {cold[1] / 1e6:.0f} MB | {warm[0]:.2f} s, {warm[1] / 1e6:.0f} MB | "
+            f"{bare[0]:.2f} s ({bare[0] / cp_t:.1f}x), {bare[1] / 1e6:.0f} MB | "
+            f"{first[0]:.2f} s ({first[0] / cp_t:.1f}x), {first[1] / 1e6:.0f} MB |"
+        )
     print()
     print("the no-op rebuild beside the interpreter's and the command line's start (best of 5, interleaved):")
     print("| model | python3 -c pass | q25deploy --version | no-op build |")
