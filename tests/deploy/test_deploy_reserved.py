@@ -47,6 +47,14 @@ def boot_with(dt: Path, mem: Path, build: Path) -> None:
         f.truncate(max(r["base"] + r["size"] for r in regions))
 
 
+def reserved_board(tmp_path: Path, build: Path) -> tuple[tuple[str, str], Path, Path]:
+    """A board booted with an image that reserves ``build``'s regions: (the ``--target-file``
+    arguments, its device tree, its memory)."""
+    bf, dt, mem = board_file(tmp_path)
+    boot_with(dt, mem, build)
+    return ("--target-file", str(bf)), dt, mem
+
+
 def resident(mem: Path, build: Path) -> bool:
     """The regions hold the build's partitions (read back from the memory file)."""
     pmap = json.loads((build / "partition_map.json").read_text())
@@ -74,9 +82,7 @@ def sized(tmp_path_factory) -> dict[str, Path]:
 
 def test_an_unreservable_plan_is_refused_before_anything_is_sent(tmp_path, capsys, ssh, sized, q25tok):
     srv, root = ssh["servers"][0], tmp_path / "board"
-    bf, dt, mem = board_file(tmp_path)
-    boot_with(dt, mem, sized["tiny"])  # an image for tiny's plan; tiny-untied needs a larger region
-    here = ("--target-file", str(bf))
+    here, dt, mem = reserved_board(tmp_path, sized["tiny"])  # tiny's plan; tiny-untied needs a larger region
     code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny-untied"], *here, runtime=q25tok, unreserved=False)
     assert code == 13 and not res[0]["ok"] and res[0]["bytes_sent"] == 0 and res[0]["files_sent"] == 0
     err = res[0]["error"]
@@ -97,9 +103,7 @@ def test_an_unreservable_plan_is_refused_before_anything_is_sent(tmp_path, capsy
 
 def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh, sized, q25tok):
     srv, root = ssh["servers"][0], tmp_path / "board"
-    bf, dt, mem = board_file(tmp_path)
-    boot_with(dt, mem, sized["tiny"])
-    here = ("--target-file", str(bf))
+    here, dt, _ = reserved_board(tmp_path, sized["tiny"])
     code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny"], *here, runtime=q25tok, unreserved=False)
     assert code == 0 and res[0]["ok"] and res[0]["residency"]["state"] == "resident" and not res[0]["warnings"]
     code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny"], *here, action="status")
@@ -119,12 +123,10 @@ def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh,
 
 def test_one_fixed_reservation_takes_two_model_sizes_each_resident(tmp_path, capsys, ssh, sized, q25tok):
     srv, root = ssh["servers"][0], tmp_path / "board"
-    bf, dt, mem = board_file(tmp_path)
     small, large = sized["tiny+reserve"], sized["tiny-untied+reserve"]
-    boot_with(dt, mem, small)  # the image: the 256 MiB reservation
+    here, _, mem = reserved_board(tmp_path, small)  # the image: the 256 MiB reservation
     used = [json.loads((b / "build.json").read_text())["memory"]["reservation"]["used"] for b in (small, large)]
     assert used[0] < used[1] < 256 << 20
-    here = ("--target-file", str(bf))
     for build in (small, large, small):
         code, res, _ = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
         assert code == 0 and res[0]["ok"] and res[0]["residency"]["state"] == "resident", res

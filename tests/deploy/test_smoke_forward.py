@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from deploy_helpers import deploy
 from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale
-from test_deploy_reserved import board_file, boot_with
+from test_deploy_reserved import reserved_board
 
 from q25deploy.builddir import BuildDir
 
@@ -28,9 +28,7 @@ def scale_byte(pmap: dict, layer: int) -> tuple[str, int]:
 
 def test_smoke_runs_the_forward_pass_from_the_regions(tmp_path, capsys, ssh, models, q25tok):
     srv, root, build = ssh["servers"][2], tmp_path / "board", models["A"]
-    bf, dt, mem = board_file(tmp_path)
-    boot_with(dt, mem, build)
-    here = ("--target-file", str(bf))
+    here, dt, mem = reserved_board(tmp_path, build)
     b = BuildDir(build)
     record = b.forward_record
     code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, runtime=q25tok, unreserved=False)
@@ -82,9 +80,7 @@ def test_smoke_runs_the_forward_pass_from_the_regions(tmp_path, capsys, ssh, mod
 
 def test_another_models_build_runs_no_forward_pass(tmp_path, capsys, ssh, models, q25tok):
     srv, root = ssh["servers"][2], tmp_path / "board"
-    bf, dt, mem = board_file(tmp_path)
-    boot_with(dt, mem, models["A"])
-    here = ("--target-file", str(bf))
+    here, _, _ = reserved_board(tmp_path, models["A"])
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], *here, runtime=q25tok, unreserved=False)
     assert code == 0, res
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--strict", *here, action="smoke")

@@ -100,6 +100,12 @@ def busybox_path(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def bb(busybox_path) -> str:
+    """``busybox_path``, by the name the board tests pass to their helpers."""
+    return busybox_path
+
+
+@pytest.fixture(scope="session")
 def q25tok_bin(tmp_path_factory) -> Path:
     need_program("cc", "Debian: gcc")
     out = tmp_path_factory.mktemp("ota-rt") / "rt"

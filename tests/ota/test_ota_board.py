@@ -20,11 +20,6 @@ from release_modes import wrong_modes
 from q25deploy.cli import main
 
 
-@pytest.fixture(scope="module")
-def bb(busybox_path):
-    return busybox_path
-
-
 def test_mender_module_full_then_tokenizer_only_matches_deploy(tmp_path, capsys, bb, q25tok_bin, ota_builds):
     pkg = tmp_path / "pkg"
     a = package(ota_builds["A"], "mender", pkg / "a.mender")

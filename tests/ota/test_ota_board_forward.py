@@ -17,11 +17,6 @@ from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
 
 
 @pytest.fixture(scope="module")
-def bb(busybox_path):
-    return busybox_path
-
-
-@pytest.fixture(scope="module")
 def arts(tmp_path_factory, ota_builds) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("forward-artifacts")
     return {

@@ -28,11 +28,6 @@ from ota_helpers import (
 
 
 @pytest.fixture(scope="module")
-def bb(busybox_path):
-    return busybox_path
-
-
-@pytest.fixture(scope="module")
 def arts(tmp_path_factory, ota_builds) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("region-artifacts")
     return {
