@@ -109,7 +109,8 @@ def drop_all_but_record(cache: Path) -> None:
 # The reference forward pass on the smoke prompts alone, as the build runs it (its content
 # cache looked up first): argv = model, the build's smoke_ids.json, the model's sha256.
 RECORD = (
-    "import json, sys\n"
+    "import json, os, sys\n"
+    "os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # as q25deploy's command line sets it\n"
     "from q25deploy.model.gguf import GGUFFile\n"
     "from q25deploy.packer.forward_record import record_bytes\n"
     "ids = [p['ids'] for p in json.load(open(sys.argv[2]))['prompts']]\n"
@@ -141,6 +142,10 @@ def main() -> None:
         "XDG_CACHE_HOME": str(cache),
         "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
+    # A user's installed q25deploy has its bytecode (pip compiles it at install time); a tree
+    # run from source under PYTHONDONTWRITEBYTECODE (some sandboxes set it) would compile its
+    # ~50 modules at every start, 0.03 s that no user pays. The first build writes __pycache__.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     rows, phase_rows, starts, records = [], [], [], []
     for preset in a.sizes.split(","):
         model = work / f"qwen25-{preset}{f'-a{a.alignment}' if a.alignment else ''}.gguf"
