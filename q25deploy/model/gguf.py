@@ -156,10 +156,6 @@ class GGUFFile:
         except KeyError:
             raise GGUFError(f"{self.path}: no tensor named {name!r}") from None
 
-    def tensor_data(self, t: TensorInfo) -> memoryview:
-        """The tensor's bytes as a zero-copy view of the mapping."""
-        return self._buf[t.data_offset : t.data_offset + t.nbytes]
-
     def read(self, t: TensorInfo, start: int, stop: int) -> bytearray:
         """Bytes ``start:stop`` of the tensor's data, a copy read with ``pread``, not through the
         mapping: the page cache holds them, never this process's resident set, so reading a

@@ -93,7 +93,7 @@ class Weights:
         return whole
 
     def products(self, name: str, xs: list[np.ndarray], bias: np.ndarray | None = None) -> list[np.ndarray]:
-        """``linear(x, get(name), bias)`` for each ``x`` (shape (tokens, ne0)), the matrix
+        """``x @ W.T (+ bias)`` for each ``x`` (shape (tokens, ne0)), ``W = get(name)``, the matrix
         dequantised a chunk of rows at a time and never whole: the forward pass's peak memory is
         then a chunk and gguf-py's temporaries, whatever the model's size (a 3B model's FFN
         matrices are 90 MB as float32, its output head 1.2 GB). BLAS blocks a chunk's sums as it
@@ -102,7 +102,8 @@ class Weights:
         bits, run after run."""
         hit = self._cache.get(name)
         if hit is not None:
-            return [np.matmul(x, hit.T) + bias if bias is not None else np.matmul(x, hit.T) for x in xs]
+            ys = [np.matmul(x, hit.T) for x in xs]
+            return ys if bias is None else [y + bias for y in ys]
         t = self.info(name)
         rows = t.n_elements // t.shape[0]
         out = [np.empty((x.shape[0], rows), np.float32) for x in xs]

@@ -63,8 +63,7 @@ def test_tensor_directory_matches_gguf_reader(tmp_path):
                 b.nbytes,
             )
             assert tuple(int(x) for x in a.shape) == b.shape
-            assert bytes(f.tensor_data(b)[:64]) == a.data.tobytes()[:64]
-            assert f.read(b, 0, b.nbytes) == a.data.tobytes()  # read, not mapped: the same bytes
+            assert f.read(b, 0, b.nbytes) == a.data.tobytes()
             assert f.read(b, 7, 70) == a.data.tobytes()[7:70]
 
 

@@ -34,7 +34,7 @@ class Model:
 
     def __getitem__(self, name: str) -> np.ndarray:
         t = self.f.tensor(name)
-        v = dequantize(np.frombuffer(self.f.tensor_data(t), np.uint8), GGMLQuantizationType(t.ggml_type))
+        v = dequantize(np.frombuffer(self.f.read(t, 0, t.nbytes), np.uint8), GGMLQuantizationType(t.ggml_type))
         return np.asarray(v, f32).reshape(-1, t.shape[0]) if len(t.shape) == 2 else np.asarray(v, f32)
 
 

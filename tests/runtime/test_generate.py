@@ -206,8 +206,8 @@ def test_the_embedding_summary_is_the_embedding_row(san_q25tok, release, prompts
         qtype = GGMLQuantizationType(t.ggml_type)
         block, size = GGML_QUANT_SIZES[qtype]
         row_bytes = t.shape[0] // block * size
-        raw = np.frombuffer(f.tensor_data(t), dtype=np.uint8)[ids[-1] * row_bytes : (ids[-1] + 1) * row_bytes]
-        row = dequantize(raw.copy(), qtype).reshape(-1).astype(np.float32)
+        raw = np.frombuffer(f.read(t, ids[-1] * row_bytes, (ids[-1] + 1) * row_bytes), dtype=np.uint8)
+        row = dequantize(raw, qtype).reshape(-1).astype(np.float32)
     n = len(row)
     assert [np.float32(v) for v in values] == [row[k * n // 4] for k in range(4)]  # %.9g: the float32 exactly
     assert norm == pytest.approx(float(np.sqrt((row.astype(np.float64) ** 2).sum())), rel=1e-12)
