@@ -110,7 +110,8 @@ def drop_all_but_record(cache: Path) -> None:
 # cache looked up first): argv = model, the build's smoke_ids.json, the model's sha256.
 RECORD = (
     "import json, os, sys\n"
-    "os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # as q25deploy's command line sets it\n"
+    "from q25deploy.numerics import pin\n"
+    "pin()  # as q25deploy's command line does, before numpy loads\n"
     "from q25deploy.model.gguf import GGUFFile\n"
     "from q25deploy.packer.forward_record import record_bytes\n"
     "ids = [p['ids'] for p in json.load(open(sys.argv[2]))['prompts']]\n"

@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import pinned_numerics  # noqa: F401  (first: OpenBLAS pinned before numpy loads)
 
-# before numpy loads (as the q25deploy program does): one OpenBLAS thread, which runs the host
-# forward pass ten times faster than threads spinning on a busy 2-core machine
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# isort: split
+from pathlib import Path
 
 import pytest
 from board_fixtures import (  # noqa: F401  (the emulated A53 board)

@@ -17,11 +17,9 @@ if TYPE_CHECKING:
 
 def run() -> NoReturn:
     """The ``q25deploy`` program (console script, ``python -m q25deploy``)."""
-    import os
+    from ..numerics import pin
 
-    # before numpy loads: the forward pass's products are small, and OpenBLAS threads spinning
-    # on a busy 2-core machine made them ten times slower than one thread
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    pin()  # before numpy loads: OpenBLAS's kernels and threads (q25deploy/numerics.py)
     from .early import begin_logins
 
     early = begin_logins(sys.argv[1:])

@@ -24,6 +24,7 @@ from ..model.generate import STEPS, greedy, summary_indices
 from ..model.gguf import GGUFFile
 from ..model.hparams import HParams, hparams_text, runnable
 from ..model.weights import Weights
+from ..numerics import kernels
 from ..tokenizer.prompts import SMOKE_PROMPTS
 
 FORMAT = "q25deploy-forward-record/1"
@@ -60,7 +61,7 @@ def compute(f: GGUFFile, model_sha256: str, ids: list[list[int]], steps: int = S
 
 
 def cache_key(model_sha256: str, ids: list[list[int]], steps: int = STEPS) -> str:
-    return json_digest([FORMAT, model_sha256, ids, steps, __version__])
+    return json_digest([FORMAT, model_sha256, ids, steps, __version__, kernels()])
 
 
 def _dir(cache_dir: Path | None) -> Path:
