@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 
 import pytest
 
@@ -116,3 +117,28 @@ def test_pack_refuses_a_source_shorter_than_its_pieces(tmp_path):
     (tmp_path / "m").write_bytes(b"x" * 100)
     with pytest.raises(OutputError, match="changed while it was read"):
         pack(str(tmp_path / "m"), [Piece("t", 50, 100, 0, 0)], [str(tmp_path / "o")], [100])
+
+
+def test_a_copy_without_digests_refuses_a_source_shorter_than_its_pieces(tmp_path):
+    (tmp_path / "m").write_bytes(b"x" * 100)
+    with pytest.raises(OutputError, match="model file ended early"):
+        pack(
+            str(tmp_path / "m"),
+            [Piece("t", 50, 100, 0, 0)],
+            [str(tmp_path / "o")],
+            [100],
+            hash_pieces=False,
+            hash_outputs=False,
+        )
+
+
+def test_a_copy_stops_between_chunks_when_told(tmp_path, src):
+    """A head start the build did not confirm (q25deploy/packer/head_start.py) stops at once."""
+    path, data = src
+    ps, sizes = pieces_for(len(data))
+    dsts = [str(tmp_path / f"out{i}.bin") for i in range(len(sizes))]
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(payload.Stopped):
+        pack(str(path), ps, dsts, sizes, hash_pieces=False, hash_outputs=False, stop=stop)
+    assert all(not any(open(d, "rb").read()) for d in dsts)  # created at their sizes, nothing copied
