@@ -412,6 +412,22 @@ def parse_plan_cache(doc: Any, where: str) -> tuple[str, str, dict[str, Artifact
     return hex64(d.get("key"), where, "key"), hex64(d.get("model_sha256"), where, "model_sha256"), artifacts, groups
 
 
+PLAN_REQUEST_FORMAT = "q25deploy-plan-request/1"
+
+
+def parse_plan_request(doc: Any, where: str) -> tuple[str, str, dict]:
+    """A plan cache's request record (q25deploy/packer/plan_cache.py): (the model's sha256, the
+    entry's key, the quick record of what the build read: compared whole, never trusted)."""
+    d = obj(doc, where)
+    if d.get("format") != PLAN_REQUEST_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {PLAN_REQUEST_FORMAT}")
+    quick = obj(d.get("quick"), where, "quick")
+    obj(quick.get("snapshot"), where, "quick.snapshot")
+    watch = array(quick.get("watch"), where, "quick.watch")
+    _expect(all(isinstance(p, str) for p in watch), watch, where, "quick.watch", "a list of paths")
+    return hex64(d.get("model_sha256"), where, "model_sha256"), hex64(d.get("key"), where, "key"), quick
+
+
 def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, list[int]]]]:
     """A build's ``smoke_ids.json``: (the image's sha256, [(prompt, special, ids)])."""
     d = obj(doc, where)

@@ -4,7 +4,8 @@ errors become messages) and one module per command group, each adding its own su
 ``deploy``; ``common`` holds what they share.
 
 Exports ``main`` (returns the exit code: for tests and callers) and ``run`` (the program, which
-starts a board command's first logins before it loads the rest: :mod:`.early`)."""
+starts a board command's first logins, or a build's copy, before it loads the rest:
+:mod:`.early`, :mod:`.early_build`)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ def run() -> NoReturn:
 
     pin()  # before numpy loads: OpenBLAS's kernels and threads (q25deploy/numerics.py)
     from .early import begin_logins
+    from .early_build import begin_build
 
     early = begin_logins(sys.argv[1:])
+    head_start = begin_build(sys.argv[1:])  # a build's copy, under way while the rest loads
     from .main import run as run_main
 
-    run_main(early)
+    run_main(early, head_start)
 
 
 def __getattr__(name: str):

@@ -83,6 +83,20 @@ def reserve_size(text: str) -> int:
     return n
 
 
+def requested(a: argparse.Namespace) -> dict:
+    """The build's options but the target, the output folder and the progress: what the early
+    reading of the command line (:mod:`.early_build`) must find as the parser does."""
+    return {
+        "model": a.model,
+        "target_file": a.target_file,
+        "model_license": a.model_license,
+        "model_license_file": a.model_license_file,
+        "layer_release": a.layer_release,
+        "layer_maintainer": a.layer_maintainer,
+        "reserve": a.reserve,
+    }
+
+
 def cmd_build(a: argparse.Namespace) -> int:
     from ..packer.pipeline import build
     from .progress import Progress, wanted
@@ -90,16 +104,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     prog = Progress(enabled=wanted(quiet=a.quiet, json=a.json), task=a.target or "build")
     with prog.running("build"):
         result = build(
-            a.target,
-            model=a.model,
-            out=a.out,
-            target_file=a.target_file,
-            model_license=a.model_license,
-            model_license_file=a.model_license_file,
-            layer_release=a.layer_release,
-            layer_maintainer=a.layer_maintainer,
-            reserve=a.reserve,
-            progress=prog.step,
+            a.target, out=a.out, progress=prog.step, head_start=getattr(a, "head_start", None), **requested(a)
         )
     report_failures(result.failures)
     if a.json:
