@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None, early: dict | None = None, head_star
         while early:
             early.popitem()[1].close()
         if head_start is not None:
-            head_start.discard()  # no-op once the build took it
+            head_start.discard()  # whatever the build did not commit
         if "q25deploy.deploy.options" in sys.modules:  # the hosts files it read: read once per command
             sys.modules["q25deploy.deploy.options"].forget_hosts_files()
         phases.write()  # Q25_PHASE_TIMES (benchmarks): where the time went

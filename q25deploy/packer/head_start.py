@@ -138,11 +138,12 @@ class HeadStart:
         return self
 
     def discard(self) -> None:
-        """Stop the copy and remove its directory, unless the build took them."""
-        if not self.taken:
-            self.taken = True
-            self.copy.cancel()
-            shutil.rmtree(self.o.tmp, ignore_errors=True)
+        """Stop the copy and remove its directory: called once the build ended, however it
+        ended (the directory of a build that committed is DIR by then, and nothing is removed;
+        one that failed before it could is removed here)."""
+        self.taken = True
+        self.copy.cancel()
+        shutil.rmtree(self.o.tmp, ignore_errors=True)
 
 
 def start(asked: dict, out: Path | str | None) -> HeadStart | None:

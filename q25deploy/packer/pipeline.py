@@ -136,7 +136,7 @@ def build(
         return _build(asked, out, progress, head_start)
     finally:
         if head_start is not None:
-            head_start.discard()  # no-op once taken
+            head_start.discard()  # whatever the build did not commit
 
 
 def request(
