@@ -12,7 +12,7 @@ from q25deploy import numerics
 
 
 def test_kernels_are_asked_only_of_a_cpu_that_has_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(numerics.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(numerics, "_machine", lambda: "x86_64")
     for flags, want in (("fpu sse2 avx avx2 fma bmi2", "Haswell"), ("fpu sse2 avx", None)):
         info = tmp_path / "cpuinfo"
         info.write_text(f"processor\t: 0\nvendor_id\t: X\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
@@ -23,7 +23,7 @@ def test_kernels_are_asked_only_of_a_cpu_that_has_them(tmp_path, monkeypatch):
     env = {"OPENBLAS_CORETYPE": "Zen", "OPENBLAS_NUM_THREADS": "2"}
     numerics.pin(env)
     assert env == {"OPENBLAS_CORETYPE": "Zen", "OPENBLAS_NUM_THREADS": "2"}  # the user's, as set
-    monkeypatch.setattr(numerics.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(numerics, "_machine", lambda: "aarch64")
     env = {}
     numerics.pin(env)
     assert "OPENBLAS_CORETYPE" not in env
@@ -46,7 +46,7 @@ def test_the_program_runs_with_the_pinned_kernels():
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
     core = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     flags = numerics._read("/proc/cpuinfo")
-    if numerics.platform.machine() == "x86_64" and {"avx2", "fma"} <= flags:
+    if numerics._machine() == "x86_64" and {"avx2", "fma"} <= flags:
         assert core.strip().lower() == "haswell"
     else:  # its own kernels: still a named core
         assert core.strip()

@@ -33,11 +33,14 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..common import file_sha256
 from ..errors import GGUFError, OutputError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 CHUNK = 1 << 20  # a pass's chunk: small enough to stay in the caches between its readers
 RING = 4  # chunks in flight: the reader fills one while the digest streams work on the others
@@ -261,6 +264,8 @@ def _pass(src, pieces, targets, fds, dst_paths, sizes, hash_pieces, hash_outputs
                 _zero_fill(h, a + shift - out_pos[p.dst])
                 h.update(chunk[a - pos : b - pos])
                 out_pos[p.dst] = b + shift
+
+    from concurrent.futures import ThreadPoolExecutor  # the hashing pass's alone: a copy's start stays light
 
     streams: list[Callable[[memoryview, int, list[Piece]], None]] = [outputs]
     if hash_pieces:
