@@ -4,8 +4,12 @@
 ~2 GB; written into --dir first unless there, deleted at the end if written).
 
 Every figure is a fresh process, as a user types it (`q25deploy build --target T --model M
---out DIR --json`, the tree under test first on PYTHONPATH), timed by this script around
-fork/exec/wait4, with the process's peak RSS from wait4. Rows per model:
+--out DIR --json`), timed by this script around fork/exec/wait4, with the process's peak RSS
+from wait4. The q25deploy timed is the tree under test installed as the README installs it,
+`pip install .` into a virtual environment of its own (--venv, made on first use; with its
+bytecode, and without an editable install's import hook or another site's .pth files, which
+cost every start 0.03-0.1 s here that no user pays); --in-tree times the tree on PYTHONPATH
+with whatever `q25deploy` is on PATH instead. Rows per model:
 
 - `cp` of the model (page cache warm: the build reads the same cached bytes), best of N,
   interleaved with the warm build so both see the same load;
@@ -32,7 +36,7 @@ entry removed) and warm (read and checked), time and peak RSS each, beside the f
 without it (every cache empty but the record's) and with it.
 
     python3 bench/bench_build.py [--dir /work/tmp-bench] [--sizes 0.5b,1.5b,3b] [--repeat 3]
-                                 [--alignment 4096] [--keep-models]
+                                 [--alignment 4096] [--keep-models] [--venv DIR | --in-tree]
 
 On XFS or Btrfs, `cp` shares the file's blocks (coreutils >= 9: --reflink=auto) and the build
 shares every tensor's whole blocks when the GGUF's tensors are block aligned (--alignment 4096);
@@ -58,7 +62,7 @@ from q25deploy.model.synthetic import write_model  # noqa: E402
 VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
 
 
-PHASES = ("imports", "plan", "tokenizer", "payload", "board files", "layer", "probe", "commit", "end")
+PHASES = ("head start", "imports", "plan", "tokenizer", "payload", "board files", "layer", "probe", "commit", "end")
 STARTS: dict[str, float] = {}  # Q25_PHASE_TIMES file -> time.monotonic() at the fork
 
 
@@ -80,6 +84,20 @@ def run(cmd: list[str], env: dict, stdout: Path | None = None) -> tuple[float, i
     if status:
         raise SystemExit(f"{' '.join(cmd)} failed (wait status {status})")
     return wall, usage.ru_maxrss * 1024
+
+
+def installed(venv: Path) -> tuple[list[str], str]:
+    """The tree under test installed into ``venv`` (``pip install .``; its dependencies the
+    first time): its ``q25deploy`` command and its interpreter."""
+    import subprocess
+
+    python = venv / "bin" / "python"
+    first = not python.exists()
+    if first:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *([] if first else ["--no-deps", "--force-reinstall"]), str(ROOT)], check=True)
+    return [str(venv / "bin" / "q25deploy")], str(python)
 
 
 def drop_builds(cache: Path) -> None:
@@ -132,17 +150,21 @@ def main() -> None:
         help="the models' general.alignment (default GGUF's 32; 4096 lets a build on XFS/Btrfs share blocks)",
     )
     ap.add_argument("--keep-models", action="store_true", help="keep the models this run wrote")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--venv", type=Path, help="the virtual environment to install the tree into (default DIR/venv)")
+    where.add_argument("--in-tree", action="store_true", help="time the tree on PYTHONPATH, not an installed copy")
     a = ap.parse_args()
-    exe = shutil.which("q25deploy")
-    cmd0 = [exe] if exe else [sys.executable, "-m", "q25deploy"]
     work = a.dir or Path(tempfile.mkdtemp(prefix="q25-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
     cache, out, copy = work / "cache", work / "out", work / "copy.gguf"
-    env = {
-        **os.environ,
-        "XDG_CACHE_HOME": str(cache),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    if a.in_tree:
+        exe, python = shutil.which("q25deploy"), sys.executable
+        cmd0 = [exe] if exe else [python, "-m", "q25deploy"]
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    else:
+        cmd0, python = installed(a.venv or work / "venv")
+        env.pop("PYTHONPATH", None)
     # A user's installed q25deploy has its bytecode (pip compiles it at install time); a tree
     # run from source under PYTHONDONTWRITEBYTECODE (some sandboxes set it) would compile its
     # ~50 modules at every start, 0.03 s that no user pays. The first build writes __pycache__.
@@ -170,7 +192,7 @@ def main() -> None:
         smoke_ids = work / "smoke_ids.json"
         shutil.copyfile(out / "smoke_ids.json", smoke_ids)
         model_sha = json.loads((out / "forward_record.json").read_text())["model_sha256"]
-        record = [sys.executable, "-c", RECORD, str(model), str(smoke_ids), model_sha]
+        record = [python, "-c", RECORD, str(model), str(smoke_ids), model_sha]
         fresh()
         drop_all_but_record(cache)
         bare, bare_rss = run(build, env, report)  # every cache empty but the record's
@@ -214,7 +236,7 @@ def main() -> None:
         noops, passes, versions = [], [], []
         run(build, env)  # the full check writes the quick record of this command line
         for _ in range(5):
-            passes.append(run([sys.executable, "-c", "pass"], env)[0])
+            passes.append(run([python, "-c", "pass"], env)[0])
             versions.append(run([*cmd0, "--version"], env)[0])
             t, r = run(build, env)
             noops.append(t)
