@@ -66,6 +66,7 @@ class Board(BoardBase):
         transfer: str = "auto",
     ) -> None:
         super().__init__(spec, become=become, transfer=transfer)
+        self.gate = openssh.SessionGate()  # this transport's sessions (see openssh.SessionGate)
         kwargs = {
             "look_for_keys": identity is None,
             "allow_agent": identity is None,
@@ -131,12 +132,15 @@ class Board(BoardBase):
     # -- commands ---------------------------------------------------------------------------
     def _channel(self, argv: Sequence[str], timeout: int):
         cmd = self.command(argv, timeout)
+        started = self.gate.enter("start")  # until the board answers the exec: its command runs
         try:
             chan = self.transport.open_session(window_size=CHANNEL_WINDOW, max_packet_size=MAX_PACKET)
             chan.settimeout(timeout + 30)
             chan.exec_command(cmd)
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:
             raise DeployError(f"{self.spec.name}: connection lost: {e}") from None
+        finally:
+            started()
         return chan
 
     def start(self, argv: Sequence[str], timeout: int) -> paramiko.Channel:
@@ -213,11 +217,15 @@ class Board(BoardBase):
                 sent += n
                 if progress:
                     progress(n)
-            chan.shutdown_write()
-            out, err = _drain(chan)
-            if out is None:
-                raise too_large(self.spec.name, f"answer to uploading {os.path.basename(dest)}", MAX_ANSWER)
-            return chan.recv_exit_status(), out, err
+            ended = self.gate.enter("end")  # EOF ends the receiver
+            try:
+                chan.shutdown_write()
+                out, err = _drain(chan)
+                if out is None:
+                    raise too_large(self.spec.name, f"answer to uploading {os.path.basename(dest)}", MAX_ANSWER)
+                return chan.recv_exit_status(), out, err
+            finally:
+                ended()
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as e:
             raise DeployError(
                 f"{self.spec.name}: connection lost while uploading {os.path.basename(dest)}: {e}"

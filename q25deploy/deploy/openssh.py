@@ -51,6 +51,7 @@ READY = b"q25deploy: receiving"
 ANNOUNCE = f"echo {shlex.quote(READY.decode())} && "  # the board's shell, logged in, says so first
 CHUNK = 1 << 20
 PIPE_BYTES = 1 << 20
+GATE_WAIT = 30.0  # the longest a session's start or end waits for the other kind (SessionGate)
 KEX = (
     "mlkem768x25519-sha256",
     "curve25519-sha256",
@@ -194,10 +195,11 @@ def find_client() -> str | None:
     return shutil.which("ssh")
 
 
-def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arrived=None) -> None:
+def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arrived=None, started=None) -> None:
     """``stream`` into ``sink``; with ``ready``: what comes before the ready line (a board's
     shell start-up may print) is dropped, and ``ready`` is set when it arrives. ``arrived``
-    (a Condition) is notified of each block, and of the end."""
+    (a Condition) is notified of each block, and of the end. ``started`` is called once the
+    ready line came or the stream ended."""
     try:
         while ready is not None and not ready.is_set():
             line = stream.readline(MAX_LINE)  # a board's endless line is read in bounded parts
@@ -205,6 +207,8 @@ def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arri
                 return  # ended before it: ssh did not log in
             if line.rstrip(b"\n") == READY:
                 ready.set()
+        if started is not None:
+            started()
         read = getattr(stream, "read1", stream.read)  # what has come, not a full block
         for block in iter(lambda: read(65536), b""):
             if arrived is None:
@@ -216,6 +220,8 @@ def _collect(stream, sink: bytearray, ready: threading.Event | None = None, arri
                 sink += block
                 arrived.notify_all()
     finally:
+        if started is not None:
+            started()
         if arrived is not None:
             with arrived:
                 arrived.ended = True
@@ -261,6 +267,43 @@ def _widen(pipe: int) -> None:
         pass  # above fs.pipe-max-size, or not Linux: it stays as it was
 
 
+class SessionGate:
+    """Keeps the sessions of one connection from starting while one of them ends.
+
+    dropbear 2022.82 to 2024.85 closes a session channel that is open but has not started its
+    command yet (no pid) whenever a child of the connection exits meanwhile (its SIGCHLD runs
+    ``check_close`` on every channel: dropbear commit 71521d1b, issue #321): the session ends
+    with no exit status (``ssh`` exits 255 and says nothing), or the command is started anyway
+    and its first output fails an assertion that ends the whole connection. So a session start
+    (from ``ssh`` starting to the board's ready line) waits while a session ends (from its
+    standard input closing to its ``ssh`` exiting), and the other way round; starts run
+    together, and so do ends. A wait is bounded (:data:`GATE_WAIT`): a board that never
+    finishes a start (no ready line) slows the others down, it does not hang them."""
+
+    def __init__(self, wait: float = 0.0) -> None:
+        self._cond = threading.Condition()
+        self._count = {"start": 0, "end": 0}
+        self.wait = wait or GATE_WAIT
+
+    def enter(self, phase: str) -> Callable[[], None]:
+        """Wait until no session is in the other phase (at most :attr:`wait` s), enter
+        ``phase``; returns its leave (to call once; later calls do nothing)."""
+        other = "end" if phase == "start" else "start"
+        with self._cond:
+            self._cond.wait_for(lambda: self._count[other] == 0, self.wait)
+            self._count[phase] += 1
+        left = threading.Event()
+
+        def leave() -> None:
+            with self._cond:
+                if not left.is_set():
+                    left.set()
+                    self._count[phase] -= 1
+                    self._cond.notify_all()
+
+        return leave
+
+
 class Arrivals(threading.Condition):
     """Notified as a stream's bytes arrive; ``ended`` once it closed."""
 
@@ -270,10 +313,16 @@ class Arrivals(threading.Condition):
 class _Login:
     """One ``ssh`` process; the board's shell prints :data:`READY` once it is logged in."""
 
-    def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
-        )
+    def __init__(self, argv: list[str], gate: SessionGate | None = None) -> None:
+        self.gate = gate  # the connection's, where sessions share one (see SessionGate)
+        self._started = gate.enter("start") if gate else lambda: None
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+            )
+        except BaseException:
+            self._started()
+            raise
         stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
         if stdin is None or stdout is None or stderr is None:  # all three are PIPE: never
             raise OSError(f"{argv[0]}: no pipes to the process")
@@ -281,7 +330,9 @@ class _Login:
         self.out, self.err, self.ready = bytearray(), bytearray(), threading.Event()
         self.arrived = Arrivals()  # what the board's shell prints after the ready line
         self.readers = [
-            threading.Thread(target=_collect, args=(self.stdout, self.out, self.ready, self.arrived), daemon=True),
+            threading.Thread(
+                target=_collect, args=(self.stdout, self.out, self.ready, self.arrived, self._started), daemon=True
+            ),
             threading.Thread(target=_collect, args=(self.stderr, self.err), daemon=True),
         ]
         for t in self.readers:
@@ -309,13 +360,18 @@ class _Login:
             if line:
                 os.write(stdin, line)  # a few hundred bytes into an empty 1 MiB pipe: all of it
             _feed(src, size, stdin, progress)
-            self.stdin.close()
         except BrokenPipeError:
             pass  # ssh or the receiver ended early: its status and message say why
+        ended = self.gate.enter("end") if self.gate else lambda: None  # EOF ends the receiver
         try:
+            try:
+                self.stdin.close()
+            except BrokenPipeError:
+                pass
             self.proc.wait(timeout=timeout)
         finally:
             self.close()
+            ended()
         return self.proc.returncode, bytes(self.out), bytes(self.err)
 
     def close(self) -> None:
@@ -332,6 +388,7 @@ class _Login:
             t.join(timeout=5)
         for f in (self.stdout, self.stderr):
             f.close()
+        self._started()
 
 
 def last_line(data: bytes | bytearray) -> str:
@@ -347,6 +404,7 @@ class Bulk:
         self.client, self.login = client, login
         self._lock = threading.Lock()
         self._waiting: _Login | None = None  # logged in ahead (warm), for the next upload
+        self.gate = SessionGate() if login.control else None  # sessions of one connection
 
     @classmethod
     def for_session(
@@ -380,7 +438,7 @@ class Bulk:
         argv = ssh_argv(self.client, self.login, ANNOUNCE + 'IFS= read -r c && eval "$c"')
         with self._lock:
             if argv is not None and self._waiting is None:
-                self._waiting = _Login(argv)
+                self._waiting = _Login(argv, self.gate)
 
     def upload(self, command: str, src: BinaryIO, size: int, progress, timeout: float) -> tuple[int, bytes, bytes]:
         """``command`` (a quoted shell command line) on the board with ``size`` bytes of ``src``
@@ -395,7 +453,7 @@ class Bulk:
             argv = ssh_argv(self.client, self.login, ANNOUNCE + command)
             if argv is None:
                 raise Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
-            login, line = _Login(argv), b""
+            login, line = _Login(argv, self.gate), b""
         login.wait_ready(self.login.connect_timeout + 30)
         return login.send(line, src, size, progress, timeout)
 

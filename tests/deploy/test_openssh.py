@@ -150,3 +150,38 @@ def test_deploy_with_transfer_openssh(tmp_path, capsys, ssh, models, q25tok, spy
     code, res, _ = deploy(capsys, ssh, server, root, models["B"], "--transfer", "openssh", runtime=q25tok)
     assert code == 13 and "--transfer openssh: ssh did not log in" in res[0]["error"], res
     assert "\n" not in res[0]["error"] and os.readlink(root / "lib" / "firmware" / "q25" / "current") == current
+
+
+def test_the_session_gate_keeps_starts_and_ends_apart():
+    """dropbear 2022.82-2024.85 closes a session that has not started its command when another
+    session of the connection ends meanwhile (openssh.SessionGate): starts wait for ends, ends
+    for starts; starts run together, and so do ends."""
+    import threading
+    import time
+
+    gate = openssh.SessionGate()
+    first, second = gate.enter("start"), gate.enter("start")  # starts together: no wait
+    entered = threading.Event()
+
+    def end() -> None:
+        leave = gate.enter("end")
+        entered.set()
+        leave()
+
+    t = threading.Thread(target=end)
+    t.start()
+    first()
+    first()  # leaving twice counts once
+    assert not entered.wait(0.2)  # the second start is still under way
+    second()
+    assert entered.wait(5)
+    t.join()
+    ending = gate.enter("end")
+    also = gate.enter("end")  # ends together
+    slow = openssh.SessionGate(wait=0.3)
+    stuck = slow.enter("end")  # a start meets an end that never leaves: bounded
+    t0 = time.monotonic()
+    slow.enter("start")()
+    assert 0.25 < time.monotonic() - t0 < 5
+    for leave in (ending, also, stuck):
+        leave()

@@ -92,3 +92,35 @@ def test_oe_init_script_starts_dropbear_with_the_layers_window(board, qwen25_tin
     finally:
         board.sh("/etc/init.d/dropbear stop; rm -f /etc/init.d/dropbear /etc/default/dropbear", check=False)
     assert wait_until(lambda: f":{PORT} " not in board.sh("netstat -ltn")[1])
+
+
+@pytest.mark.parametrize("board", ["dropbear"], indirect=True)
+@pytest.mark.parametrize("transport", ["openssh", "paramiko"])
+def test_uploads_in_parallel_survive_dropbears_early_channel_close(board, transport):
+    """dropbear 2022.83 (Debian's, the board's) closes a new session channel whose command has
+    not started when another session of the connection ends meanwhile (dropbear issue #321,
+    fixed in 2024.86): the upload's ssh exited 255 saying nothing, or dropbear failed an
+    assertion and dropped the connection. Small files three at a time, as a deploy stages
+    them, each a session of its own: before the session gate, 22 of 366 such uploads failed."""
+    import io
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from q25deploy.deploy import openssh
+    from q25deploy.deploy.sshboard import OpenSshBoard
+
+    spec = HostSpec("127.0.0.1", "root", board.port)
+    if transport == "openssh":
+        b = OpenSshBoard(spec, openssh.find_client(), identity=str(board.key), known_hosts=str(board.known_hosts))
+    else:
+        b = Board(spec, identity=str(board.key), known_hosts=str(board.known_hosts), trust_new_host=False)
+    data = os.urandom(2092)  # the size of the tokenizer-only deploy's manifest
+    with b:
+        b.run(["mkdir", "-p", "/tmp/gate"])
+        for round_ in range(16):
+            b.expect_upload(len(data))
+            with ThreadPoolExecutor(max_workers=3) as pool:
+                jobs = [pool.submit(b.upload, io.BytesIO(data), len(data), f"/tmp/gate/f{k}") for k in range(6)]
+                digests = [j.result() for j in jobs]  # a DeployError fails the test here
+            assert len(set(digests)) == 1, round_
+        b.run(["rm", "-rf", "/tmp/gate"])
