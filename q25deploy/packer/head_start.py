@@ -62,9 +62,7 @@ class ForkedCopy:
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.close(self._r)
-                done = pack(
-                    str(model_path), entry.pieces, self.paths, entry.sizes, hash_pieces=False, hash_outputs=False
-                )
+                done = self._pack()
                 os.write(w, f"{done.shared} {done.copied}".encode())
                 code = 0
             finally:
@@ -81,14 +79,13 @@ class ForkedCopy:
             shared, copied = (int(x) for x in said.split())
             return Packed(None, {}, [], shared, copied, 0)
         except ValueError:
-            return pack(
-                str(self.model_path),
-                self.entry.pieces,
-                self.paths,
-                self.entry.sizes,
-                hash_pieces=False,
-                hash_outputs=False,
-            )
+            return self._pack()
+
+    def _pack(self) -> Packed:
+        """The copy itself, in this process: the child's work, or the parent's where it failed."""
+        return pack(
+            str(self.model_path), self.entry.pieces, self.paths, self.entry.sizes, hash_pieces=False, hash_outputs=False
+        )
 
     def cancel(self) -> None:
         """Stop the copy and wait until nothing writes any more."""
