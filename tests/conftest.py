@@ -17,6 +17,8 @@ from board_fixtures import (  # noqa: F401  (the emulated A53 board)
     q25tok_aarch64,
     q25tok_aarch64_static,
 )
+from llama_reference.client import LlamaReference
+from requirements import need_module_file
 
 from q25deploy.model.gguf import GGUFFile
 from q25deploy.model.synthetic import write_model
@@ -24,6 +26,9 @@ from q25deploy.tokenizer.codec import Codec
 from q25deploy.tokenizer.image.format import build_image
 from q25deploy.tokenizer.image.reader import open_image
 from q25deploy.tokenizer.vocab import vocab_from_gguf
+
+# tiers: the markers, time limits and tier times (tests/tiers.py); pytester: a pytest run inside a test
+pytest_plugins = ["tiers", "pytester"]
 
 DATA = Path(__file__).parent / "data"
 VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"
@@ -35,6 +40,22 @@ def private_cache(tmp_path_factory):
     import os
 
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
+@pytest.fixture(scope="session")
+def campaign() -> None:
+    """A campaign's test (power cuts, crash boots, fuzzing, yocto-check-layer): in the
+    ``campaign`` tier, at its CI size unless its own variable asks for more (docs/contributing.md)."""
+
+
+@pytest.fixture(scope="module")
+def llama_reference():
+    """llama.cpp (llama-cpp-python) in a child process of this module's tests: a crash or hang
+    there fails the test that called it and the next call starts a new child."""
+    need_module_file("llama_cpp", "pip install '.[reference]' builds llama-cpp-python")
+    ref = LlamaReference()
+    yield ref
+    ref.close()
 
 
 @pytest.fixture(scope="session")

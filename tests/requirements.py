@@ -4,6 +4,7 @@ failed on CI (``CI`` set), where .ci/run installs everything."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shutil
 
@@ -26,6 +27,13 @@ def need_module(name: str, how: str):
     try:
         return importlib.import_module(name)
     except ImportError:
+        _missing(f"Python module {name}", how)
+
+
+def need_module_file(name: str, how: str) -> None:
+    """That ``name`` is installed, without importing it here (llama_cpp loads its native
+    library at import: that belongs in the reference's child process)."""
+    if importlib.util.find_spec(name) is None:
         _missing(f"Python module {name}", how)
 
 

@@ -27,13 +27,10 @@ below 1e-9 (measured 6e-15 tiny, 2e-12 tiny-untied): the graph is llama.cpp's.
 
 from __future__ import annotations
 
-from contextlib import closing
-
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
-from requirements import need_module
 
 import q25deploy.model.forward as forward_module
 from q25deploy.model.forward import Forward, KVCache
@@ -45,14 +42,9 @@ from q25deploy.model.weights import Weights
 from q25deploy.tokenizer.prompts import SMOKE_PROMPTS, smoke_ids
 
 # logits: 2 x the largest |reference - llama.cpp| difference of a top logit seen, rounded up
-MARGINS = {"tiny": 0.1, "tiny-untied": 0.25, "0.5b": 0.1}
+MARGINS = {"tiny": 0.1, "tiny-untied": 0.25, "0.5b": 0.12}  # 0.5b: 0.046 (AVX-512 build), 0.050 (AVX2)
 NMSE = 2e-3  # the whole model (measured worst 8.1e-4)
 EMULATED_NMSE = 1e-9  # with llama.cpp's roundings applied to the reference
-
-
-@pytest.fixture(scope="module")
-def llama_cpp():
-    return need_module("llama_cpp", "pip install '.[reference]' builds llama-cpp-python")
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +54,9 @@ def untied(tmp_path_factory, vocab_gguf):
     return p
 
 
-def llama_model(llama_cpp, model):
-    return llama_cpp.Llama(
-        model_path=str(model), n_ctx=256, n_batch=256, logits_all=True, n_threads=2, verbose=False, seed=0
-    )
-
-
-def llama_logits(llm, ids: list[int]) -> np.ndarray:
-    """llama.cpp's logits of every position of ``ids``, evaluated in one batch from an empty cache."""
-    llm.reset()
-    llm.eval(ids)
-    return np.array(llm.scores[: len(ids)], np.float32)
+def llama_model(llama_reference, model):
+    """llama.cpp (in the reference's child process) with every logit kept."""
+    return llama_reference.model(model, n_ctx=256, n_batch=256, logits_all=True, n_threads=2, seed=0)
 
 
 def reference_greedy(fw: Forward, ids: list[int], steps: int = STEPS) -> tuple[list[int], list[np.ndarray]]:
@@ -86,16 +70,16 @@ def reference_greedy(fw: Forward, ids: list[int], steps: int = STEPS) -> tuple[l
     return tokens, logits
 
 
-def compare(llama_cpp, model, codec, margin: float) -> dict:
+def compare(llama_reference, model, codec, margin: float) -> dict:
     """Per step of every smoke prompt: tokens where llama.cpp's margin is clear, and the NMSE."""
-    llm = llama_model(llama_cpp, model)
-    with GGUFFile(model) as f, closing(llm):
+    llm = llama_model(llama_reference, model)
+    with GGUFFile(model) as f:
         fw = Forward(Weights(f), runnable(f))
         clear = unclear = 0
         worst_nmse = worst_top = 0.0
         for text, ids in zip(SMOKE_PROMPTS, smoke_ids(codec)):
             tokens, ours = reference_greedy(fw, ids)
-            theirs = llama_logits(llm, ids + tokens[:-1])[len(ids) - 1 :]
+            theirs = llm.logits(ids + tokens[:-1])[len(ids) - 1 :]
             p = {"text": text[0].decode()}
             for s, (a, b) in enumerate(zip(ours, theirs)):
                 best = np.sort(b)[-2:]
@@ -117,20 +101,20 @@ def check(result: dict, margin: float) -> None:
     assert 2 * result["top_diff"] < margin  # the margin covers what was seen
 
 
-def test_tiny_greedy_tokens_and_logits_match_llama_cpp(llama_cpp, qwen25_tiny, qwen25_codec):
-    check(compare(llama_cpp, qwen25_tiny, qwen25_codec, MARGINS["tiny"]), MARGINS["tiny"])
+def test_tiny_greedy_tokens_and_logits_match_llama_cpp(llama_reference, qwen25_tiny, qwen25_codec):
+    check(compare(llama_reference, qwen25_tiny, qwen25_codec, MARGINS["tiny"]), MARGINS["tiny"])
 
 
-def test_untied_greedy_tokens_and_logits_match_llama_cpp(llama_cpp, untied, qwen25_codec):
+def test_untied_greedy_tokens_and_logits_match_llama_cpp(llama_reference, untied, qwen25_codec):
     """3 layers of 256: Q4_K and Q6_K weights, a separate output.weight."""
-    check(compare(llama_cpp, untied, qwen25_codec, MARGINS["tiny-untied"]), MARGINS["tiny-untied"])
+    check(compare(llama_reference, untied, qwen25_codec, MARGINS["tiny-untied"]), MARGINS["tiny-untied"])
 
 
 @pytest.mark.slow
-def test_05b_greedy_tokens_and_logits_match_llama_cpp(llama_cpp, tmp_path, vocab_gguf, qwen25_codec):
+def test_05b_greedy_tokens_and_logits_match_llama_cpp(llama_reference, tmp_path, vocab_gguf, qwen25_codec):
     model = tmp_path / "qwen25-0.5b.gguf"
     write_model(model, "0.5b", str(vocab_gguf))
-    check(compare(llama_cpp, model, qwen25_codec, MARGINS["0.5b"]), MARGINS["0.5b"])
+    check(compare(llama_reference, model, qwen25_codec, MARGINS["0.5b"]), MARGINS["0.5b"])
 
 
 def q8_k(x: np.ndarray) -> np.ndarray:
@@ -185,11 +169,12 @@ def with_llama_roundings(monkeypatch, weights: Weights) -> None:
 
 
 @pytest.mark.parametrize("which", ["tiny", "untied"])
-def test_with_llama_cpp_roundings_the_logits_agree_to_rounding(llama_cpp, which, qwen25_tiny, untied, monkeypatch):
+def test_with_llama_cpp_roundings_the_logits_agree_to_rounding(
+    llama_reference, which, qwen25_tiny, untied, monkeypatch
+):
     model = qwen25_tiny if which == "tiny" else untied
     ids = [9707, 11, 1879, 0, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13]  # "Hello, world! The ..."
-    with closing(llama_model(llama_cpp, model)) as llm:
-        theirs = llama_logits(llm, ids)[-1]
+    theirs = llama_model(llama_reference, model).logits(ids)[-1]
     with GGUFFile(model) as f:
         w = Weights(f)
         with_llama_roundings(monkeypatch, w)

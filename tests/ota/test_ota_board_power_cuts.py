@@ -24,7 +24,6 @@ from emulated_board.power_bench import Bench, crash_campaign, streamed
 from ota_helpers import cpio_members, mender_tree, package
 from requirements import need_program
 
-pytestmark = pytest.mark.board
 MODEL = "SIGKILL"
 INSTALL = "/lib/firmware/q25"
 MODULE = "/tmp/q25-release"  # the update module, as /usr/share/mender/modules/v3 has it
@@ -136,7 +135,7 @@ def _next_install(board, eng, i: int) -> str | None:
 
 
 @pytest.mark.parametrize("engine", [Mender, SWUpdate], ids=["mender", "swupdate"])
-def test_power_cuts_during_an_ota_install(engine, boot_board, ota_builds, q25tok_aarch64, tmp_path):
+def test_power_cuts_during_an_ota_install(campaign, engine, boot_board, ota_builds, q25tok_aarch64, tmp_path):
     need_program("debugfs", "Debian: e2fsprogs")
     builds = [ota_builds["B"], ota_builds["A"]]
     eng = engine(builds, tmp_path / "packages")
@@ -199,7 +198,7 @@ def test_power_cuts_during_an_ota_install(engine, boot_board, ota_builds, q25tok
 
 
 @pytest.mark.parametrize("engine", [Mender, SWUpdate], ids=["mender", "swupdate"])
-def test_crash_states_of_an_ota_install(engine, boot_board, ota_builds, q25tok_aarch64, tmp_path):
+def test_crash_states_of_an_ota_install(campaign, engine, boot_board, ota_builds, q25tok_aarch64, tmp_path):
     """The disk behind QEMU's write log (write_log.py) during an install: what was flushed when
     the engine's last step returned holds the new release (the power may go the next instant);
     then each seed's crash state (writes after a flush dropped in a random subset) is checked

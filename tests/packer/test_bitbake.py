@@ -301,7 +301,7 @@ def test_broken_s_workdir_fails(tmp_path, builds, ws):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("board, deps", [("qemu", ""), ("kv260", "xilinx")])
-def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps):
+def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps, campaign):
     """OE-core's yocto-check-layer (README, parse, environment, world, signatures) passes on
     scarthgap for the qemu layer, and for kv260's with meta-arm + meta-xilinx-core, through
     tools/check_layer.sh. Minutes each: opt-in."""

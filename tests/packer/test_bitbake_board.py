@@ -24,8 +24,6 @@ import pytest
 from board_checks import q25, resident
 from yocto import RECIPES, built_pairs
 
-pytestmark = pytest.mark.board
-
 RUNTIME, ASSETS, REGIONS, _GROUP = RECIPES
 QEMU_SERIES = [s for s, b in built_pairs() if b == "qemu"]
 

@@ -222,7 +222,7 @@ def test_c_api_checks_on_a_32_bit_build(tmp_path):
     assert r.stdout.decode().endswith(" passed, 0 failed\n")
 
 
-def test_fuzz_harness_finds_nothing(tmp_path):
+def test_fuzz_harness_finds_nothing(tmp_path, campaign):
     fuzz(
         tmp_path,
         HERE / "fuzz" / "q25tok_fuzz.c",

@@ -279,6 +279,6 @@ def test_weights_api_contract(tmp_path, arch):
     assert r.returncode == 0 and r.stdout.endswith(" passed, 0 failed\n"), r.stdout + r.stderr
 
 
-def test_weights_fuzz_harness_finds_nothing(tmp_path):
+def test_weights_fuzz_harness_finds_nothing(tmp_path, campaign):
     """fuzz/weights_fuzz.c: mutated tensor tables and blocks of every type under ASan+UBSan."""
     fuzz(tmp_path, HERE / "fuzz" / "weights_fuzz.c", HERE / "fuzz" / "weights_corpus")

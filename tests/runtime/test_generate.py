@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from requirements import need_module
 from test_c_runtime import QEMU_LIBS, SAN_ENV, arm_q25tok, san_q25tok  # noqa: F401 (session fixtures)
 from test_probe import flip, loaded
 
@@ -78,26 +77,14 @@ def prompts(builds) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def llama(qwen25_tiny, prompts):
-    return llama_greedy(qwen25_tiny, prompts)
+def llama(llama_reference, qwen25_tiny, prompts):
+    return llama_greedy(llama_reference, qwen25_tiny, prompts)
 
 
-def llama_greedy(model: Path, prompts: list[list[int]]) -> list[tuple[list[int], np.ndarray]]:
+def llama_greedy(llama_reference, model: Path, prompts: list[list[int]]) -> list[tuple[list[int], np.ndarray]]:
     """llama.cpp's greedy tokens and logits for each prompt (8 steps, as generate runs)."""
-    llama_cpp = need_module("llama_cpp", "pip install '.[reference]' builds llama-cpp-python")
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=256, n_batch=256, logits_all=True, n_threads=2, verbose=False)
-    out = []
-    for ids in prompts:
-        llm.reset()
-        llm.eval(ids)
-        tokens, logits = [], []
-        for _ in range(STEPS):
-            row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
-            tokens.append(int(np.argmax(row)))
-            logits.append(row)
-            llm.eval([tokens[-1]])
-        out.append((tokens, np.stack(logits)))
-    return out
+    llm = llama_reference.model(model, n_ctx=256, n_batch=256, logits_all=True, n_threads=2)
+    return [llm.greedy(ids, STEPS) for ids in prompts]
 
 
 def generate(exe: list, b: Path, ids: list[int], *args, env=SAN_ENV) -> subprocess.CompletedProcess:
@@ -295,7 +282,7 @@ def test_usage_and_ids(san_q25tok, release, prompts):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, tmp_path_factory):  # noqa: F811
+def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, llama_reference, tmp_path_factory):  # noqa: F811
     """24 layers of 896 (Q4_K / Q6_K / Q5_0 / Q8_0, 14 heads over 2 KV heads, tied Q8_0 head):
     three smoke prompts on this machine against llama.cpp, and the first two steps of one on
     aarch64 under qemu against this machine's; two prompts (8 steps) on this machine and the
@@ -310,7 +297,7 @@ def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, tmp_path_facto
     (b / "model_hparams.txt").write_text(hparams_text(model))
     prompts = [ids for _, _, ids in BuildDir(b).smoke_ids[1]][:3]
     ours = run_all([q25tok], b, prompts, d, env=None)
-    assert agree(ours, llama_greedy(model, prompts)) >= len(prompts) * STEPS // 2
+    assert agree(ours, llama_greedy(llama_reference, model, prompts)) >= len(prompts) * STEPS // 2
     qemu = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
     arm = generate(qemu, b, prompts[0], "--files", "--steps", "2", "--logits", d / "arm.f32", "--dump-layers", env=None)
     assert arm.returncode == 0, arm.stderr

@@ -7,7 +7,6 @@ import pytest
 from corpus import CORPUS
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from requirements import need_module
 
 EDGE_CASES = [
     b"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
@@ -23,16 +22,10 @@ EDGE_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def llama_cpp():
-    return need_module("llama_cpp", "pip install '.[reference]' builds llama-cpp-python")
-
-
 @pytest.fixture(scope="module", params=["qwen2", "qwen25"])
-def pair(request, llama_cpp, vocab_gguf):
+def pair(request, llama_reference, vocab_gguf):
     path = vocab_gguf if request.param == "qwen2" else request.getfixturevalue("qwen25_tiny")
-    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
-    return request.getfixturevalue(f"{request.param}_codec"), llm
+    return request.getfixturevalue(f"{request.param}_codec"), llama_reference.model(path, vocab_only=True)
 
 
 @pytest.mark.parametrize("parse_special", [False, True])

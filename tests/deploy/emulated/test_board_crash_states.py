@@ -18,11 +18,9 @@ from emulated_board import power, write_log
 from emulated_board.power_bench import Bench, board_release, crash_campaign, missing_bounds, reconciled
 from requirements import need_program
 
-pytestmark = pytest.mark.board
-
 
 @pytest.fixture
-def bench(boot_board, builds, q25tok_aarch64, tmp_path):
+def bench(boot_board, builds, q25tok_aarch64, tmp_path, campaign):
     need_program("debugfs", "Debian: e2fsprogs")
     # the image's q25tok: the boot service runs no other (docs/security.md)
     yield Bench.make(boot_board, builds["qemu"], tmp_path, extra_files={"usr/bin/q25tok": q25tok_aarch64.read_bytes()})

@@ -10,10 +10,7 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 from board_checks import INSTALL, dropbear_only, fresh, q25, resident
-
-pytestmark = pytest.mark.board
 
 
 def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64, capsys, tmp_path):

@@ -79,7 +79,6 @@ def probe(tmp_path_factory):
     return (d / "probe").read_bytes()
 
 
-@pytest.mark.board
 @dropbear_only
 def test_the_guard_and_qemu_stop_what_silicon_faults_on(board, builds, probe):
     """In the zeros at the end of the last region (nothing but zeros is ever written there)."""
@@ -104,7 +103,6 @@ def test_the_guard_and_qemu_stop_what_silicon_faults_on(board, builds, probe):
     assert status == 128 + 7 and "survived" not in out, (status, out, err)  # SIGBUS from QEMU >= 10
 
 
-@pytest.mark.board
 @dropbear_only
 def test_q25tok_load_of_a_partition_of_odd_length(board, builds, q25tok_aarch64, tmp_path):
     """A partition of 16n+13 bytes in the first region: its last word, and the odd zero tail

@@ -18,8 +18,6 @@ from q25deploy.deploy.connection import Board
 from q25deploy.deploy.hosts import HostSpec
 from q25deploy.packer.dropbear import BBAPPEND
 
-pytestmark = pytest.mark.board
-
 TARGETS = Path(__file__).resolve().parents[3] / "targets"
 WINDOW = 1048576
 PORT = 2222  # the second dropbear, started by OE-core's init script (the board's own keeps 22)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from board_checks import INSTALL, dropbear_only, fresh, q25
 from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale
 
 from q25deploy.builddir import BuildDir
 
-pytestmark = [pytest.mark.board, dropbear_only]
+pytestmark = dropbear_only
 
 
 def checks(res) -> dict[str, dict]:

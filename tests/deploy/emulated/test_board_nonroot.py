@@ -11,8 +11,6 @@ from emulated_board import DEPLOY_USER
 
 from q25deploy.resources import data_dir
 
-pytestmark = pytest.mark.board
-
 
 def owners(board, path: str) -> set[str]:
     """The owners of everything under ``path`` on the board."""

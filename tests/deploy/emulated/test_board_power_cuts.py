@@ -17,12 +17,11 @@ from emulated_board import power
 from emulated_board.power_bench import Bench, board_release, missing_bounds, reconciled, run_cli
 from requirements import need_program
 
-pytestmark = pytest.mark.board
 MODEL = "SIGKILL"
 
 
 @pytest.fixture
-def bench(boot_board, builds, q25tok_aarch64, tmp_path):
+def bench(boot_board, builds, q25tok_aarch64, tmp_path, campaign):
     need_program("mkfs.ext4", "Debian: e2fsprogs")
     need_program("debugfs", "Debian: e2fsprogs")
     # the image's q25tok: the boot service runs no other (docs/security.md)

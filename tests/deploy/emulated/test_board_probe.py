@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from board_checks import INSTALL, dropbear_only, fresh, q25
 
 from q25deploy.builddir import BuildDir
 
-pytestmark = [pytest.mark.board, dropbear_only]
+pytestmark = dropbear_only
 
 
 def probe_check(res) -> dict:

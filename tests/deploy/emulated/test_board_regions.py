@@ -9,11 +9,8 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from board_checks import INSTALL, cells, dropbear_only, fresh, iomem, q25, resident, system_ram
 from requirements import need_program
-
-pytestmark = pytest.mark.board
 
 
 def test_the_kernel_honours_every_planned_region(board, builds):

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from board_checks import INSTALL, dropbear_only, fresh, q25, resident
-
-pytestmark = pytest.mark.board
 
 
 @dropbear_only

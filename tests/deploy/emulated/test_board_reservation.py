@@ -26,7 +26,6 @@ from q25deploy.model.synthetic import write_model
 from q25deploy.ota.mender import read_members
 from q25deploy.ota.scripts import SCRIPT
 
-pytestmark = pytest.mark.board
 VOCAB = Path(__file__).parents[2] / "data" / "ggml-vocab-qwen2.gguf"
 MODULE = "/tmp/q25-release"  # the update module, as /usr/share/mender/modules/v3/q25-release
 TREE = "/tmp/q25-tree"  # the file tree the Mender client gives the module

@@ -8,13 +8,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import pytest
 from board_checks import INSTALL, dropbear_only, fresh, q25, resident
 from board_fixtures import wait_until
 from emulated_board import known_hosts_line
 from sshd import CuttingProxy
 
-pytestmark = pytest.mark.board
 IMAGE = "tokenizer/tokenizer.q25tokrt"
 IMAGE_MANIFEST = "tokenizer/tokenizer_runtime_image_manifest.json"
 

@@ -9,12 +9,9 @@ import json
 import time
 
 import numpy as np
-import pytest
 from board_checks import INSTALL, fresh, q25
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
-
-pytestmark = pytest.mark.board
 
 
 def host_bits(partition: bytes, t: dict) -> np.ndarray:

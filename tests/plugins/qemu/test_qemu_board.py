@@ -15,8 +15,6 @@ import pytest
 
 from q25deploy.cli import main
 
-pytestmark = pytest.mark.board
-
 
 def q25(capsys, *argv) -> tuple[int, object]:
     capsys.readouterr()

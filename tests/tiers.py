@@ -1,0 +1,118 @@
+"""The test tiers (docs/contributing.md), as a pytest plugin of the tests (tests/conftest.py).
+
+- A test is in a tier when it uses, directly or through other fixtures, one of the tier's
+  fixtures (:data:`TIERS`): the marker is applied here, never by hand. A test in no tier is in
+  the quick tier, the developer's loop.
+- Each tier has its time limit (pytest-timeout, :data:`LIMITS`): a hang is that test's failure;
+  the fixtures' teardown still stops its boards and servers.
+- At the end: each tier's time, and any process the run left behind (found by the marker in its
+  environment, so a daemonized QEMU is found too) is stopped and named.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+TIERS = {
+    "board": ("_boards", "board_root"),  # the emulated board (QEMU, Debian's arm64 packages)
+    "bitbake": ("ws",),  # a BitBake workspace (tests/yocto.py)
+    "reference": ("llama_reference",),  # llama.cpp, in its child process
+    "campaign": ("campaign",),  # power cuts, crash boots, fuzzing, yocto-check-layer
+}
+QUICK = "quick"
+# seconds per test (setup, call and teardown each): a few times the slowest seen on an idle
+# 2-core machine (docs/contributing.md has the figures)
+LIMITS = {QUICK: 300, "reference": 600, "board": 900, "bitbake": 2400, "campaign": 1800}
+SESSION_VAR = "Q25_TEST_SESSION"  # every process the tests start inherits it
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The item's tier: the first of campaign, bitbake, board, reference it is marked with."""
+    for tier in ("campaign", "bitbake", "board", "reference"):
+        if item.get_closest_marker(tier) is not None:
+            return tier
+    return QUICK
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[SESSION_VAR] = uuid.uuid4().hex  # a fresh one: an inner pytest run must not stop ours
+    config.stash[_times] = defaultdict(float)
+    config.stash[_counts] = defaultdict(int)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for tier, fixtures in TIERS.items():
+            if used.intersection(fixtures):
+                item.add_marker(tier)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LIMITS[tier_of(item)]))
+
+
+_times = pytest.StashKey[dict]()
+_counts = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    t0 = time.monotonic()
+    yield
+    tier = tier_of(item)
+    item.config.stash[_times][tier] += time.monotonic() - t0
+    item.config.stash[_counts][tier] += 1
+
+
+def leftovers(marker: str) -> list[tuple[int, str]]:
+    """Processes other than this one whose environment carries ``marker`` (pid, command)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            if f"{SESSION_VAR}={marker}".encode() in env:
+                found.append((int(proc.name), (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def stop_leftovers(marker: str) -> list[tuple[int, str]]:
+    found = leftovers(marker)
+    for pid, _ in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get(SESSION_VAR):
+        session.config.stash[_stopped] = stop_leftovers(os.environ[SESSION_VAR])
+
+
+_stopped = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    times, counts = config.stash[_times], config.stash[_counts]
+    if times:
+        terminalreporter.write_sep("-", "time per tier")
+        for tier in (QUICK, "reference", "board", "bitbake", "campaign"):
+            if counts.get(tier):
+                n = counts[tier]
+                terminalreporter.write_line(f"{times[tier]:8.1f} s  {tier} ({n} test{'' if n == 1 else 's'})")
+    stopped = config.stash.get(_stopped, [])
+    if stopped:
+        terminalreporter.write_sep("-", "processes the tests left running, stopped")
+        for pid, cmd in stopped:
+            terminalreporter.write_line(f"{pid}: {cmd}")
