@@ -27,8 +27,9 @@ TIERS = {
     "campaign": ("campaign",),  # power cuts, crash boots, fuzzing, yocto-check-layer
 }
 QUICK = "quick"
-# seconds per test (setup, call and teardown each): a few times the slowest seen on an idle
-# 2-core machine (docs/contributing.md has the figures)
+# seconds per test, its setup, call and teardown together (pytest-timeout's whole-item timer):
+# a session fixture's cold start (a board's boot, a BitBake packaging build) falls in the
+# setup of the first test that uses it
 LIMITS = {QUICK: 300, "reference": 600, "board": 900, "bitbake": 2400, "campaign": 1800}
 SESSION_VAR = "Q25_TEST_SESSION"  # every process the tests start inherits it
 

@@ -58,12 +58,16 @@ class LlamaReference:
             raise self._failed(f"the child's first answer was {what!r}")
         self.info = info
 
-    @property
-    def pid(self) -> int:
+    def ensure_started(self) -> subprocess.Popen:
+        """The running child: a new one when there is none, or the last one ended."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         assert self.proc is not None
-        return self.proc.pid
+        return self.proc
+
+    @property
+    def pid(self) -> int:
+        return self.ensure_started().pid
 
     def close(self) -> None:
         if self.proc is not None:
@@ -82,11 +86,11 @@ class LlamaReference:
 
     # the wire
     def request(self, what: str, args: Any, seconds: float | None = None) -> Any:
-        self.pid  # noqa: B018  (a new child if there is none)
-        assert self.proc is not None and self.proc.stdin is not None
+        proc = self.ensure_started()
+        assert proc.stdin is not None
         try:
-            write_frame(self.proc.stdin, (what, args))
-            self.proc.stdin.flush()
+            write_frame(proc.stdin, (what, args))
+            proc.stdin.flush()
         except BrokenPipeError:
             pass  # the child is gone: the answer's read says how it ended
         status, value = self._answer(self.call_seconds if seconds is None else seconds, what)

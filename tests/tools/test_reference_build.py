@@ -46,7 +46,7 @@ def test_the_requirement_is_the_reference_extras_pin():
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64's build flags")
 def test_the_installed_reference_is_portable(llama_reference):
-    llama_reference.pid  # noqa: B018  (starts the child, which reports its system info)
+    llama_reference.ensure_started()  # the child reports its system info when it starts
     info = llama_reference.info["system_info"]
     assert "AVX2" in reference_build.feature_flags(info), info
     native = reference_build.native_flags(info, platform.machine())
