@@ -1,6 +1,6 @@
 """One libFuzzer run of a harness over the runtime library, under ASan+UBSan: built with
 clang, seeded with a corpus (copied, so the checked-in one never grows), bounded by
-``Q25_FUZZ_SECONDS`` (20 by default; CI sets 60). Fails on a crash or a finding."""
+``Q25_FUZZ_SECONDS`` (20 by default, what CI runs; docs/runtime.md has a longer run). Fails on a crash or a finding."""
 
 from __future__ import annotations
 

@@ -29,8 +29,9 @@ from q25deploy import schema
 
 from .qemu import QemuBoard, read_physical
 
-# per class in CI (Q25_POWER_CUTS=N for the opt-in campaign): the four
-CI_CUTS = 4
+# per class in CI: two cuts still land in different steps of every class (docs/emulated-board.md
+# has the full campaign, Q25_POWER_CUTS=30, and its figures)
+CI_CUTS = 2
 BASE_SEED = 24
 
 

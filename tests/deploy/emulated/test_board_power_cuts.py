@@ -4,7 +4,7 @@ at boot; the same disk then boots into a complete release, its partitions in the
 ``smoke --strict`` passes and the next run finishes the job sending only what is missing.
 
 Cuts are chained: the board the checks booted runs the next operation. ``Q25_POWER_CUTS=N``
-cuts per class (CI: 4); ``Q25_POWER_CUT_SEEDS=a,b`` replays seeds. The table is printed at the end.
+cuts per class (CI: 2); ``Q25_POWER_CUT_SEEDS=a,b`` replays seeds. The table is printed at the end.
 """
 
 from __future__ import annotations
