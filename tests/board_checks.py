@@ -12,9 +12,10 @@ import pytest
 from q25deploy.cli import main
 
 INSTALL = "/lib/firmware/q25"
-# the defects' regression tests run on the dropbear board (the BusyBox board's usual SSH
-# server); deploy, smoke, rollback, regions and residency run on both flavours
-dropbear_only = pytest.mark.parametrize("board", ["dropbear"], indirect=True)
+# a board test runs on the dropbear board (the BusyBox board's usual SSH server); one whose
+# subject is the SSH server (the transport: deploy's uploads, smoke, rollback; the pairing
+# negotiated) runs on both flavours
+both_flavours = pytest.mark.parametrize("board", eb.FLAVOURS, indirect=True)
 
 
 def q25(capsys, argv: list[str]) -> tuple[int, object]:

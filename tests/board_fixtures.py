@@ -2,9 +2,9 @@
 
 - ``board_root``: Debian's arm64 packages, downloaded and extracted once into the board cache
   (``$Q25_BOARD_CACHE`` or ``~/.cache/q25deploy/emulated-board``; kept across runs).
-- ``board``: one board per flavour (``dropbear``, ``openssh``) booted once per test session
-  with QEMU's device tree plus the ``qemu`` build's ``reserved-memory.dtsi``; tests using it
-  run for both flavours (pytest groups them, so one board runs at a time).
+- ``board``: the dropbear board, booted once per test session with QEMU's device tree plus
+  the ``qemu`` build's ``reserved-memory.dtsi``; a test marked ``board_checks.both_flavours``
+  runs on the openssh board too (pytest groups them, so one board runs at a time).
 - ``boot_board``: a factory for extra boards a test needs (without the fragment, with a disk),
   stopped at the end of the test.
 - ``q25tok_aarch64``: the runtime cross-built for the board.
@@ -244,9 +244,10 @@ def _boards(tmp_path_factory, board_root, board_client_key, board_machine, devme
         q.stop()
 
 
-@pytest.fixture(scope="session", params=eb.FLAVOURS)
+@pytest.fixture(scope="session", params=["dropbear"])
 def board(request, _boards, builds) -> TestBoard:
-    """The board of one flavour, booted once per session with the qemu build's regions."""
+    """The board of one flavour (dropbear; ``board_checks.both_flavours`` adds openssh), booted
+    once per session with the qemu build's regions."""
     b = _boards(request.param, builds["qemu"] / "reserved-memory.dtsi")
     print(f"\nemulated board ({b.flavour}): SSH up {b.boot_seconds:.1f} s after launch")
     yield b

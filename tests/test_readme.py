@@ -21,7 +21,8 @@ PAGES = ["docs/models.md", "docs/building.md", "docs/commands.md", "docs/ota.md"
 VENV = "python3 -m venv .venv && . .venv/bin/activate && "  # PEP 668: the distribution's Python wants a venv
 SETUP = [
     VENV + "pip install . && q25deploy build --target kv260",
-    VENV + "CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install --no-cache-dir '.[test,reference]' && python -m pytest -q",
+    VENV
+    + "CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF\" pip install --no-cache-dir '.[test,reference]' && python -m pytest -q",
 ]
 WALK_THROUGH = "\n## Walk-through"
 BOARD_PORT = "2222"  # the qemu board file's ssh.port, as the README's commands use it
@@ -64,7 +65,7 @@ def test_the_setup_commands_are_the_ones_ci_runs():
     blocks = console_blocks(README.read_text().split(WALK_THROUGH, 1)[0])
     assert [c for b in blocks for c in b.commands] == SETUP
     ci = (ROOT / ".ci" / "run").read_text()
-    install = """env CMAKE_ARGS="-DGGML_NATIVE=OFF" python3 -m pip install --no-cache-dir '.[test,reference]'\n"""
+    install = """env CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" python3 -m pip install --no-cache-dir '.[test,reference]'\n"""
     assert install in ci and 'stage "pytest" python3 -m pytest -q\n' in ci
 
 

@@ -5,8 +5,9 @@ per test session, build directories for MACHINE qemuarm64 (or a board's own) / D
 ``q25bb``; created here when missing and running as root), with an en_US.UTF-8 locale.
 
 The series (SERIES_INFO; ``LAYERSERIES_COMPAT_q25`` names exactly these): langdale (PetaLinux
-2023.1-2024.1), scarthgap (PetaLinux 2024.2+), wrynose (Yocto 6.0) are built through packaging,
-whinlatter (5.3) is parsed. The snapshots of whinlatter and wrynose hold no meta-xilinx, and
+2023.1-2024.1), scarthgap (PetaLinux 2024.2+), whinlatter (5.3) and wrynose (Yocto 6.0) are
+parsed on every run; scarthgap is built through packaging on every run, langdale (kv260) and
+wrynose (qemu) in the full matrix (``Q25_BITBAKE_BUILDS=all``). The snapshots of whinlatter and wrynose hold no meta-xilinx, and
 their meta-arm-toolchain no longer has the external Linux toolchain: wrynose's packaging build
 takes scarthgap's (tests/yocto_toolchain.py).
 
@@ -55,7 +56,7 @@ class Series:
 
     name: str
     releases: str  # who is on it (docs/yocto.md's table)
-    built: tuple[str, ...]  # boards whose four recipes are built through packaging (none: parsed only)
+    built: tuple[str, ...]  # boards whose four recipes every run builds through packaging
     xilinx: bool  # the snapshot holds meta-xilinx-core (the device-tree bbappend's recipe)
     toolchain: str  # the series whose meta-arm-toolchain has the external Linux toolchain
     kv260_machine: str = ""  # kv260's MACHINE in its "package-kv260" build
@@ -69,6 +70,10 @@ class Series:
     # a hash no later run computes, and the next run (a tinfoil probe) parses every recipe
     # again; BuildDir.warm_codeparser has a one-recipe parse write that cache first
     codeparser_hash: bool = False
+    # boards built through packaging only in the full matrix (Q25_BITBAKE_BUILDS=all): a build
+    # per series costs a cold parse and the -native tools (.ci/run's figures), and what differs
+    # between series is what the parse and -e tests of every run already read
+    full_built: tuple[str, ...] = ()
 
 
 # scarthgap first: the tests that run on one series take the first of Q25_BITBAKE_SERIES
@@ -86,7 +91,8 @@ SERIES_INFO = {
         Series(
             "langdale",
             releases="Yocto 4.1; PetaLinux 2023.1, 2023.2, 2024.1",
-            built=("kv260",),
+            built=(),
+            full_built=("kv260",),
             xilinx=True,  # meta-xilinx-core rel-v2024.1
             toolchain="langdale",
             # the machine file petalinux-config generates for a KV260 project
@@ -100,7 +106,8 @@ SERIES_INFO = {
         Series(
             "wrynose",
             releases="Yocto 6.0 LTS",
-            built=("qemu",),
+            built=(),
+            full_built=("qemu",),
             xilinx=False,
             toolchain="scarthgap",
             codeparser_hash=True,
@@ -177,10 +184,17 @@ def package_machine(series: str, board: str) -> str:
 
 
 def built_pairs() -> list[tuple[str, str]]:
-    """(series, board) pairs whose four recipes CI builds through packaging (SERIES_INFO),
-    narrowed by ``Q25_BITBAKE_SERIES`` / ``Q25_BITBAKE_BOARDS``."""
+    """(series, board) pairs whose four recipes are built through packaging: each series'
+    ``built`` (every run), and its ``full_built`` too with ``Q25_BITBAKE_BUILDS=all``; narrowed
+    by ``Q25_BITBAKE_SERIES`` / ``Q25_BITBAKE_BOARDS``."""
     boards = selected("Q25_BITBAKE_BOARDS", BOARDS)
-    return [(s, b) for s in selected("Q25_BITBAKE_SERIES", SERIES) for b in SERIES_INFO[s].built if b in boards]
+    full = os.environ.get("Q25_BITBAKE_BUILDS") == "all"
+    return [
+        (s, b)
+        for s in selected("Q25_BITBAKE_SERIES", SERIES)
+        for b in SERIES_INFO[s].built + (SERIES_INFO[s].full_built if full else ())
+        if b in boards
+    ]
 
 
 def board_machines() -> list[str]:

@@ -52,5 +52,5 @@ def test_the_installed_reference_is_portable(llama_reference):
     native = reference_build.native_flags(info, platform.machine())
     assert not native, (
         f"llama-cpp-python was built for this CPU ({', '.join(native)}): reinstall it portably, "
-        "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install --no-cache-dir --force-reinstall llama-cpp-python==0.3.36"
+        'CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" pip install --no-cache-dir --force-reinstall llama-cpp-python==0.3.36'
     )

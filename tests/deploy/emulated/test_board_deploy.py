@@ -10,9 +10,10 @@ import json
 import time
 from pathlib import Path
 
-from board_checks import INSTALL, dropbear_only, fresh, q25, resident
+from board_checks import INSTALL, both_flavours, fresh, q25, resident
 
 
+@both_flavours
 def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64, capsys, tmp_path):
     fresh(board)
     a = builds["qemu"]
@@ -70,7 +71,6 @@ def test_deploy_smoke_strict_and_rollback(board, builds, build_b, q25tok_aarch64
     assert "partition sha256" in {c["name"] for c in res[0]["smoke"]["checks"]}  # standalone: the full check
 
 
-@dropbear_only
 def test_deploy_to_a_board_whose_root_is_the_initramfs(board, builds, q25tok_aarch64, capsys):
     """Defect 4: BusyBox df skips rootfs, so `df -Pk <install path>` fails there; the free
     space comes from statfs (`stat -f`), and the check still refuses what does not fit."""
@@ -100,7 +100,6 @@ def has_interpreter(elf: Path) -> bool:
     return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
 
 
-@dropbear_only
 def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aarch64, q25tok_aarch64_static, capsys):
     """Defect 9: `runtime build --cross aarch64` gives a glibc-dynamic q25tok (GLIBC_2.34);
     `--static` runs on boards with an older glibc or musl. The board without glibc is a
@@ -128,7 +127,6 @@ def test_a_static_runtime_runs_on_a_board_without_glibc(board, builds, q25tok_aa
     assert status != 0  # no dynamic loader in there: the glibc build cannot even start
 
 
-@dropbear_only
 def test_the_table_says_why_a_smoke_test_failed(board, builds, build_b, q25tok_aarch64, capsys):
     """Defect 5: the table said only `smoke test failed: rolled back to …`; the reason was in
     --json alone. Here the new release comes without --runtime-bin onto an image that has
@@ -146,7 +144,6 @@ def test_the_table_says_why_a_smoke_test_failed(board, builds, build_b, q25tok_a
     assert board.sh(f"readlink {INSTALL}/current")[1].strip() == f"releases/{release_a}"
 
 
-@dropbear_only
 def test_a_failed_smoke_test_keeps_the_older_rollback_point(board, builds, build_b, q25tok_aarch64, capsys, tmp_path):
     """Defect 2: pruning ran before the smoke test, so a deploy that failed its smoke test and
     rolled back left `previous` none and `releases/<older>` deleted. The board must be back

@@ -12,7 +12,7 @@ import subprocess
 
 import emulated_board as eb
 import pytest
-from board_checks import INSTALL, dropbear_only, fresh
+from board_checks import INSTALL, fresh
 from requirements import need, need_program
 
 PROBE = r"""
@@ -79,7 +79,6 @@ def probe(tmp_path_factory):
     return (d / "probe").read_bytes()
 
 
-@dropbear_only
 def test_the_guard_and_qemu_stop_what_silicon_faults_on(board, builds, probe):
     """In the zeros at the end of the last region (nothing but zeros is ever written there)."""
     r = json.loads((builds["qemu"] / "partition_map.json").read_text())["regions"][-1]
@@ -103,7 +102,6 @@ def test_the_guard_and_qemu_stop_what_silicon_faults_on(board, builds, probe):
     assert status == 128 + 7 and "survived" not in out, (status, out, err)  # SIGBUS from QEMU >= 10
 
 
-@dropbear_only
 def test_q25tok_load_of_a_partition_of_odd_length(board, builds, q25tok_aarch64, tmp_path):
     """A partition of 16n+13 bytes in the first region: its last word, and the odd zero tail
     after it, are read-modify-written with aligned words. Under the guard and QEMU 10 the

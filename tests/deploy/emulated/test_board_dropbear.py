@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from board_checks import both_flavours
 from board_fixtures import wait_until
 from dropbear_default import apply_window, oe_dropbear_files, window_function
 
@@ -26,6 +27,7 @@ PORT = 2222  # the second dropbear, started by OE-core's init script (the board'
 EXPECTED = {"dropbear": ("aes128-ctr", "hmac-sha2-256", "none"), "openssh": ("aes128-gcm@openssh.com", None, "none")}
 
 
+@both_flavours
 def test_q25deploy_negotiates_the_fast_pairing(board):
     spec = HostSpec("127.0.0.1", "root", board.port)
     with Board(spec, identity=str(board.key), known_hosts=str(board.known_hosts), trust_new_host=False) as b:
@@ -41,7 +43,6 @@ def test_q25deploy_negotiates_the_fast_pairing(board):
         chan.close()
 
 
-@pytest.mark.parametrize("board", ["dropbear"], indirect=True)
 def test_oe_init_script_starts_dropbear_with_the_layers_window(board, qwen25_tiny, tmp_path):
     d = tmp_path / "layer"
     d.mkdir()
@@ -92,7 +93,6 @@ def test_oe_init_script_starts_dropbear_with_the_layers_window(board, qwen25_tin
     assert wait_until(lambda: f":{PORT} " not in board.sh("netstat -ltn")[1])
 
 
-@pytest.mark.parametrize("board", ["dropbear"], indirect=True)
 @pytest.mark.parametrize("transport", ["openssh", "paramiko"])
 def test_uploads_in_parallel_survive_dropbears_early_channel_close(board, transport):
     """dropbear 2022.83 (Debian's, the board's) closes a new session channel whose command has

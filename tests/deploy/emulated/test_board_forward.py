@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import time
 
-from board_checks import INSTALL, dropbear_only, fresh, q25
+from board_checks import INSTALL, fresh, q25
 from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale
 
 from q25deploy.builddir import BuildDir
-
-pytestmark = dropbear_only
 
 
 def checks(res) -> dict[str, dict]:

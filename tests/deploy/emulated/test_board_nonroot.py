@@ -6,7 +6,7 @@ password; ``q25pw`` has rules that want a password, ``nobody2`` none at all
 from __future__ import annotations
 
 import pytest
-from board_checks import INSTALL, dropbear_only, fresh, q25, resident
+from board_checks import INSTALL, fresh, q25, resident
 from emulated_board import DEPLOY_USER
 
 from q25deploy.resources import data_dir
@@ -17,7 +17,6 @@ def owners(board, path: str) -> set[str]:
     return set(board.sh(f"find {path} -exec stat -c %U {{}} +")[1].split())
 
 
-@dropbear_only
 def test_a_user_with_sudo_deploys_smokes_and_rolls_back(board, builds, build_b, q25tok_aarch64, capsys, tmp_path):
     fresh(board)
     a, rt = builds["qemu"], str(q25tok_aarch64)
@@ -49,7 +48,6 @@ def test_a_user_with_sudo_deploys_smokes_and_rolls_back(board, builds, build_b, 
     assert board.sh(f"test -L {INSTALL}/.q25deploy.lock", check=False)[0] != 0  # the lock went with the connection
 
 
-@dropbear_only
 def test_the_board_file_says_doas_and_the_command_line_overrides_it(board, builds, q25tok_aarch64, capsys, tmp_path):
     """``[ssh] become = "doas"`` with ``user = "q25"`` in the board file: no --become, no user
     in --host; ``--become none`` on the command line wins over the file."""
@@ -73,7 +71,6 @@ def test_the_board_file_says_doas_and_the_command_line_overrides_it(board, build
     assert code == 13 and "Permission denied" in res[0]["error"] and "--become sudo" in res[0]["error"], res[0]
 
 
-@dropbear_only
 @pytest.mark.parametrize(
     "user, method, says, fix",
     [

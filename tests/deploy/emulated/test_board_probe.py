@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import time
 
-from board_checks import INSTALL, dropbear_only, fresh, q25
+from board_checks import INSTALL, fresh, q25
 
 from q25deploy.builddir import BuildDir
-
-pytestmark = dropbear_only
 
 
 def probe_check(res) -> dict:

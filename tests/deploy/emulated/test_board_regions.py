@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 
-from board_checks import INSTALL, cells, dropbear_only, fresh, iomem, q25, resident, system_ram
+from board_checks import INSTALL, cells, fresh, iomem, q25, resident, system_ram
 from requirements import need_program
 
 
@@ -64,7 +64,6 @@ def test_smoke_strict_fails_on_a_board_booted_without_the_fragment(boot_board, b
     assert code == 13 and not res[0]["ok"] and "smoke test failed" in res[0]["error"]
 
 
-@dropbear_only
 def test_the_qemu_board_file_reserves_what_qemu_loads(board):
     """Defect 8: with -kernel/-initrd QEMU puts the initrd at RAM + 128 MiB and the DTB after
     it (hw/arm/boot.c), not at the start of RAM; the board file must reserve where they

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 
-from board_checks import INSTALL, dropbear_only, fresh, q25, resident
+from board_checks import INSTALL, fresh, q25, resident
 
 
-@dropbear_only
 def test_a_rotten_kept_partition_is_found_by_the_load_and_sent_again(
     board, builds, build_b, q25tok_aarch64, capsys, tmp_path
 ):

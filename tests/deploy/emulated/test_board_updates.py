@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from board_checks import INSTALL, dropbear_only, fresh, q25, resident
+from board_checks import INSTALL, fresh, q25, resident
 from board_fixtures import wait_until
 from emulated_board import known_hosts_line
 from sshd import CuttingProxy
@@ -36,7 +36,6 @@ def settled(board) -> dict[str, str]:
     }
 
 
-@dropbear_only
 def test_tokenizer_only_updates_leave_the_partitions_alone(
     board, builds, build_a2, build_b, build_c, q25tok_aarch64, capsys, tmp_path
 ):
@@ -74,7 +73,6 @@ def test_tokenizer_only_updates_leave_the_partitions_alone(
     assert code == 13 and "another vocabulary" in res[0]["error"]
 
 
-@dropbear_only
 def test_an_upload_cut_halfway_leaves_the_board_as_it_was(board, builds, build_b, q25tok_aarch64, capsys, tmp_path):
     """A relay on 127.0.0.1 between paramiko and QEMU's forwarded port cuts the connection
     once 3 MiB have gone to the board: halfway through B's 5 MiB partition."""
