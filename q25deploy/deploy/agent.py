@@ -31,19 +31,28 @@ from .limits import CHUNK, MAX_ANSWER, MAX_LINE, too_large
 HEADER = b"@@q25 "
 _HEADER = re.compile(rb"@@q25 ([0-9]{1,3}) +([0-9]{1,15}) +([0-9]{1,15}) *")  # status, stdout and stderr bytes
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# serve(): one command per line until standard input ends; $t is a private temporary directory.
-# On the way out it also calls q25unlock (the lock holder defines it; a no-op otherwise).
+# serve(): one command per line until standard input ends; q25one: one command (false at the
+# end of the input), which the lock holder also answers before it takes the lock (its owners
+# check, see boardlock); $t is a private temporary directory (q25tmp). On the way out it also
+# calls q25unlock (the lock holder defines it; a no-op otherwise).
 SERVE = r"""
 q25unlock() { :; }
-serve() {
+t=
+q25tmp() {
+  [ -z "$t" ] || return 0
   t=$(mktemp -d "${TMPDIR:-/tmp}/q25deploy.XXXXXX") || { echo "mktemp failed"; exit 1; }
   trap 'rm -rf "$t"; q25unlock' EXIT
-  while IFS= read -r q25line; do
-    eval "$q25line" </dev/null >"$t/o" 2>"$t/e"
-    q25st=$?
-    echo "@@q25 $q25st $(wc -c <"$t/o") $(wc -c <"$t/e")"
-    cat "$t/o" "$t/e"
-  done
+}
+q25one() {
+  IFS= read -r q25line || return 1
+  eval "$q25line" </dev/null >"$t/o" 2>"$t/e"
+  q25st=$?
+  echo "@@q25 $q25st $(wc -c <"$t/o") $(wc -c <"$t/e")"
+  cat "$t/o" "$t/e"
+}
+serve() {
+  q25tmp
+  while q25one; do :; done
 }
 """
 #: an agent that holds no lock (status)

@@ -309,6 +309,7 @@ class BoardFiles:
             check=False,
         )
 
-    def lock(self):
-        """The board lock (see :mod:`q25deploy.deploy.boardlock`) as a context manager."""
-        return board_lock(self.board, self.path(LOCK_NAME))
+    def lock(self, first=None):
+        """The board lock (see :mod:`q25deploy.deploy.boardlock`) as a context manager; ``first``:
+        what the lock's holder runs before it takes the lock (:func:`~.boardlock.board_lock`)."""
+        return board_lock(self.board, self.path(LOCK_NAME), first=first)

@@ -19,26 +19,31 @@ import getpass
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..errors import DeployError
 from .agent import PLAIN, SERVE, Agent
 from .become import hint as become_hint
+from .boardbase import COMMAND_TIMEOUT, lost_errors
 from .boardbase import BoardBase as Board
-from .boardbase import lost_errors
 from .openssh import last_line
 
 LOCK_NAME = ".q25deploy.lock"
 LOCK_WAIT = 120  # seconds a deploy waits for another one on the same board
 LOCK_MAX_AGE = 6 * 3600  # seconds: the longest a deploy may hold a board (then the lock is stale)
 BUSY = 75  # the board script's status when the lock is held by someone else (EX_TEMPFAIL)
+#: what runs before the lock is taken: called with a ``run(argv) -> (status, stdout, stderr)``
+First = Callable[[Callable[[Sequence[str]], tuple[int, bytes, bytes]]], None]
 
-# $1 lock path, $2 owner, $3 max age; prints "acquired" and serves commands (the agent) until
-# stdin closes, then removes the lock; or exits BUSY
+# $1 lock path, $2 owner, $3 max age, $4 "ask": first prints "ready", answers one command (as
+# the agent does) and goes on only when the next line is "go" (the owners check: before the lock
+# makes anything); prints "acquired" and serves commands (the agent) until stdin closes, then
+# removes the lock; or exits BUSY
 HOLD = (
     SERVE
     + r"""lock=$1; owner=$2; max=$3
+if [ "$4" = ask ]; then q25tmp; echo ready; q25one && IFS= read -r q25go && [ "$q25go" = go ] || exit 1; fi
 if [ ! -d "${lock%/*}" ]; then mkdir -p "${lock%/*}" && chmod 0755 "${lock%/*}" || exit 1; fi  # the install dir: 0755 as deploy makes it
 boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
@@ -92,14 +97,18 @@ def _describe(record: str) -> str:
 
 
 @contextmanager
-def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[None]:
+def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT, first: First | None = None) -> Iterator[None]:
     """Hold the board's lock at ``path`` for the duration of the block; its holder is the
-    session's agent (every ``board.run`` of the block goes through it)."""
+    session's agent (every ``board.run`` of the block goes through it). ``first(run)`` is called
+    before each attempt to take the lock, with a ``run(argv)`` (status, stdout, stderr) through
+    the holder's own shell: raising refuses the board, and the holder ends having made nothing."""
     deadline = time.monotonic() + wait
-    argv = ["sh", "-c", HOLD, "sh", path, owner(), str(LOCK_MAX_AGE)]
+    argv = ["sh", "-c", HOLD, "sh", path, owner(), str(LOCK_MAX_AGE), *(["ask"] if first else [])]
     while True:
         agent = Agent(board.spec.name, board.start(argv, LOCK_MAX_AGE))
         try:
+            if first is not None:
+                _ask(board, agent, first, path)
             line = agent.first_line()
         except EOFError:
             line = ""  # the script ended first (its status says why)
@@ -125,6 +134,29 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT) -> Iterator[
             time.sleep(1.0)
     with board.attached(agent):
         yield
+
+
+def _ask(board: Board, agent: Agent, first: First, path: str) -> None:
+    """The holder's one command before the lock, then "go"; the agent is closed if ``first`` refuses."""
+    try:
+        try:
+            ready = agent.first_line()
+        except EOFError:  # the script ended first: its last error line says why
+            agent.chan.recv_exit_status()
+            ready = _last_error_line(agent.chan)
+        if ready != "ready":
+            raise DeployError(
+                f"{board.spec.name}: cannot take the board lock {path} ({ready[:80] or 'its shell ended'})"
+                + become_hint(board.spec.user, board.become, ready)
+            )
+        first(lambda argv: agent.call(argv, b"", COMMAND_TIMEOUT))
+        agent.chan.sendall(b"go\n")
+    except lost_errors() as e:
+        agent.close()
+        raise DeployError(f"{board.spec.name}: connection lost before taking the board lock: {e or 'closed'}") from None
+    except BaseException:
+        agent.close()  # its standard input ends: the holder exits before the lock
+        raise
 
 
 @contextmanager

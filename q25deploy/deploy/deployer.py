@@ -18,7 +18,8 @@ switches ``current`` and only then updates the state (an intent record first, so
 between the two is finished or dropped by the next run); a cut connection or a wrong digest
 leaves the current release as it was.
 The short commands of a deploy run through the lock holder's agent (one channel, see
-:mod:`.agent`). Every path goes through ``BoardFiles.path``: nothing outside the install
+:mod:`.agent`). Before the lock, :mod:`.owners` checks that the tree has one owner: root's
+alone where root installs (``--become``, a root login), the deploy user's where it does. Every path goes through ``BoardFiles.path``: nothing outside the install
 directory is touched. The previous release is kept for rollback; after a deploy a failed
 smoke test rolls back at once, a passed one prunes older releases.
 """

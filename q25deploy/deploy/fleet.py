@@ -19,7 +19,7 @@ from ..model.record_compare import first_prompts
 from ..packer.layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
-from . import board_release, openssh, reach, sshboard
+from . import board_release, openssh, owners, reach, sshboard
 from .become import check as check_become
 from .become import prefix as become_prefix
 from .boardbase import BoardBase as Board
@@ -247,7 +247,9 @@ class Fleet:
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
         with self._connect(spec) as board:
             files = self._files(board)
-            with files.lock():  # one deploy per board; what a cut left is settled first
+            # one deploy per board; what a cut left is settled first. One owner (root's alone where root
+            # installs): checked by the lock's holder before it takes the lock (which makes the install dir)
+            with files.lock(first=self._owners(board, files)):
                 state, notes = files.reconcile(self.board_paths["device_tree"])
                 phases.mark("lock")
                 rel = tokenizer_only(release, state) if self.opts.tokenizer_only else release
@@ -301,6 +303,7 @@ class Fleet:
         with self._connect(spec) as board, board_session(board):
             self.watch.phase(spec.name, "smoke test")
             files = self._files(board)
+            owners.check(board, files.base, writes=False)  # root runs q25tok here: on root's tree only
             state = files.read_state()
             cur = board_release.current_record(files, state, self.image_name)  # or the image's own assets
             res = HostResult(spec.name, release=state["current"] or cur.get("release"), previous=state.get("previous"))
@@ -324,6 +327,11 @@ class Fleet:
             res.ok = res.smoke["ok"]
             res.error = None if res.ok else f"smoke test failed: {failure_reason(res.smoke)}"
             return res
+
+    @staticmethod
+    def _owners(board: Board, files: BoardFiles):
+        """The owners check (:mod:`.owners`) the lock's holder runs before it takes the lock."""
+        return lambda run: owners.check(board, files.base, writes=True, run=run)
 
     def _unreserved(self, live: dict | None) -> str | None:
         """Why the board's live reserved memory cannot hold the build's regions, or None."""
@@ -371,7 +379,7 @@ class Fleet:
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
             files = self._files(board)
-            with files.lock():
+            with files.lock(first=self._owners(board, files)):
                 self.watch.phase(spec.name, "switching back and loading the regions")
                 return rollback(board, files, load=self._load(board, files))
 
@@ -379,6 +387,7 @@ class Fleet:
         with self._connect(spec) as board, board_session(board):
             self.watch.phase(spec.name, "reading the board's state and regions")
             files = self._files(board)
+            owners.check(board, files.base, writes=False)
             # the partition map in the same command: what reserves and holds it is asked next
             result = status(board, files, self.board_paths["device_tree"], also=board_release.CURRENT_MAP)
             phases.mark("lock")

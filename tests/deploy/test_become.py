@@ -74,6 +74,8 @@ def test_every_command_runs_behind_sudo_n(tmp_path, capsys, ssh, models, q25tok)
     # the probe, the agent that holds the lock and runs every short command, one per file sent
     assert len(calls) == 2 + uploads(calls) and all(c.startswith("-n -- timeout ") for c in calls)
     assert any(".q25deploy.lock" in c and "serve" in c for c in calls)
+    # who owns the install dir is listed by that holder, behind sudo, before it takes the lock (issue 44)
+    assert calls[1].endswith(" ask") and ".q25deploy.lock" in calls[1]
     # the release's own q25tok, staged in the install dir, never receives as root (issue 33; this
     # board's image has no q25tok): it travels through the shell, then a private copy of it,
     # hashed in a directory mktemp made outside the install dir, receives the rest
