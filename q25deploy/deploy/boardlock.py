@@ -44,7 +44,7 @@ HOLD = (
     SERVE
     + r"""lock=$1; owner=$2; max=$3
 if [ "$4" = ask ]; then q25tmp; echo ready; q25one && IFS= read -r q25go && [ "$q25go" = go ] || exit 1; fi
-if [ ! -d "${lock%/*}" ]; then mkdir -p "${lock%/*}" && chmod 0755 "${lock%/*}" || exit 1; fi  # the install dir: 0755 as deploy makes it
+if [ ! -d "${lock%/*}" ]; then (umask 022 && mkdir -p "${lock%/*}") && chmod 0755 "${lock%/*}" || exit 1; fi  # the install dir and the way to it: 0755 (root's alone, see owners.py)
 boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id 2>/dev/null)
 now=$(date +%s); me="q25deploy-lock:$$:$now:$boot:$owner"
 if ln -s "$me" "$lock" 2>/dev/null; then

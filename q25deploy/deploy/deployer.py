@@ -79,11 +79,13 @@ def _record(release: Release, when: str) -> dict:
 
 
 UPLOAD_CHANNELS = 3  # files sent at once, each on its own channel (the board hashes each as it writes it)
-# $1 the releases directory, $2 the install dir (each made 0755 when deploy creates it), their free space: "<machine> <df -Pk line or statfs a S>". BusyBox df
+# $1 the releases directory, $2 the install dir (each made 0755 when deploy creates it, and so is the
+# way to them: writable by its owner alone, see owners.py), their free space: "<machine> <df -Pk line or statfs a S>". BusyBox df
 # skips the rootfs mount: on a board whose root is the initramfs (PetaLinux's INITRAMFS packaging)
 # `df -P` fails with "can't find mount point"; statfs through `stat -f` works there (and with coreutils)
 PREFLIGHT = (
-    'for d in "$2" "$1"; do if [ ! -d "$d" ]; then mkdir -p "$d" && chmod 0755 "$d" || exit 1; fi; done; printf "%s " "$(uname -m)"; '
+    'for d in "$2" "$1"; do if [ ! -d "$d" ]; then (umask 022 && mkdir -p "$d") && chmod 0755 "$d" || exit 1; fi; done; '
+    'printf "%s " "$(uname -m)"; '
     'd=$(df -Pk "$2" 2>/dev/null) && echo "$d" | tail -n 1 || stat -f -c "statfs %a %S" "$2"'
 )
 # $1 staging, the directories in it, "--", then "ln" pairs (existing, staged): a fresh staging

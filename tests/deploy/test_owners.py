@@ -293,3 +293,20 @@ def test_a_group_writable_releases_dir_or_a_users_ancestor_is_refused(tmp_path, 
     code, res, err = deploy(capsys, ssh, server, root, models["B"], runtime=q25tok)  # root's again: deploys
     assert code == 0 and res[0]["ok"], (res, err)
     assert json.loads(state.read_text())["current"] == res[0]["release"]
+
+
+def test_what_root_makes_on_the_way_is_its_alone_whatever_the_login_umask(tmp_path, capsys, ssh, models, q25tok):
+    """A login umask of 002 made the directories `mkdir -p` creates on the way to the install dir
+    (here the remote root's lib/ and lib/firmware/) group-writable: the next session refused them."""
+    need(os.geteuid() == 0, "a root login (sshd logs in the test user)", "run the tests as root, as CI does")
+    server = wrapped_board(tmp_path, ssh, "umask002", {"sh": 'umask 002\nexec /bin/sh "$@"\n'})
+    root = tmp_path / "board"
+    try:
+        for build in (models["A"], models["B"]):
+            code, res, err = deploy(capsys, ssh, server, root, build, runtime=q25tok)
+            assert code == 0 and res[0]["ok"], (res, err)
+    finally:
+        server.stop()
+    base = root / INSTALL
+    for made in (root, root / "lib", base.parent, base, base / "releases"):
+        assert made.stat().st_mode & 0o022 == 0, made
