@@ -86,3 +86,24 @@ def root_record_for_a_user(shell: str, q: Path, sha: str, state: Path) -> None:
         shutil.rmtree(Path(r.stdout.strip()).parent)
     finally:
         shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_a_record_a_deploy_user_linked_or_holds_is_not_trusted(release, shell, tmp_path):
+    """Issue 44: a record root wrote is trusted only where only root can write. A hard link to
+    it (kept by a user who once could write here) or a directory the user (uid 65534) owns or
+    others can write (where it may have been moved in) is refused: the image's q25tok runs."""
+    q, sha, state = release
+    link = tmp_path / "kept"
+    os.link(state, link)
+    assert copy(shell, q, sha, str(state)).stdout.strip().endswith("has other hard links: not a record of its own")
+    link.unlink()
+    tmp_path.chmod(0o770)
+    assert copy(shell, q, sha, str(state)).stdout.strip().endswith(f"(holding {state}) is writable by others")
+    tmp_path.chmod(0o700)
+    if os.geteuid() == 0:  # the record is root's; the directory holding it the deploy user's
+        os.chown(tmp_path, 65534, 65534)
+        said = copy(shell, q, sha, str(state)).stdout.strip()
+        assert said.startswith(f"{tmp_path} (holding {state}) is not root's"), said
+        os.chown(tmp_path, 0, 0)
+    assert copy(shell, q, sha, str(state)).returncode == 0  # root's alone again: trusted
