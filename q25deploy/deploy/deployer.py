@@ -99,10 +99,13 @@ PREPARE = (
 # $1 staging, $2 release dir, $3 "kept" when the state records that release; stdin release.json:
 # described, synced, renamed into place (rdir does not exist when mv runs, so plain mv is
 # rename(2): BusyBox's mv has no -T). A release dir the state does not record is what a power cut
-# left of an rm -rf (a rollback's, a prune's): replaced, never taken for the release
+# left of an rm -rf (a rollback's, a prune's): replaced, never taken for the release. Only a
+# q25tok this deploy sent (a regular file of one link) is made 0755: one linked from a kept
+# release has the mode its release gave it, and root never chmods through a link (issue 44)
 PROMOTE = (
     'cat > "$1/release.json" && chmod 0644 "$1/release.json" || exit 1; '
-    'if [ -f "$1/q25tok" ]; then chmod 0755 "$1/q25tok" || exit 1; fi; '
+    'q="$1/q25tok"; if [ -f "$q" ] && [ ! -L "$q" ] && [ "$(ls -ln "$q" | awk \'{print $2}\')" = 1 ]; '
+    'then chmod 0755 "$q" || exit 1; fi; '
     'sync; if [ -d "$2" ] && [ "$3" = kept ]; then rm -rf "$1"; '
     'else if [ -e "$2" ]; then rm -rf "$2" || exit 1; fi; mv "$1" "$2" || exit 1; fi; sync'
 )

@@ -409,3 +409,34 @@ def test_busybox_mv_without_T_still_switches_and_says_so(tmp_path, capsys, ssh, 
         assert not (base / "releases" / res[0]["previous"] / ".current.tmp").exists()  # not moved into the old one
     finally:
         board.stop()
+
+
+@pytest.mark.parametrize("shell", [["busybox", "sh", "-c"], ["dash", "-c"]], ids=["busybox", "dash"])
+def test_promote_chmods_only_a_q25tok_of_its_own(tmp_path, shell):
+    """Issue 44: PROMOTE made the staged q25tok 0755 whatever it was: a kept q25tok the staging
+    links (PREPARE's `ln`) that is a hard link to another file (`/etc/shadow`, linked by a user
+    where fs.protected_hardlinks=0), or a symlink, had that file made 0755. A linked q25tok
+    keeps the mode its own release gave it; only the q25tok this deploy sent (one link) is set."""
+    from requirements import need_program
+
+    from q25deploy.deploy.deployer import PROMOTE
+
+    need_program(shell[0], "Debian: dash / busybox-static")
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:*:19000:0:99999:7:::\n")
+    shadow.chmod(0o640)
+    for plant in (os.link, os.symlink):
+        staging, rdir = tmp_path / f"s-{plant.__name__}", tmp_path / f"r-{plant.__name__}"
+        staging.mkdir()
+        plant(shadow, staging / "q25tok")
+        r = subprocess.run([*shell, PROMOTE, "sh", str(staging), str(rdir), "new"], input=b"{}", capture_output=True)
+        assert r.returncode == 0, r.stderr
+        assert oct(shadow.stat().st_mode & 0o777) == "0o640", plant.__name__
+    staging = tmp_path / "fresh"
+    staging.mkdir()
+    (staging / "q25tok").write_bytes(b"\x7fELF")
+    (staging / "q25tok").chmod(0o600)
+    r = subprocess.run(
+        [*shell, PROMOTE, "sh", str(staging), str(tmp_path / "r"), "new"], input=b"{}", capture_output=True
+    )
+    assert r.returncode == 0 and oct((tmp_path / "r" / "q25tok").stat().st_mode & 0o777) == "0o755", r.stderr
