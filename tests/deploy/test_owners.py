@@ -111,6 +111,7 @@ def test_roots_install_dir_is_refused_for_a_deploy_user_with_the_reason():
 @pytest.mark.parametrize(
     "text",
     ["", "uid x\n", "uid 0\nup drwxr-xr-x 2 0 relative\n", "uid 0\nin drwxr-xr-x 2 0 /b\n", "uid 0\nup ?rw 1 0 /\n"],
+    ids=["empty", "uid-not-a-number", "relative-path", "in-before-base", "bad-mode"],
 )
 def test_a_malformed_listing_is_an_error(text):
     with pytest.raises(DeployError, match="malformed answer"):
