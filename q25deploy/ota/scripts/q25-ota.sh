@@ -90,6 +90,71 @@ no_link_in() {  # DIR REL: no part of REL under DIR is a symlink
     while :; do no_link "$1/$q_r"; case "$q_r" in */*) q_r=${q_r%/*} ;; *) return 0 ;; esac; done
 }
 
+# -- one owner per tree (docs/security.md) -----------------------------------------------------
+# Root installs only into a tree of its own: the install dir, everything in it and every directory
+# above it are owned by the user running this script (root) and writable by no one else; so is
+# the payload directory it installs from. Above the tree a root-owned sticky directory (/tmp) is
+# accepted: there only an entry's owner may rename or remove it, and the entry below is checked
+# to be ours; a directory of another user's on the way is refused wherever it is (systemd-tmpfiles'
+# "unsafe path transition": its owner can swap everything below it). Every step checks that
+# before it reads or writes anything there, and refuses with one line that names the path, its
+# owner and the fix: ownership is never repaired, a path never followed somewhere else. Once the
+# tree is ours alone no one else can change what a check saw, which is what lets the rest of this
+# script check a path and then use it. (ls -ln: every BusyBox has it; its stat and find -links
+# are configurable out.)
+ME=$(id -u) && case "$ME" in ''|*[!0-9]*) false ;; esac || die "cannot tell which user runs this script (id -u)"
+if [ "$ME" = 0 ]; then WHO=root; OWN=root:root; else WHO="uid $ME"; OWN="$ME:$(id -g)"; fi
+
+ls_meta() {  # PATH -> "MODE LINKS UID" of PATH itself (a link is not followed); nothing when absent
+    ls -lnd -- "$1" 2>/dev/null | awk 'NR == 1 { print substr($1, 1, 10), $2, $3 }'
+}
+
+own_above() {  # TREE DIR: DIR, above TREE, is root's (or ours) and no one else may write it
+    q_m=$(ls_meta "$2"); [ -n "$q_m" ] || return 0  # not there yet: mkdir -p makes it ours
+    q_mode=${q_m%% *}; q_uid=${q_m##* }
+    case "$q_mode" in [dl]*) ;; *) die "$2, above $1, is not a directory" ;; esac
+    case "$q_uid:$q_mode" in
+        0:l*|"$ME":l*) return 0 ;;  # where it leads is checked as resolved (own_ancestors)
+        0:d????-??-?|"$ME":d????-??-?|0:d????????[tT]) return 0 ;;
+    esac
+    die "$2, above $1, is owned by uid $q_uid (mode $q_mode): whoever owns or can write a directory above the tree root installs into can swap that tree: make it $WHO's alone (chown $OWN $2 && chmod go-w $2) or choose a directory below $WHO's own ones"
+}
+
+own_ancestors() {  # TREE: every directory above TREE as named, and as resolved (cd -P), is root's
+    q_a=$1; q_deep=''
+    while :; do
+        case "$q_a" in */*) q_a=${q_a%/*}; q_a=${q_a:-/} ;; *) break ;; esac
+        own_above "$1" "$q_a"
+        [ -z "$q_deep" ] && [ -d "$q_a" ] && q_deep=$q_a
+        [ "$q_a" = / ] && break
+    done
+    q_a=$(cd -P -- "${q_deep:-.}" && pwd -P) || die "cannot resolve the directories above $1"
+    while :; do
+        own_above "$1" "$q_a"
+        [ "$q_a" = / ] && return 0
+        q_a=${q_a%/*}; q_a=${q_a:-/}
+    done
+}
+
+own_tree() {  # TREE KIND(install|payload): TREE, everything in it and above it is ours alone
+    own_ancestors "$1"
+    no_link "$1"; [ -e "$1" ] || return 0
+    [ -d "$1" ] || die "$1 is not a directory"
+    q_bad=$(find "$1" \( ! -user "$ME" -o ! -type l \( -perm -020 -o -perm -002 \) \) -print) ||
+        die "cannot check who owns what is in $1"
+    [ -n "$q_bad" ] || return 0
+    q_p=$(printf '%s\n' "$q_bad" | head -n 1); q_m=$(ls_meta "$q_p")
+    q_mode=${q_m%% *}; q_uid=${q_m##* }
+    if [ "$q_uid" != "$ME" ]; then q_what="is owned by uid ${q_uid:-?} (mode ${q_mode:-?}), not by $WHO who runs this"
+    else q_what="can be written by others than $WHO (mode $q_mode)"; fi
+    q_fix="chown -R $OWN $1 && chmod -R go-w $1"
+    if [ "$2" = payload ]; then
+        die "$q_p $q_what: root installs only a payload no one else can change: let the update engine write it, or $q_fix"
+    fi
+    [ "$q_uid" = "$ME" ] || q_fix="this install dir is another user's (a deploy --become none install?): use a separate install dir for OTA; if no one else ever wrote there: $q_fix"
+    die "$q_p $q_what: root installs only into a tree that is its own alone (one owner per tree): $q_fix"
+}
+
 # -- the plan ------------------------------------------------------------------------------------
 plan_get() { sed -n "s/^$1 //p" "$PLAN" | head -n 1; }
 
@@ -97,6 +162,7 @@ load_plan() {  # DIR: every value checked before anything is derived from it
     DIR=$1
     PLAN="$DIR/q25-plan"
     no_link "$DIR" "$PLAN"
+    own_tree "$DIR" payload  # what root installs from: no one else's to change
     [ -f "$PLAN" ] || die "$PLAN: no plan in the payload"
     [ "$(head -n 1 "$PLAN")" = "q25-ota-plan 1" ] || die "$PLAN: not a plan this script reads"
     MODE=$(plan_get mode); RELEASE=$(plan_get release); FPR=$(plan_get fingerprint)
@@ -128,6 +194,7 @@ load_plan() {  # DIR: every value checked before anything is derived from it
     STATE="$BASE/.q25deploy-state.json"
     LOADED="$BASE/.q25deploy-loaded"
     no_link "$BASE/releases" "$OTA" "$STATE" "$LOADED"
+    own_tree "$BASE" install  # every step's first check: the tree is root's alone
     check_plan_lines
 }
 
@@ -455,6 +522,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     check_reserved
     mkdir -p "$BASE/releases" "$OTA" || die "cannot create $BASE/releases"
     no_link "$BASE/releases" "$OTA"
+    own_tree "$BASE" install  # again: what mkdir -p found there already is not taken on trust
     settle
     old=$(state_top current) || exit 1
     staging="$BASE/releases/.incoming-ota"
@@ -695,7 +763,9 @@ case "${1:-}" in
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
         no_link "${swu_dir%/*}" "$swu_dir" "${swu_dir%/*}/releases"
-        rm -rf "$swu_dir" && mkdir -p "${swu_dir%/*}" && mkdir -m 0700 "$swu_dir" || die "cannot create $swu_dir" ;;
+        BASE=${swu_dir%/*}; own_tree "$BASE" install  # the install dir the drop directory is in
+        rm -rf "$swu_dir" && mkdir -p "$BASE" && mkdir -m 0700 "$swu_dir" || die "cannot create $swu_dir"
+        own_tree "$BASE" install ;;
     postinst)
         exec 3>&1
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
