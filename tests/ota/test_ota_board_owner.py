@@ -1,16 +1,23 @@
-"""One owner per tree (issue 44, the board script): q25-ota.sh under BusyBox sh with only
-BusyBox applets on PATH, driven through the real Mender client's state order
+"""One owner per tree (issue 44, item 1, the board script): q25-ota.sh under BusyBox sh with
+only BusyBox applets on PATH, driven through the real Mender client's state order
 (ota_helpers.mender_install), against a scratch root standing in for the board's. The deploy
 user is uid 65534: an install dir of theirs (a `deploy --become none` install), or a directory
-of theirs above it, is refused by every step with the fix, and nothing is changed."""
+of theirs above it, is refused by every step with the fix, and nothing is changed; root takes
+no record of its own from a file it does not alone own with one name, in the state file's
+format."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from ota_helpers import INSTALL, layout, make_board, mender_install, package, sh, swupdate_install
+
+from q25deploy.common import json_bytes
 
 DEPLOY_USER = 65534  # nobody: the deploy user of a `--become none` install
 
@@ -145,3 +152,119 @@ def test_a_root_owned_sticky_directory_above_is_accepted(tmp_path, busybox_path,
     os.lchown(firmware, DEPLOY_USER, DEPLOY_USER)  # theirs, in the sticky directory
     r = sh(bb, board, "ArtifactInstall", str(tmp_path / "tree"))
     assert r.returncode != 0 and f"{firmware}, above {board / INSTALL}, is owned by uid {DEPLOY_USER}" in r.stderr
+
+
+# -- item 1: root's records are never copied from a file another user can write ------------------
+def plant_settle_case(base: Path, how: str, elsewhere: Path) -> str:
+    """What the deploy user plants (item 1): a release U of theirs whose release.json lists a
+    q25tok of theirs, and a `.q25-ota/` settle case naming it (`new` U, `old` the current
+    release, `current` -> U, a malformed `state.new`, so the next install dies in settle) with a
+    `state.old` that makes U the current release, its q25tok's digest recorded. Returns U."""
+    state = json.loads((base / ".q25deploy-state.json").read_text())
+    a, u = state["current"], "0123456789abcdef"
+    shutil.copytree(base / "releases" / a, base / "releases" / u)
+    q25tok = base / "releases" / u / "q25tok"
+    q25tok.write_text("#!/bin/sh\necho ran >> /tmp/q25-ota-ran-the-deploy-users-q25tok\n")
+    q25tok.chmod(0o755)
+    digest, size = hashlib.sha256(q25tok.read_bytes()).hexdigest(), q25tok.stat().st_size
+    rj = base / "releases" / u / "release.json"
+    doc = json.loads(rj.read_text())
+    doc["id"] = u
+    doc["files"] = sorted([*doc["files"], {"path": "q25tok", "sha256": digest, "size": size}], key=lambda f: f["path"])
+    rj.write_bytes(json_bytes(doc))
+    rec = {**state["releases"][a], "files": {**state["releases"][a]["files"], "q25tok": [digest, size]}}
+    theirs = {**state, "current": u, "previous": a, "releases": {**state["releases"], u: rec}}
+    ota = base / ".q25-ota"
+    ota.mkdir()
+    for name, text in (("new", u), ("old", a), ("created", "0")):
+        (ota / name).write_text(text + "\n")
+    (ota / "state.new").write_text("{}\n")  # not a state: settle dies on it, the engine rolls back
+    if how == "hard-linked":  # root's file, but another name of it is elsewhere
+        elsewhere.write_bytes(json_bytes(theirs))
+        os.link(elsewhere, ota / "state.old")
+    elif how == "not a state file":  # root's, one name, but not the state file's format
+        (ota / "state.old").write_text(json.dumps(theirs))
+    elif how == "another current":  # a state file, but not the one before the update it rolls back
+        (ota / "state.old").write_bytes(json_bytes(theirs))
+    else:  # the deploy user's install dir: all of it theirs
+        (ota / "state.old").write_bytes(json_bytes(theirs))
+        chown_tree(base, DEPLOY_USER)
+    (base / "current").unlink()
+    (base / "current").symlink_to(f"releases/{u}")
+    if how == "the deploy user's":
+        os.lchown(base / "current", DEPLOY_USER, DEPLOY_USER)
+    return u
+
+
+@pytest.mark.parametrize("how", ["the deploy user's", "hard-linked", "not a state file", "another current"])
+def test_a_rollback_copies_no_state_it_did_not_write(tmp_path, busybox_path, q25tok_bin, artifacts, how):
+    """Item 1: a planted settle case with a malformed state.new: the next install died in
+    settle, the engine ran ArtifactRollback, and rollback() copied state.old unread into the
+    state file: root's state then named the deploy user's release and its q25tok's digest (which
+    smoke, status and deploy --become sudo trust). Now a record root reads is a regular file of
+    root's, one name, no one else can write it, in the state file's format, the state before
+    the update it rolls back; the state file is left as it was."""
+    bb = busybox_path
+    board = installed(bb, tmp_path, q25tok_bin, artifacts)
+    base = board / INSTALL
+    state = base / ".q25deploy-state.json"
+    before = state.read_bytes()
+    u = plant_settle_case(base, how, tmp_path / "elsewhere.json")
+    runs = mender_install(bb, board, artifacts["B"], tmp_path / "tree")
+    assert states(runs) == ["ArtifactInstall", "ArtifactRollback", "Cleanup"]
+    install, rollback = runs[2], runs[3]
+    assert state.read_bytes() == before and u not in state.read_text(), "root's state names the user's release"
+    assert install.returncode != 0 and rollback.returncode != 0, (install.stderr, rollback.stderr)
+    if how == "the deploy user's":
+        assert f"{base} is owned by uid {DEPLOY_USER}" in install.stderr + rollback.stderr
+        return
+    assert "state.new: '{}' is not what q25-ota wrote there" in install.stderr, install.stderr
+    want = {
+        "hard-linked": "state.old is not a record q25-ota wrote (mode -rw-r--r--, 2 name(s), uid 0)",
+        "not a state file": f'state.old: \'{{"current": "{u}", "format": "q25deploy-board-state/1"',
+        "another current": "state.old: its current is not the release this update replaced",
+    }[how]
+    assert want in rollback.stderr, rollback.stderr
+    assert os.readlink(base / "current") == f"releases/{u}", "the rollback switched before it checked"
+
+
+@pytest.mark.parametrize("how", ["the deploy user's", "group-writable", "hard-linked"])
+def test_an_update_records_no_digest_from_a_release_json_it_does_not_own(
+    tmp_path, busybox_path, q25tok_bin, artifacts, how
+):
+    """Item 1, the successful update: the state's record of the previous release was copied
+    from its release.json, whoever could write that: a q25tok the deploy user listed there got
+    its digest into root's state. Now release.json is read as one of root's records (root's
+    alone, one name): else the update is refused and the state stays as it was."""
+    bb = busybox_path
+    board = installed(bb, tmp_path, q25tok_bin, artifacts)
+    base = board / INSTALL
+    state = base / ".q25deploy-state.json"
+    before = state.read_bytes()
+    a = json.loads(before)["current"]
+    rj = base / "releases" / a / "release.json"
+    doc = json.loads(rj.read_text())
+    doc["files"] = sorted([*doc["files"], {"path": "q25tok", "sha256": "7" * 64, "size": 1}], key=lambda f: f["path"])
+    rj.unlink()
+    if how == "hard-linked":
+        elsewhere = tmp_path / "release.json"
+        elsewhere.write_bytes(json_bytes(doc))
+        os.link(elsewhere, rj)
+    else:
+        rj.write_bytes(json_bytes(doc))
+        if how == "group-writable":
+            rj.chmod(0o664)
+        else:
+            os.lchown(rj, DEPLOY_USER, DEPLOY_USER)
+    runs = mender_install(bb, board, artifacts["B"], tmp_path / "tree")
+    after = json.loads(state.read_text())
+    assert "q25tok" not in after["releases"][a]["files"], "root's state took a digest from a file it does not own"
+    assert state.read_bytes() == before and os.readlink(base / "current") == f"releases/{a}"
+    install = runs[2]
+    assert install.args[2] == "ArtifactInstall" and install.returncode != 0, install.stderr
+    want = {
+        "the deploy user's": f"{rj} is owned by uid {DEPLOY_USER} (mode -rw-r--r--)",
+        "group-writable": f"{rj} can be written by others than root (mode -rw-rw-r--)",
+        "hard-linked": f"{rj} is not a record q25-ota wrote (mode -rw-r--r--, 2 name(s), uid 0)",
+    }[how]
+    assert want in install.stderr, install.stderr

@@ -155,6 +155,15 @@ own_tree() {  # TREE KIND(install|payload): TREE, everything in it and above it 
     die "$q_p $q_what: root installs only into a tree that is its own alone (one owner per tree): $q_fix"
 }
 
+own_record() {  # FILE: one of root's own records (state, rollback data, release.json), read as
+    # trusted only when it is a regular file of ours with one name that no one else may write
+    no_link "$1"; no_fifo "$1"; [ -e "$1" ] || return 0
+    q_m=$(ls_meta "$1")
+    case "$q_m" in -????-??-?" 1 $ME") return 0 ;; esac
+    q_n=${q_m#* }
+    die "$1 is not a record q25-ota wrote (mode ${q_m%% *}, ${q_n%% *} name(s), uid ${q_m##* }): root trusts as its own only a regular file it alone owns and can write, with no other name (no hard link); remove it if it is not q25-ota's"
+}
+
 # -- the plan ------------------------------------------------------------------------------------
 plan_get() { sed -n "s/^$1 //p" "$PLAN" | head -n 1; }
 
@@ -234,7 +243,7 @@ payload() {  # NAME -> the path of a payload file (a regular file, not a link)
 
 # -- reading our own JSON (always written with indent=2, sort_keys): checked, never trusted ------
 release_files() {  # RELEASE.JSON -> "sha256 size path" lines, each checked (die on anything else)
-    no_link "$1"; no_fifo "$1"
+    own_record "$1"
     awk '/^      "path": /{p=$2} /^      "sha256": /{s=$2} /^      "size": /{z=$2;
          gsub(/[",]/,"",p); gsub(/[",]/,"",s); gsub(/[",]/,"",z); print s, z, p}' "$1" |
     while read -r sha size rel extra; do
@@ -257,15 +266,87 @@ json_checked() {  # FILE KEY KIND(hex64|name) NULL-OK(0|1) -> a JSON string of t
     echo "$q_v"
 }
 
+state_valid() {  # FILE: a board state exactly as q25deploy writes it (keys sorted, indent 2: q25deploy's
+    # json_bytes and state_body alike), every value as schema.parse_state checks it; status 1 if not
+    awk '
+    function hex(v, n) { return length(v) == n + 2 && v ~ /^"[0-9a-f]+"$/ }
+    function rel(v) {
+        return v != "\"release.json\"" && v ~ /^"[A-Za-z0-9_][A-Za-z0-9._+-]*(\/[A-Za-z0-9_][A-Za-z0-9._+-]*)*"$/
+    }
+    function plain(v) { return length(v) <= 130 && v ~ /^"[A-Za-z0-9][A-Za-z0-9._+-]*"$/ }
+    function fail() { bad = 1; exit 1 }
+    function at(ind, key) { return substr(L[i], 1, length(ind) + length(key) + 4) == ind "\"" key "\": " }
+    function take(ind, key,    v) {  # the value of line i, "KEY": VALUE at IND (sets comma)
+        if (!at(ind, key)) fail()
+        v = substr(L[i++], length(ind) + length(key) + 5)
+        comma = v ~ /,$/; if (comma) v = substr(v, 1, length(v) - 1)
+        return v
+    }
+    function files(id,    k) {
+        do {
+            k = L[i++]
+            if (k !~ /^        ".*": \[$/) fail()
+            k = substr(k, 9, length(k) - 11)
+            if (!rel(k) || ((id, k) in seen)) fail()
+            seen[id, k] = 1
+            if (L[i] !~ /^          "[0-9a-f]+",$/ || !hex(substr(L[i], 11, length(L[i]) - 11), 64)) fail()
+            i++
+            if (L[i++] !~ /^          [0-9]+$/) fail()
+            k = L[i++]
+            if (k != "        ]," && k != "        ]") fail()
+        } while (k == "        ],")
+        if (L[i++] != "      },") fail()
+    }
+    function record(id,    v) {
+        if (at(I, "deployed_at")) { v = take(I, "deployed_at"); if (v !~ /^"[0-9TZ:.+-]*"$/ || !comma) fail() }
+        v = take(I, "files")
+        if (v == "{") files(id); else if (v != "{}" || !comma) fail()
+        if (at(I, "image")) { v = take(I, "image"); if (!(v == "null" || rel(v)) || !comma) fail() }
+        if (at(I, "model_sha256")) { v = take(I, "model_sha256"); if (!(v == "null" || hex(v, 64)) || !comma) fail() }
+        if (at(I, "target")) { v = take(I, "target"); if (!(v == "null" || plain(v)) || !comma) fail() }
+        v = take(I, "vocab_fingerprint"); if (!hex(v, 64) || comma) fail()
+        v = L[i++]; if (v != "    }," && v != "    }") fail()
+        return v == "    },"
+    }
+    { L[NR] = $0 }
+    END {
+        if (bad) exit 1
+        I = "      "; i = 1
+        if (L[i++] != "{") fail()
+        cur = take("  ", "current"); if (!(cur == "null" || hex(cur, 16)) || !comma) fail()
+        if (take("  ", "format") != "\"q25deploy-board-state/1\"" || !comma) fail()
+        prev = take("  ", "previous"); if (!(prev == "null" || hex(prev, 16)) || !comma) fail()
+        v = take("  ", "releases"); if (comma) fail()
+        if (v == "{") {
+            do {
+                v = L[i++]
+                if (v !~ /^    "[0-9a-f]+": \{$/) fail()
+                id = substr(v, 5, length(v) - 7)
+                if (!hex(id, 16) || (id in ids)) fail()
+                ids[id] = 1
+            } while (record(id))
+            if (L[i++] != "  }") fail()
+        } else if (v != "{}") fail()
+        if (L[i++] != "}" || i <= NR) fail()
+        if ((cur != "null" && !(cur in ids)) || (prev != "null" && !(prev in ids))) fail()
+    }' "$1"
+}
+
+state_ok() {  # FILE: a record of ours (own_record) in the state file's format, or die
+    own_record "$1"
+    [ ! -e "$1" ] || state_valid "$1" ||
+        die "$1: '$(head -c 80 "$1" | tr -d '\n')' is not what q25-ota wrote there (a board state as q25deploy writes it)"
+}
+
 state_field() {  # RID FIELD -> a field of that release's record in the state file
-    no_fifo "$STATE"; [ -f "$STATE" ] || return 0
+    state_ok "$STATE"; [ -f "$STATE" ] || return 0
     awk -v rid="$1" -v key="$2" '
         /^    "[0-9a-f]+": \{$/ { cur = $1; gsub(/[":]/, "", cur) }
         cur == rid && $1 == "\"" key "\":" { v = $2; gsub(/[",]/, "", v); print v; exit }' "$STATE"
 }
 
 state_top() {  # KEY -> "current"/"previous" of the state file ("" when null or absent)
-    no_fifo "$STATE"; [ -f "$STATE" ] || return 0
+    state_ok "$STATE"; [ -f "$STATE" ] || return 0
     q_v=$(json_value "$STATE" "$1")
     case "$q_v" in ''|null) return 0 ;; esac
     q_in=${q_v#\"}; q_in=${q_in%\"}
@@ -301,7 +382,10 @@ write_release_json() {  # FILES-LIST(text) MODEL-JSON TARGET-JSON OUT -> prints 
 state_record() {  # RID DEPLOYED-AT IMAGE LAST(0|1)
     rj="$BASE/releases/$1/release.json"
     no_link "$BASE/releases/$1"
-    files=$(release_files "$rj") && model=$(json_checked "$rj" model_sha256 hex64 1) &&
+    # (release_files: root's record, one name; and the release it names)
+    files=$(release_files "$rj") || exit 1
+    [ "$(json_value "$rj" id)" = "\"$1\"" ] || die "$rj: its id is not $1: not the release.json of releases/$1"
+    model=$(json_checked "$rj" model_sha256 hex64 1) &&
         target=$(json_checked "$rj" target name 1) && vf=$(json_checked "$rj" vocab_fingerprint hex64 0) || exit 1
     echo "    \"$1\": {"
     echo "      \"deployed_at\": \"$2\","
@@ -357,9 +441,11 @@ settle() {  # a cut between an install's switch and its state write (a disk's lo
     q_link=$(current_release) || exit 1
     q_cur=$(state_top current) || exit 1
     { [ "$q_link" = "$q_new" ] && [ "$q_cur" = "$q_old" ] && [ "$q_cur" != "$q_new" ]; } || return 0
-    [ "$(json_value "$OTA/state.new" format)" = '"q25deploy-board-state/1"' ] &&
-        [ "$(json_value "$OTA/state.new" current)" = "\"$q_new\"" ] ||
-        die "$OTA/state.new: '$(head -c 80 "$OTA/state.new" | tr -d '\n')' is not what q25-ota wrote there"
+    # root's record of the state after that switch: read as one (state_ok), and that switch's
+    # state; else this install fails here and the engine's rollback takes nothing from it either
+    state_ok "$OTA/state.new"
+    [ "$(json_value "$OTA/state.new" current)" = "\"$q_new\"" ] ||
+        die "$OTA/state.new: '$(head -c 80 "$OTA/state.new" | tr -d '\n')' is not what q25-ota wrote there (its current is not $q_new)"
     put "$STATE" < "$OTA/state.new" || exit 1
     say "finished the switch to releases/$q_new that an earlier install was cut in (the state file said ${q_old:-nothing})"
 }
@@ -434,6 +520,7 @@ regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the b
     pick_q25tok
     if [ "$1" = load ]; then  # loaded this boot with this table (a tokenizer-only update): kept
         q_want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$q_tab" | cut -d' ' -f1)"
+        own_record "$LOADED"
         if [ -f "$LOADED" ] && [ "$(cat "$LOADED")" = "$q_want" ]; then
             say "the reserved regions already hold the partitions of releases/$q_rid's region table"; return 0
         fi
@@ -485,7 +572,7 @@ stage_full() {  # STAGING
         src=$(payload "$name") && mkdir -p "$(dirname "$1/$rel")" && place "$src" "$1/$rel" || exit 1
     done || die "staging failed"
     src=$(payload release.json) || exit 1
-    place "$src" "$1/release.json"
+    no_fifo "$src"; cp "$src" "$1/release.json" || die "cannot copy $src"  # a record of one name: a copy
     [ "$(json_value "$1/release.json" id)" = "\"$RELEASE\"" ] || die "release.json does not describe $RELEASE"
 }
 
@@ -715,7 +802,7 @@ forward_compare() {  # EXPECTED PROMPT DUMP: where DUMP (q25tok generate --dump-
 }
 
 ota_get() {  # NAME KIND(rid|rid-or-empty|flag): a rollback record, as strictly as the plan
-    no_link "$OTA/$1"; no_fifo "$OTA/$1"
+    own_record "$OTA/$1"
     q_v=$(cat "$OTA/$1" 2>/dev/null)
     case "$2" in
         rid) is_rid "$q_v" ;;
@@ -730,7 +817,15 @@ rollback() {  # DIR: back to the release that was current before this update
     no_link "$OTA/new"
     [ -f "$OTA/new" ] || { say "nothing to roll back"; return 0; }
     old=$(ota_get old rid-or-empty) && new=$(ota_get new rid) && created=$(ota_get created flag) || exit 1
-    no_link "$OTA/state.old"
+    # the state before the update, root's record of it: never copied unread (state_ok: one of
+    # ours, one name, the state file's format) and the state whose current release was $old;
+    # checked before anything is changed
+    if [ -e "$OTA/state.old" ] || [ -L "$OTA/state.old" ]; then
+        state_ok "$OTA/state.old"
+        q_want=null; [ -z "$old" ] || q_want="\"$old\""
+        [ "$(json_value "$OTA/state.old" current)" = "$q_want" ] ||
+            die "$OTA/state.old: its current is not the release this update replaced (${old:-none}): not what q25-ota wrote there; nothing was rolled back"
+    fi
     if [ -n "$old" ] && [ -d "$BASE/releases/$old" ]; then
         switch_current "$old"
     else
