@@ -1,10 +1,11 @@
-"""One owner per tree (issue 44, item 1, the board script): q25-ota.sh under BusyBox sh with
-only BusyBox applets on PATH, driven through the real Mender client's state order
+"""One owner per tree (issue 44, items 1 and 3, the board script): q25-ota.sh under BusyBox sh
+with only BusyBox applets on PATH, driven through the real Mender client's state order
 (ota_helpers.mender_install), against a scratch root standing in for the board's. The deploy
 user is uid 65534: an install dir of theirs (a `deploy --become none` install), or a directory
 of theirs above it, is refused by every step with the fix, and nothing is changed; root takes
 no record of its own from a file it does not alone own with one name, in the state file's
-format."""
+format; and root chmods no file of the current release (a hard link to /etc/shadow's stand-in
+kept its mode)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -268,3 +270,39 @@ def test_an_update_records_no_digest_from_a_release_json_it_does_not_own(
         "hard-linked": f"{rj} is not a record q25-ota wrote (mode -rw-r--r--, 2 name(s), uid 0)",
     }[how]
     assert want in install.stderr, install.stderr
+
+
+# -- item 3: root chmods no file of the current release ------------------------------------------
+@pytest.mark.parametrize("owner", ["the deploy user's", "root's"])
+def test_a_tokenizer_only_update_chmods_no_hard_link(tmp_path, busybox_path, q25tok_bin, artifacts, owner):
+    """Item 3: a tokenizer-only update hard-links every file the current release.json lists
+    into staging, and set_modes chmodded them before verify_release: a hard link to /etc/shadow
+    (a stand-in here, root's, 0640) listed there became 0644. Now a file linked from the current
+    release must already have the release's mode (it is never chmodded), modes are set only
+    after the staging verifies, and only on files root placed itself."""
+    bb = busybox_path
+    board = installed(bb, tmp_path, q25tok_bin, artifacts)
+    base = board / INSTALL
+    cur = json.loads((base / ".q25deploy-state.json").read_text())["current"]
+    shadow = tmp_path / "etc-shadow"
+    shadow.write_text("root:$6$not-for-anyone:19000:0:99999:7:::\n")
+    shadow.chmod(0o640)
+    rdir = base / "releases" / cur
+    os.link(shadow, rdir / "shadow")  # the deploy user's link (where fs.protected_hardlinks=0)
+    rj = rdir / "release.json"
+    doc = json.loads(rj.read_text())
+    entry = {"path": "shadow", "sha256": "0" * 64, "size": shadow.stat().st_size}  # they cannot read it
+    doc["files"] = sorted([*doc["files"], entry], key=lambda f: f["path"])
+    rj.write_bytes(json_bytes(doc))
+    if owner == "the deploy user's":
+        chown_tree(base, DEPLOY_USER)
+    runs = mender_install(bb, board, artifacts["A2-tok"], tmp_path / "tree")
+    assert stat.S_IMODE(shadow.stat().st_mode) == 0o640, "root chmodded a hard link of the current release"
+    assert shadow.stat().st_uid == 0
+    install = runs[2]
+    assert install.args[2] == "ArtifactInstall" and install.returncode != 0, install.stderr
+    assert os.readlink(base / "current") == f"releases/{cur}"
+    if owner == "root's":
+        assert f"{rdir}/shadow is not a release file as q25-ota installs it (-rw-r--r--" in install.stderr
+    else:
+        assert f"{base} is owned by uid {DEPLOY_USER}" in install.stderr, install.stderr

@@ -17,17 +17,22 @@
 # `q25tok load` copies its partitions into them, the smoke test reads them back (`q25tok verify`),
 # and a rollback loads the previous release's again.
 # Q25_ROOT prefixes every board path (tests, chroots), like deploy's --remote-root.
-# Everything under the install dir is input: a `--become none` deploy user, or anything else
-# that can write there, may have planted a symlink, a FIFO, a q25tok or a crafted `.q25-ota/*`,
-# release.json or state file. The one rule (docs/security.md): this script, run as root, executes
-# no program from the install dir; the only q25tok it runs is the plan's, the image's packaged
-# /usr/bin/q25tok, outside the install dir (load_plan) and owned by the user running the script
-# (pick_q25tok). Every name it derives is checked as a plain name before it is used; a symlink
-# it did not create is refused, never followed; a file it reads is first checked to be a regular
-# file (a FIFO would block the read); its own files are written through a fresh temporary
-# (mktemp: O_EXCL) renamed over the name; only 16-hex directories under releases/ are ever
-# removed. (A writer racing the script between a check and its use is not stopped; what it can
-# then do is bounded: no code runs, q25tok writes only q25 regions: docs/security.md.)
+# One owner per tree (docs/security.md): root installs only into an install dir that is root's
+# alone, every directory above it and everything in it, and from a payload directory no one else
+# can write (own_tree, the first check of every step: refused with the fix, never repaired); it
+# takes as its own record (state, rollback data, release.json) only a regular file of one name
+# that it alone owns and can write, checked as the schema does (own_record, state_valid); and it
+# chmods only files it placed itself (set_modes). So an install dir a `--become none` deploy
+# user owns is refused, and no other user can race a check and the use that follows it.
+# Everything under the install dir is input all the same, checked as if a deploy user had
+# planted a symlink, a FIFO, a q25tok or a crafted `.q25-ota/*`, release.json or state file
+# there: this script, run as root, executes no program from the install dir; the only q25tok it
+# runs is the plan's, the image's packaged /usr/bin/q25tok, outside the install dir (load_plan)
+# and owned by the user running the script (pick_q25tok). Every name it derives is checked as a
+# plain name before it is used; a symlink it did not create is refused, never followed; a file
+# it reads is first checked to be a regular file (a FIFO would block the read); its own files
+# are written through a fresh temporary (mktemp: O_EXCL) renamed over the name; only 16-hex
+# directories under releases/ are ever removed.
 set -u
 umask 022  # what it creates is the same whatever the engine's umask (the release's modes: set_modes)
 LC_ALL=C; export LC_ALL  # the name checks' [A-Za-z0-9] ranges are ASCII only in the C locale
@@ -162,6 +167,14 @@ own_record() {  # FILE: one of root's own records (state, rollback data, release
     case "$q_m" in -????-??-?" 1 $ME") return 0 ;; esac
     q_n=${q_m#* }
     die "$1 is not a record q25-ota wrote (mode ${q_m%% *}, ${q_n%% *} name(s), uid ${q_m##* }): root trusts as its own only a regular file it alone owns and can write, with no other name (no hard link); remove it if it is not q25-ota's"
+}
+
+own_file() {  # FILE MODE(-rw-r--r--|-rwxr-xr-x): a release file as q25-ota installs it, ours, that
+    # mode, other names allowed (a kept release shares its files): taken as it is, never chmodded
+    no_link "$1"
+    q_m=$(ls_meta "$1")
+    case "$q_m" in "$2 "*" $ME") return 0 ;; esac
+    die "$1 is not a release file as q25-ota installs it ($2, $WHO's; it is ${q_m:-missing}): root changes no mode of a file it did not place (it may have another name): install a full release"
 }
 
 # -- the plan ------------------------------------------------------------------------------------
@@ -547,24 +560,56 @@ regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the b
 # One mode for a release, whatever installs it (deploy, the layer's recipe, Mender, SWUpdate):
 # files 0644 (a program that does not run as root reads the tokenizer image), q25tok 0755,
 # directories 0755. The engines' files come out 0600 (SWUpdate's rawfile handler, the Mender
-# client's file tree): the staged release gets its modes before it is verified and moved in.
-set_modes() {  # RELEASE-DIR: the directory, release.json, every file it lists and their directories
+# client's file tree): the staged release gets its modes after it is verified, before it is
+# moved in. Root chmods only what it placed itself: a payload file of one name it linked or
+# copied (place), the release.json it wrote, the directories it made. A file linked from the
+# current release may have other names (the previous release's; a hard link planted to a file
+# elsewhere, where fs.protected_hardlinks=0): it must already have its mode (own_file), never
+# gets one.
+mode_of() {  # REL -> the ls mode string a release file has
+    case "$1" in q25tok) echo -rwxr-xr-x ;; *) echo -rw-r--r-- ;; esac
+}
+
+set_modes() {  # STAGING: the directory, release.json, every file it lists and their directories
     # (only paths release.json names, each checked and no part of it a link: never what find lists)
     no_link "$1" "$1/release.json"
+    q_placed=$(plan_rels)
     chmod 0755 "$1" && chmod 0644 "$1/release.json" || die "cannot set modes in $1"
     release_files "$1/release.json" | while read -r _ _ rel; do
         no_link_in "$1" "$rel"
-        q_m=0644; [ "$rel" = q25tok ] && q_m=0755
-        chmod "$q_m" "$1/$rel" || exit 1
+        if printf '%s\n' "$q_placed" | grep -Fxq -- "$rel"; then  # placed: one name, or the payload's and ours
+            q_n=$(ls_meta "$1/$rel"); q_n=${q_n#* }; q_n=${q_n%% *}
+            case "$q_n" in 1|2) ;; *) die "$1/$rel has $q_n names: root changes no mode of a file another name may be anywhere" ;; esac
+            q_m=0644; [ "$rel" = q25tok ] && q_m=0755
+            chmod "$q_m" "$1/$rel" || exit 1
+        else
+            own_file "$1/$rel" "$(mode_of "$rel")"  # linked from the current release: as it is
+        fi
         q_r=$rel
         while :; do case "$q_r" in */*) q_r=${q_r%/*}; chmod 0755 "$1/$q_r" || exit 1 ;; *) break ;; esac; done
     done || die "cannot set modes in $1"
 }
 
-place() {  # SRC DST: a hard link when on one filesystem, else a copy; never onto an existing name
+modes_set() {  # RELEASE-DIR: it has the release's modes, and its files are ours (a kept release: used as it is)
+    [ "$(ls_meta "$1" | cut -d' ' -f1,3)" = "drwxr-xr-x $ME" ] &&
+        [ "$(ls_meta "$1/release.json" | cut -d' ' -f1,3)" = "-rw-r--r-- $ME" ] || return 1
+    release_files "$1/release.json" | while read -r _ _ rel; do
+        [ "$(ls_meta "$1/$rel" | cut -d' ' -f1,3)" = "$(mode_of "$rel") $ME" ] || exit 1
+        q_r=$rel
+        while :; do
+            case "$q_r" in */*) q_r=${q_r%/*} ;; *) break ;; esac
+            [ "$(ls_meta "$1/$q_r" | cut -d' ' -f1,3)" = "drwxr-xr-x $ME" ] || exit 1
+        done
+    done
+}
+
+place() {  # SRC DST: a hard link when on one filesystem and SRC has no other name, else a copy;
+    # never onto an existing name (what root places it may chmod: set_modes)
     no_link "$1"; [ -f "$1" ] || die "$1: not a regular file"
     if [ -e "$2" ] || [ -L "$2" ]; then die "$2 exists already: refusing to write onto it"; fi
-    ln "$1" "$2" 2>/dev/null || cp "$1" "$2" || die "cannot copy $1"
+    q_n=$(ls_meta "$1"); q_n=${q_n#* }; q_n=${q_n%% *}
+    if [ "$q_n" = 1 ] && ln "$1" "$2" 2>/dev/null; then return 0; fi
+    cp "$1" "$2" || die "cannot copy $1"
 }
 
 stage_full() {  # STAGING
@@ -590,6 +635,7 @@ stage_tokenizer() {  # STAGING -> sets RELEASE (computed like deploy --tokenizer
           [ -n "$rel" ] || continue
           printf '%s\n' "$rels" | grep -Fxq -- "$rel" && continue
           no_link_in "$BASE/releases/$cur" "$rel"
+          own_file "$BASE/releases/$cur/$rel" "$(mode_of "$rel")"  # linked as it is: never chmodded
           mkdir -p "$(dirname "$1/$rel")" && ln "$BASE/releases/$cur/$rel" "$1/$rel" || exit 1
           echo "$sha $size $rel"
       done || die "cannot link the current release's files"
@@ -615,24 +661,24 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
     staging="$BASE/releases/.incoming-ota"
     rm -rf "$staging" "$staging.files"; mkdir "$staging" || die "cannot create $staging"
     if [ "$MODE" = full ]; then stage_full "$staging"; else stage_tokenizer "$staging"; fi
-    set_modes "$staging"
     no_link "$BASE/releases/$RELEASE"
     if [ "$old" = "$RELEASE" ] && [ -d "$BASE/releases/$RELEASE" ]; then
         rm -rf "$staging"; say "release $RELEASE is already current"  # nothing to roll back
         regions load "$BASE/releases/$RELEASE"; return 0  # unless this boot loaded them
     fi
+    # verified before any mode changes: what root chmods is what release.json lists, its bytes
     (verify_release "$staging") || { rm -rf "$staging"; die "verify failed on the board; the current release is unchanged"; }
+    (set_modes "$staging") || { rm -rf "$staging"; exit 1; }
     sync
     created=0
     kept="$BASE/releases/$RELEASE"
     if [ -d "$kept" ] && [ ! -L "$kept/release.json" ] && [ -f "$kept/release.json" ] && cmp -s "$staging/release.json" "$kept/release.json" &&
-        (verify_release "$kept") 2>/dev/null; then
-        rm -rf "$staging"  # kept from before, the same release.json, and it verifies: used as it is
-        set_modes "$BASE/releases/$RELEASE"  # kept from an install that may have left other modes
+        (verify_release "$kept" && modes_set "$kept") 2>/dev/null; then
+        rm -rf "$staging"  # kept from before, the same release.json, it verifies, its modes: used as it is
     else
         if [ -d "$BASE/releases/$RELEASE" ]; then  # what a cut left of a prune, or a damaged copy: the
             # staging (verified) is this very release (ids are contents), never the current one here
-            say "releases/$RELEASE on the board does not verify (a cut rm -rf, or damage): replaced"
+            say "releases/$RELEASE on the board does not verify (a cut rm -rf, or damage) or lacks the release's modes: replaced"
             rm -rf "$BASE/releases/$RELEASE" || die "cannot remove $BASE/releases/$RELEASE"
         fi
         mv "$staging" "$BASE/releases/$RELEASE" && created=1 || die "cannot move the staged release into place"
