@@ -7,7 +7,9 @@ corpus and the same Qwen2 vocabulary:
   already-decoded str) and the Python host codec; the aarch64 build under qemu-aarch64 is
   shown for reference (emulated, not a Cortex-A53's speed);
 - image open time without and with the CRC pass, for the full Qwen2 image and a 1.4k-token
-  image (open validates every id and offset at every open: linear in the vocabulary size).
+  image (open validates every id and offset at every open: linear in the vocabulary size),
+  and the image loaded whole: mapped, as q25tok does when only it or root can write the file,
+  and read into private memory, as it does otherwise (issue 44).
 
     python3 bench/bench_runtime.py [--mb 1.5]
 """
@@ -156,6 +158,10 @@ def main() -> None:
             print(
                 f"  {name:<15} {n_tokens:>7,} tokens {size / 1e6:6.2f} MB   open {float(out[1]) / 1000:7.2f} us"
                 f"   with CRC pass {float(out[2]) / 1e6:7.2f} ms"
+            )
+            print(
+                f"  {'':<15} open(2) + into memory + checks: mapped {float(out[4]) / 1e6:6.2f} ms"
+                f"   read(2) into private memory {float(out[5]) / 1e6:6.2f} ms"
             )
 
 

@@ -227,3 +227,22 @@ def test_load_writes_only_regions_that_are_ours_by_name_and_place(tmp_path, q25t
         r = run(q25tok, command, "--mem", mem, "--dt", dt, table)
         assert r.returncode == 6 and f"region {node} " in r.stdout and " FOREIGN " in r.stdout, r.stdout
     assert not mem.read_bytes().strip(b"\0")
+
+
+@pytest.mark.parametrize("what", ["symlink", "fifo"])
+def test_the_memory_device_is_opened_without_following_a_link(tmp_path, q25tok, what):
+    """/dev/mem (--mem) is a device, opened by q25_region_map with its own checks: no link
+    followed (O_NOFOLLOW), nothing waited on (O_NONBLOCK), a character device or a regular file
+    standing in for it after fstat. A link where it should be had load write its target, and a
+    FIFO held verify in open(2)."""
+    table = one_region_table(tmp_path, b"weights")
+    (tmp_path / "board").mkdir()
+    target, dt = fake_board(
+        tmp_path / "board", {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]}
+    )
+    mem = tmp_path / "mem-link"
+    mem.symlink_to(target) if what == "symlink" else os.mkfifo(mem)
+    # load writes through the link; verify opens read-only, which blocked on the FIFO
+    r = run(q25tok, "load" if what == "symlink" else "verify", "--mem", mem, "--dt", dt, table)
+    assert r.returncode == 1 and f"cannot map {mem}" in r.stdout, r.stdout + r.stderr
+    assert not target.read_bytes().strip(b"\0")

@@ -1,6 +1,6 @@
 # nooelint: oelint.var.mandatoryvar.HOMEPAGE,oelint.var.suggestedvar.BUGTRACKER,oelint.var.suggestedvar.CVE_PRODUCT,oelint.var.suggestedvar.AUTHOR - q25deploy has no public homepage, bug tracker or CVE product; the layer README says where this recipe comes from; no AUTHOR (oelint-adv suggests it for langdale, OE-core later dropped it): the README names the maintainer
 SUMMARY = "Qwen2.5 tokenizer runtime (q25tok) for Q25TOKRT images"
-DESCRIPTION = "C11 library and command that map a Q25TOKRT tokenizer image in place and \
+DESCRIPTION = "C11 library and command that read a Q25TOKRT tokenizer image and \
                encode text to Qwen2.5 token ids exactly as llama.cpp does, and decode ids to text."
 SECTION = "libs"
 LICENSE = "MIT"
@@ -12,6 +12,8 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
            file://cli_generate.c;subdir=q25tok \
            file://cli_probe.c;subdir=q25tok \
            file://cli_load.c;subdir=q25tok \
+           file://cli_open.c;subdir=q25tok \
+           file://cli_open.h;subdir=q25tok \
            file://cli_receive.c;subdir=q25tok \
            file://cli_weights.c;subdir=q25tok \
            file://cli_weights.h;subdir=q25tok \

@@ -9,6 +9,7 @@
  * SPDX-License-Identifier: MIT
  */
 #define _POSIX_C_SOURCE 200809L
+#include "cli_open.h"
 #include "q25tok.h"
 
 #include <errno.h>
@@ -16,10 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* cli_load.c: the one way this program opens a file it reads */
-FILE *q25tok_fopen_regular(const char *path, struct stat *st);
-const char *q25tok_open_why(int e);
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_INPUT = 3, EXIT_UNSUPPORTED = 7, EXIT_NOT_FOUND = 8 };
 
@@ -50,7 +47,7 @@ static int cmd_dequant(int argc, char **argv)
         return EXIT_UNSUPPORTED;
     }
     struct stat st;
-    FILE *f = q25tok_fopen_regular(argv[1], &st);
+    FILE *f = q25tok_fopen_regular(argv[1], &st, Q25TOK_ANY_SIZE); /* streamed: at most its size at open */
     if (!f) {
         fprintf(stderr, "q25tok: %s: %s\n", argv[1], q25tok_open_why(errno));
         return EXIT_IO;
@@ -58,8 +55,10 @@ static int cmd_dequant(int argc, char **argv)
     static uint8_t in[1 << 18];
     static float out[1 << 20]; /* at most 4 floats per byte (Q2_K: 256 per 84) */
     size_t want = (sizeof in / block_bytes) * block_bytes, got;
+    uint64_t left = (uint64_t)st.st_size;
     int rc = 0;
-    while ((got = fread(in, 1, want, f)) > 0) {
+    while (left && (got = fread(in, 1, want < left ? want : (size_t)left, f)) > 0) {
+        left -= got;
         size_t n = got / block_bytes * block_elems;
         if (got % block_bytes) {
             fprintf(stderr, "q25tok: %s: not a whole number of %u-byte blocks\n", argv[1], block_bytes);
@@ -86,18 +85,15 @@ static int cmd_tensor(int argc, char **argv)
 {
     if (argc != 2)
         return EXIT_USAGE;
-    struct stat fst;
-    FILE *f = q25tok_fopen_regular(argv[0], &fst);
-    if (!f) {
+    uint8_t *text;
+    size_t len;
+    if (q25tok_read_private(argv[0], Q25TOK_MAX_TEXT, &text, &len) != 0) { /* a 7B model's is ~40 KB */
         fprintf(stderr, "q25tok: %s: %s\n", argv[0], q25tok_open_why(errno));
         return EXIT_IO;
     }
-    static char text[16 << 20]; /* a 7B model's table is ~40 KB */
-    size_t len = fread(text, 1, sizeof text, f);
-    int full = len == sizeof text;
-    fclose(f);
     q25_tensor t;
-    int st = full ? Q25_ERR_TABLE : q25_tensor_find(text, len, argv[1], &t);
+    int st = q25_tensor_find((const char *)text, len, argv[1], &t);
+    free(text);
     if (st != Q25_OK) {
         fprintf(stderr, "q25tok: %s: %s: %s\n", argv[0], argv[1], q25_strerror(st));
         return st == Q25_ERR_NOT_FOUND ? EXIT_NOT_FOUND : EXIT_INPUT;

@@ -174,7 +174,7 @@ static int load_hparams(const char *path, q25_model_params *hp)
     size_t len;
     char *text = q25tok_slurp(path, &len);
     if (!text) {
-        fprintf(stderr, "q25tok: %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", path, q25tok_open_why(errno));
         return EXIT_IO;
     }
     int st = q25_model_params_parse(text, len, hp);
@@ -248,7 +248,7 @@ int q25tok_generate_command(int argc, char **argv)
     size_t len = 0;
     char *text = rc ? NULL : q25tok_slurp(tables[1], &len);
     if (!rc && !text) {
-        fprintf(stderr, "q25tok: %s: %s\n", tables[1], strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", tables[1], q25tok_open_why(errno));
         rc = EXIT_IO;
     }
     if (!rc) {

@@ -5,10 +5,10 @@
  * SPDX-License-Identifier: MIT
  */
 #define _POSIX_C_SOURCE 200809L
+#include "cli_open.h"
 #include "q25tok.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,51 +19,7 @@
 int q25tok_region_command(int argc, char **argv);
 int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen);
 void q25tok_table_dir(const char *table, char dir[1024]);
-int q25tok_open_regular(const char *path, struct stat *st);
-FILE *q25tok_fopen_regular(const char *path, struct stat *st);
 int q25tok_region_ours(const q25_region *r);
-const char *q25tok_open_why(int e);
-
-/* A file root reads (a table, a partition, a device-tree property, an image, a prompt): opened
- * without following a last-component link and without blocking (a FIFO or a device planted
- * where a file should be would hold open(2) forever), then checked to be a regular file by
- * fstat; only then read. -1 with errno (ELOOP: a link, EINVAL: not a regular file). */
-int q25tok_open_regular(const char *path, struct stat *st)
-{
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
-        int e = S_ISREG(st->st_mode) ? errno : EINVAL;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    int flags = fcntl(fd, F_GETFL);  /* a regular file: blocking reads from here on */
-    if (flags >= 0)
-        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    return fd;
-}
-
-/* what q25tok_open_regular's errno means, worded */
-const char *q25tok_open_why(int e)
-{
-    return e == EINVAL ? "not a regular file" : e == ELOOP ? "a symlink: not followed" : strerror(e);
-}
-
-FILE *q25tok_fopen_regular(const char *path, struct stat *st)
-{
-    int fd = q25tok_open_regular(path, st);
-    if (fd < 0)
-        return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        errno = e;
-    }
-    return f;
-}
 
 /* A region is ours by name and place: its node is q25-region<N>@<base in lower-case hex>, the
  * name q25deploy's plan gives every region it reserves (q25deploy/board/plan.py), at the very
@@ -111,28 +67,30 @@ void q25tok_table_dir(const char *table, char dir[1024])
 int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen)
 {
     char path[1024];
-    uint8_t reg[16];
+    uint8_t *reg;
+    size_t got;
     snprintf(path, sizeof path, "%.800s/reserved-memory/%.127s/reg", dt, r->node);
-    struct stat st;
-    FILE *f = q25tok_fopen_regular(path, &st);
-    if (!f) {
+    if (q25tok_read_private(path, Q25TOK_MAX_PROPERTY, &reg, &got) != 0) {
         snprintf(why, whylen, "the running device tree has no %.127s (boot with the build's reserved-memory.dtsi)",
                  r->node);
         return 0;
     }
-    size_t got = fread(reg, 1, sizeof reg, f);
-    fclose(f);
     uint64_t base = 0, size = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 8 && got >= 16; i++) {
         base = base << 8 | reg[i];
         size = size << 8 | reg[8 + i];
     }
+    free(reg);
     if (got != 16 || base != r->base || size != r->size) {
         snprintf(why, whylen, "the running device tree reserves another range for %.127s", r->node);
         return 0;
     }
     snprintf(path, sizeof path, "%.800s/reserved-memory/%.127s/no-map", dt, r->node);
-    if (access(path, F_OK) != 0) {
+    struct stat st;
+    int fd = q25tok_open_regular(path, &st, Q25TOK_MAX_PROPERTY); /* an empty property */
+    if (fd >= 0)
+        close(fd);
+    if (fd < 0) {
         snprintf(why, whylen, "%.127s is not no-map in the running device tree", r->node);
         return 0;
     }
@@ -143,34 +101,6 @@ int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t
 
 enum { EXIT_OK = 0, EXIT_IO = 1, EXIT_USAGE = 2, EXIT_REGION = 6 };
 enum { CHUNK = 1 << 20 };  /* file -> bounce buffer -> region, a MiB at a time */
-
-static int read_file(const char *path, uint8_t **data, size_t *size)
-{
-    *data = NULL;
-    *size = 0;
-    struct stat st;
-    FILE *f = q25tok_fopen_regular(path, &st);
-    if (!f)
-        return -1;
-    if (st.st_size > (1 << 20)) {  /* a region table is a few lines */
-        fclose(f);
-        errno = EFBIG;
-        return -1;
-    }
-    size_t want = (size_t)st.st_size;
-    *data = malloc(want ? want : 1);
-    size_t got = *data ? fread(*data, 1, want, f) : 0;
-    int e = *data ? (ferror(f) ? errno : EIO) : ENOMEM;
-    fclose(f);
-    if (!*data || got != want) {
-        free(*data);
-        *data = NULL;
-        errno = e;
-        return -1;
-    }
-    *size = want;
-    return 0;
-}
 
 /* Only q25_region_write/q25_region_read touch a mapping: the three functions below hold one
  * and call neither a mem* nor a str* function (tests/runtime/test_region_access.py reads the
@@ -242,7 +172,7 @@ HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FIL
 static FILE *open_partition(const char *path, uint64_t want, char *why, size_t whylen)
 {
     struct stat st;
-    FILE *f = q25tok_fopen_regular(path, &st);
+    FILE *f = q25tok_fopen_regular(path, &st, Q25TOK_ANY_SIZE); /* bounded below: the table's size */
     if (!f) {
         snprintf(why, whylen, "%s: %s", path, q25tok_open_why(errno));
         return NULL;
@@ -279,7 +209,7 @@ int q25tok_region_command(int argc, char **argv)
     }
     uint8_t *text;
     size_t len;
-    if (read_file(table, &text, &len) != 0) {
+    if (q25tok_read_private(table, Q25TOK_MAX_TABLE, &text, &len) != 0) {
         fprintf(stderr, "q25tok: %s: %s\n", table, q25tok_open_why(errno));
         return EXIT_IO;
     }

@@ -170,7 +170,7 @@ int q25tok_probe_command(int argc, char **argv)
     size_t len = 0;
     char *text = rc ? NULL : q25tok_slurp(tables[1], &len);
     if (!rc && !text) {
-        fprintf(stderr, "q25tok: %s: %s\n", tables[1], strerror(errno));
+        fprintf(stderr, "q25tok: %s: %s\n", tables[1], q25tok_open_why(errno));
         rc = EXIT_IO;
     }
     size_t pos = 0;

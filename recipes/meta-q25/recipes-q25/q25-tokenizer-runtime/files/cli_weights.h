@@ -9,6 +9,7 @@
 #ifndef CLI_WEIGHTS_H
 #define CLI_WEIGHTS_H
 
+#include "cli_open.h"
 #include "q25tok.h"
 
 #include <stdio.h>
@@ -22,7 +23,8 @@ typedef struct q25tok_regions {
     int files; /* mapped[i] is the partition file's (size = file_size), not /dev/mem's */
 } q25tok_regions;
 
-/* a whole (small) file into a heap buffer (not NUL-terminated), at most 64 MiB; NULL with errno */
+/* a whole (small) file into a heap buffer (not NUL-terminated), at most 64 MiB, read as
+ * q25tok_read_private reads (cli_open.h); NULL with errno */
 char *q25tok_slurp(const char *path, size_t *len);
 /* 0, or an exit code (1 I/O, 6 a region not reserved or a malformed table) after a message */
 int q25tok_open_regions(q25tok_regions *p, const char *table, const char *mem, const char *dt);
@@ -31,12 +33,7 @@ void q25tok_close_regions(q25tok_regions *p);
  * reserves the region exactly, as no-map (else why, worded) */
 void q25tok_table_dir(const char *table, char dir[1024]);
 int q25tok_reserved_in_dt(const char *dt, const q25_region *r, char *why, size_t whylen);
-/* cli_load.c: every file opened O_NONBLOCK|O_NOFOLLOW and fstat-checked regular (a FIFO or a
- * symlink is refused, never waited on); whether a region is ours by name (q25-region<N>@<base>) */
-struct stat;
-int q25tok_open_regular(const char *path, struct stat *st);
-FILE *q25tok_fopen_regular(const char *path, struct stat *st);
-const char *q25tok_open_why(int e);
+/* cli_load.c: whether a region is ours by name (q25-region<N>@<base>) */
 int q25tok_region_ours(const q25_region *r);
 
 #endif

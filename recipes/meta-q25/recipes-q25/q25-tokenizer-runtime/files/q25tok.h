@@ -179,7 +179,9 @@ typedef struct q25_region {
 int q25_region_table_parse(const char *text, size_t len, q25_region *out, size_t cap, size_t *count);
 
 /* Map a region through mem_path (NULL: /dev/mem) with O_SYNC, read-only unless writable;
- * NULL with errno on failure.
+ * NULL with errno on failure. mem_path is opened without following a link and without
+ * blocking (O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC) and must be a character device (the memory
+ * device) or a regular file standing in for it (tests); anything else: EINVAL.
  *
  * The mapping is Device memory, not RAM. A no-map region is outside the kernel's linear
  * map, so arm64 maps it Device-nGnRnE whatever O_SYNC says. On Cortex-A53 silicon:

@@ -12,24 +12,22 @@
  * Exit codes: 0 ok, 1 I/O error (cannot read a file), 2 usage, 3 bad image,
  * 4 bad token id, 5 capacity (out of memory for the input).
  *
+ * The image is checked once at open (docs/runtime-image.md) and then its offsets and ids are
+ * followed unchecked, so the bytes used must be the bytes checked whoever can write the file
+ * (root runs this over a release directory): it is mapped only when no one but this user and
+ * root can write it, else read into this process's memory (q25tok_read_whole, cli_open.c).
+ *
  * SPDX-License-Identifier: MIT
  */
 #define _POSIX_C_SOURCE 200809L
 #include "q25tok.h"
 
+#include "cli_open.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-/* cli_load.c: the one way this program opens a file it reads */
-int q25tok_open_regular(const char *path, struct stat *st);
-FILE *q25tok_fopen_regular(const char *path, struct stat *st);
-const char *q25tok_open_why(int e);
 
 enum { EXIT_IO = 1, EXIT_USAGE = 2, EXIT_IMAGE = 3, EXIT_ID = 4, EXIT_CAPACITY = 5 };
 
@@ -55,38 +53,18 @@ static int usage(void)
     return EXIT_USAGE;
 }
 
-typedef struct mapped {
-    const uint8_t *data;
-    size_t size;
-} mapped;
-
-static int map_image(const char *path, mapped *m)
+static int read_image(const char *path, q25tok_whole *m)
 {
-    struct stat st;
-    int fd = q25tok_open_regular(path, &st);  /* cli_load.c: never blocks, never follows a link */
-    if (fd < 0) {
+    if (q25tok_read_whole(path, Q25TOK_MAX_IMAGE, m) != 0) {
         fprintf(stderr, "q25tok: %s: %s\n", path, q25tok_open_why(errno));
-        return EXIT_IO;
+        return errno == ENOMEM ? EXIT_CAPACITY : EXIT_IO;
     }
-    m->size = (size_t)st.st_size;
-    if (m->size == 0) {
-        m->data = (const uint8_t *)"";
-        close(fd);
-        return 0;
-    }
-    void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        fprintf(stderr, "q25tok: %s: cannot map: %s\n", path, strerror(errno));
-        return EXIT_IO;
-    }
-    m->data = (const uint8_t *)p;
     return 0;
 }
 
-/* a mapped, opened image (the encode view is ~8.5 KB: on the heap) */
+/* a read, opened image (the encode view is ~8.5 KB: on the heap) */
 typedef struct loaded {
-    mapped m;
+    q25tok_whole m;
     q25_bundle_view b;
     q25_image_info info;
     q25_encode_view *e;
@@ -94,10 +72,11 @@ typedef struct loaded {
 
 static int load(const char *path, unsigned flags, loaded *l)
 {
+    l->m.data = NULL;
     l->e = malloc(sizeof *l->e);
     if (!l->e)
         return EXIT_CAPACITY;
-    int rc = map_image(path, &l->m);
+    int rc = read_image(path, &l->m);
     if (rc)
         return rc;
     int st = q25_nl_tokenizer_runtime_image_open(l->m.data, l->m.size, &l->b, l->e, &l->info, flags);
@@ -106,6 +85,13 @@ static int load(const char *path, unsigned flags, loaded *l)
         return EXIT_IMAGE;
     }
     return 0;
+}
+
+static void unload(loaded *l)
+{
+    free(l->e);
+    if (l->m.data)
+        q25tok_release_whole(&l->m);
 }
 
 /* consumes a leading --special; returns the flag to use */
@@ -130,7 +116,7 @@ static int cmd_info(int argc, char **argv)
         return usage();
     loaded l;
     int rc = load(argv[0], Q25_OPEN_VERIFY_CRC, &l);
-    free(l.e);
+    unload(&l);
     if (rc)
         return rc;
     const q25_image_info info = l.info;
@@ -284,18 +270,13 @@ static int cmd_encode(int argc, char **argv)
     for (int i = 1; !rc && i < (argc > 1 ? argc : 2); i++) {
         uint8_t *text;
         size_t len;
-        struct stat st;
-        FILE *f = argc > 1 ? q25tok_fopen_regular(argv[i], &st) : stdin;
-        if (!f) {
+        if (argc > 1 && q25tok_read_private(argv[i], Q25TOK_MAX_PROMPT, &text, &len) != 0) {
             fprintf(stderr, "q25tok: %s: %s\n", argv[i], q25tok_open_why(errno));
-            rc = EXIT_IO;
+            rc = errno == ENOMEM ? EXIT_CAPACITY : EXIT_IO;
             break;
         }
-        rc = read_all(f, &text, &len);
-        if (f != stdin)
-            fclose(f);
-        if (rc) {
-            fprintf(stderr, "q25tok: cannot read %s\n", argc > 1 ? argv[i] : "stdin");
+        if (argc == 1 && (rc = read_all(stdin, &text, &len)) != 0) {
+            fprintf(stderr, "q25tok: cannot read stdin\n");
             break;
         }
         rc = encode_one(l.e, text, len, flags, &w);
@@ -303,7 +284,7 @@ static int cmd_encode(int argc, char **argv)
     }
     free(w.scratch);
     free(w.ids);
-    free(l.e);
+    unload(&l);
     if (fflush(stdout) != 0 && !rc)
         rc = EXIT_IO;
     return rc;
@@ -331,8 +312,8 @@ static int cmd_decode(int argc, char **argv)
     }
     loaded l;
     int rc = load(argv[0], 0, &l);
-    free(l.e);
     if (rc) {
+        unload(&l);
         free(ids);
         return rc;
     }
@@ -344,6 +325,7 @@ static int cmd_decode(int argc, char **argv)
         st = out ? q25_nl_tokenizer_bundle_detokenize(&l.b, ids, n, flags, out, written, &written) : Q25_ERR_OUT_CAPACITY;
     }
     free(ids);
+    unload(&l);
     if (st == Q25_OK) {
         fwrite(out, 1, written, stdout);
         rc = fflush(stdout) ? EXIT_IO : 0;

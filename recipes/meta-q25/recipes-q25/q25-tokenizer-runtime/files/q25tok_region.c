@@ -101,9 +101,18 @@ void *q25_region_map(const q25_region *r, const char *mem_path, int writable)
         errno = EINVAL;
         return NULL;
     }
-    int fd = open(mem_path ? mem_path : "/dev/mem", (writable ? O_RDWR : O_RDONLY) | O_SYNC);
+    /* a device, not one of the files cli_open.c reads: its own checks */
+    int fd = open(mem_path ? mem_path : "/dev/mem",
+                  (writable ? O_RDWR : O_RDONLY) | O_SYNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return NULL;
+    struct stat st;
+    int e = fstat(fd, &st) != 0 ? errno : !(S_ISCHR(st.st_mode) || S_ISREG(st.st_mode)) ? EINVAL : 0;
+    if (e) {
+        close(fd);
+        errno = e;
+        return NULL;
+    }
     void *p = mmap(NULL, (size_t)r->size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
                    (off_t)r->base);
     int saved = errno;
