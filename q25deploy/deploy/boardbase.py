@@ -25,13 +25,31 @@ UPLOAD_TIMEOUT = 3600
 # CPU's SHA instructions (the A53's ARMv8 crypto extensions, SHA-NI), several times BusyBox's or
 # coreutils' sha256sum, which is the fallback
 HASHER = 'if command -v openssl >/dev/null 2>&1; then h="openssl dgst -sha256 -r"; else h=sha256sum; fi; '
+# As root, the shell cannot open a file O_EXCL|O_NOFOLLOW|O_NONBLOCK, so $1 is written only
+# from inside its directory, entered with cd -P and checked as entered: its real path the one
+# given (no link on the way, none swapped in: the deploy user owns releases/), root's and
+# writable by no one else (nobody can put anything in it from then on), and nothing at $1 yet
+# (no file, link or FIFO to write through or wait on). Then tee creates a new file there, as
+# `q25tok receive` would. Else the input is drained, one line says why, exit 10 (as q25tok's).
+ROOT_TARGET = (
+    'p=$1; if [ "$(id -u)" = 0 ]; then d=${1%/*}; d=${d:-/}; '
+    'cd -P -- "$d" 2>/dev/null && [ "$(pwd -P)" = "$d" ] && [ -O . ] && '
+    "case $(ls -ldn .) in ?????w*|????????w*) false ;; esac && "
+    '[ ! -e "${1##*/}" ] && [ ! -L "${1##*/}" ] || { cat >/dev/null; echo "q25deploy: refusing to write $1 as '
+    "root: its directory must be root's, writable by no one else and reached without a link, and nothing may be "
+    'there yet" >&2; exit 10; }; set -- "${1##*/}"; fi; '
+)
 # $1 the file: written and hashed in one pass (the digest first on stdout); a failed write (tee goes
 # on copying to the hash) is reported on stderr. A background loop flushes the file to the disk
 # every second while it arrives, so the sync before the switch finds little left to write. The
-# file is 0644 whatever the login's umask (as q25tok receive, run by sshd, makes it).
-RECEIVE = HASHER + (
-    'umask 022; ( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
-    '{ tee "$1" || echo "q25deploy: writing $1 failed" >&2; } | $h; kill $f 2>/dev/null; :'
+# file is 0644 whatever the login's umask (as q25tok receive makes it).
+RECEIVE = (
+    HASHER
+    + ROOT_TARGET
+    + (
+        'umask 022; ( while sleep 1; do sync "$1" || exit 0; done ) </dev/null >/dev/null 2>&1 & f=$!; '
+        '{ tee "$1" || echo "q25deploy: writing $p failed" >&2; } | $h; kill $f 2>/dev/null; :'
+    )
 )
 # each argument (a file) hashed: "<hex> <file>" lines; a file that cannot be read: no line
 HASH_FILES = HASHER + 'for f; do d=$($h < "$f") && echo "${d%% *} $f"; done'

@@ -213,15 +213,16 @@ def _stage(
     def staged(rel: str) -> str:  # every path checked: a release file never leaves the staging directory
         return files.path(f"releases/.incoming-{release.id}/{rel}")
 
-    pairs = [p for f, existing in transfer.links for p in (files.path(existing), staged(f.rel))]
+    links, repair = list(transfer.links), []
+    if verify_links and links:  # before anything is linked: a damaged copy is sent as a new file
+        repair = _bad_links(board, [(f, files.path(existing)) for f, existing in links], progress)
+        links = [(f, existing) for f, existing in links if f.rel not in {r.rel for r in repair}]
+        res.warnings += [f"{f.rel}: the board's kept copy differed from its sha256; sent again" for f in repair]
+    pairs = [p for f, existing in links for p in (files.path(existing), staged(f.rel))]
     dirs = sorted({posixpath.dirname(staged(f.rel)) for f in release.files} - {staging})
     board.run(["sh", "-c", PREPARE, "sh", staging, *dirs, "--", *pairs])
-    uploads = list(transfer.uploads)
-    if verify_links and transfer.links:
-        repair = _bad_links(board, [f for f, _ in transfer.links], staged, progress)
-        uploads += repair
-        res.warnings += [f"{f.rel}: the board's kept copy differed from its sha256; sent again" for f in repair]
-    res.files_linked = len(transfer.links) - (len(uploads) - len(transfer.uploads))
+    uploads = list(transfer.uploads) + repair
+    res.files_linked = len(links)
 
     def one(f) -> tuple:
         progress(f"sending {f.rel}")  # the bytes: the sent callback
@@ -261,14 +262,15 @@ def _drop(board: Board, staging: str) -> None:
         pass  # a cut connection: the error that matters is the one being raised
 
 
-def _bad_links(board: Board, linked: list, staged, progress) -> list:
-    """The linked files whose bytes on the board no longer match their digest: sent again
-    (``tee`` truncates the shared file, which repairs the kept release too)."""
-    progress(f"hashing {len(linked)} kept file(s) on the board")
-    _, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *[staged(f.rel) for f in linked]], check=False, timeout=3600)
+def _bad_links(board: Board, kept: list[tuple], progress) -> list:
+    """Of the files to link, ``(file, the board's kept copy)``, those whose copy no longer
+    matches their digest: sent again as new files, not linked. The kept copy is left as it is:
+    the receivers write only a new file, never through a link (issue 44)."""
+    progress(f"hashing {len(kept)} kept file(s) on the board")
+    _, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *[path for _, path in kept]], check=False, timeout=3600)
     lines = out.decode("utf-8", "replace").splitlines()
     got = {path: digest for digest, path in (line.split(" ", 1) for line in lines if " " in line)}
-    bad = [f for f in linked if got.get(staged(f.rel)) != f.sha256]
+    bad = [f for f, path in kept if got.get(path) != f.sha256]
     for f in bad:
         if f.local is None and f.origin is None:
             raise DeployError(

@@ -14,7 +14,11 @@ rule"). A release's own ``q25tok`` travels through the shell like any file; when
 none that receives, the rest is received by a private copy of the one just sent, hashed in a
 directory the running user alone made (:mod:`.trusted_q25tok`), never by the staged file. A candidate is
 used only after it received an empty input and printed the empty input's sha256: a ``q25tok``
-older than ``receive``, or one built for another CPU, is passed over.
+older than ``receive``, or one built for another CPU, is passed over; so is one whose
+``receive`` writes into a file that exists (before issue 44 it truncated it, following links:
+the deploy user, who owns ``releases/``, could point the upload at a file of root's).
+Without a q25tok that receives, the shell does (``tee``; as root only into a new file of a
+directory of root's, :data:`.boardbase.ROOT_TARGET`).
 """
 
 from __future__ import annotations
@@ -28,11 +32,15 @@ from .boardbase import BoardBase as Board
 from .trusted_q25tok import Unverified, release_q25tok
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-# each argument a q25tok to try; prints the first that receives and hashes correctly
+# each argument a q25tok to try; prints the first that receives into a new file (in a directory
+# mktemp made: the running user's alone), hashes correctly, and refuses (exit 10) to receive
+# into that file again, now that it exists
 PROBE = (
-    'for q; do [ -x "$q" ] && [ "$("$q" receive /dev/null </dev/null 2>/dev/null)" = '
+    'd=$(mktemp -d "${TMPDIR:-/tmp}/q25rx.XXXXXX") || exit 0; '
+    'for q; do [ -x "$q" ] && [ "$("$q" receive "$d/p" </dev/null 2>/dev/null)" = '
     + EMPTY_SHA256
-    + ' ] && { echo "$q"; exit 0; }; done; :'
+    + ' ] && { "$q" receive "$d/p" </dev/null >/dev/null 2>&1; [ $? = 10 ]; } && { rm -rf "$d"; echo "$q"; exit 0; }; '
+    'rm -f "$d/p"; done; rm -rf "$d"; :'
 )
 
 

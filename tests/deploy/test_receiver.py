@@ -5,11 +5,14 @@ passed over for the shell's ``tee``; a kept q25tok found damaged is repaired by 
 
 from __future__ import annotations
 
+import os
 import posixpath
+import subprocess
 
 import pytest
 from deploy_helpers import deploy, older_q25tok
 
+from q25deploy.deploy import receiver
 from q25deploy.deploy.connection import Board
 from q25deploy.deploy.sshboard import OpenSshBoard
 from q25deploy.resources import data_dir
@@ -77,8 +80,9 @@ def test_no_q25tok_that_receives_falls_back_to_the_shell(tmp_path, capsys, ssh, 
 
 
 def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path, capsys, ssh, models, q25tok, received):
-    """--verify-board finds the kept q25tok damaged: it is sent again into the same inode
-    (through the shell), and nothing of the install dir receives."""
+    """--verify-board finds the kept q25tok damaged: it is sent again (through the shell) as a
+    new file, not linked: the kept copy is not written (no receiver writes through a link,
+    issue 44), and nothing of the install dir receives."""
     srv, root = ssh["servers"][0], tmp_path / "board"
     assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
     kept = next((root / "lib/firmware/q25/releases").glob("*/q25tok"))
@@ -88,5 +92,26 @@ def test_a_damaged_kept_runtime_is_repaired_by_the_shell_then_receives(tmp_path,
     received.clear()
     code, res, err = deploy(capsys, ssh, srv, root, models["B"], "--verify-board", runtime=q25tok)
     assert code == 0 and res[0]["ok"], (res, err)
-    assert received[0] == ("q25tok", None) and kept.read_bytes() == q25tok.read_bytes()
+    current = root / "lib/firmware/q25/current/q25tok"
+    assert received[0] == ("q25tok", None) and current.read_bytes() == q25tok.read_bytes()
+    assert kept.read_bytes() == bytes(data) and kept.stat().st_ino != current.stat().st_ino
     assert all(private(r, root) for _, r in received[1:]), received
+
+
+# a q25tok as before issue 44: its receive truncates a file that exists (as tee), following links
+TRUNCATING = '#!/bin/sh\n[ "$1" = receive ] && tee "$2" | sha256sum | cut -d" " -f1\n'
+
+
+def test_the_probe_passes_over_a_q25tok_that_writes_into_an_existing_file(tmp_path, q25tok):
+    """Issue 44 (2): an image's q25tok from before the fix received through the deploy user's
+    links as root; the probe takes only one that refuses a file that exists (exit 10)."""
+    old = tmp_path / "old-q25tok"
+    old.write_text(TRUNCATING)
+    old.chmod(0o755)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    for candidates, chosen in (([old, q25tok], q25tok), ([old], None)):
+        r = subprocess.run(
+            ["sh", "-c", receiver.PROBE, "sh", *map(str, candidates)], capture_output=True, text=True, env=env
+        )
+        assert r.returncode == 0 and r.stdout == (f"{chosen}\n" if chosen else ""), r
+    assert list(tmp_path.iterdir()) == [old]  # the probe's directory removed

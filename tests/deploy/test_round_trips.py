@@ -109,8 +109,10 @@ def test_a_tokenizer_only_update_does_not_hash_the_unchanged_partitions(tmp_path
 
 def test_a_damaged_kept_file_is_sent_again_and_counted(tmp_path, capsys, ssh, models, q25tok):
     """Defect 3: a file in a kept release rots on the board; a deploy that would link it hashes
-    the kept files (--verify-board), sends the damaged one again (repairing the kept copy too:
-    it is the same inode) and says how many bytes went."""
+    the kept files (--verify-board), sends the damaged one again and says how many bytes went.
+    It is sent as a new file, not linked: the kept copy is not written (before issue 44 the
+    receiver truncated the shared inode, which repaired it, but a receiver that writes through
+    a link is one the deploy user can point at a file of root's)."""
     srv, root = ssh["servers"][0], tmp_path / "board"
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
     release_a = res[0]["release"]
@@ -124,8 +126,9 @@ def test_a_damaged_kept_file_is_sent_again_and_counted(tmp_path, capsys, ssh, mo
     assert res[0]["bytes_sent"] == sum(f.stat().st_size for f in _sent_files(models["B"])) + q25tok.stat().st_size
     # linked: only what B shares with A (the hyperparameters of the same shape), no more q25tok: sent
     assert res[0]["files_linked"] == _unchanged_files(models["B"]) and any("q25tok" in w for w in res[0]["warnings"])
-    assert rt.read_bytes() == q25tok.read_bytes()  # the kept release is whole again
-    assert os.stat(rt).st_ino == os.stat(root / INSTALL / "current" / "q25tok").st_ino
+    current = root / INSTALL / "current" / "q25tok"
+    assert current.read_bytes() == q25tok.read_bytes() and rt.read_bytes() == bytes(data)
+    assert os.stat(rt).st_ino != os.stat(current).st_ino
 
 
 _RELEASE_NAMES = {

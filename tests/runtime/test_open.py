@@ -1,6 +1,6 @@
-"""The runtime's open rule (cli_open.c): every file q25tok reads is opened
+"""The runtime's open rule (cli_open.c, cli_create.c): every file q25tok reads is opened
 O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC and checked by fstat (a regular file, at most so
-many bytes), and what it validates is what it uses.
+many bytes), and what it validates is what it uses; every file it writes is a new one.
 
 Run as reproduced: root's q25tok, a file the deploy user (uid 65534) owns and changes while
 q25tok runs. The receiver (``q25tok receive``) has its own cases in test_receive.py."""
@@ -189,6 +189,31 @@ def hparams(qwen25_tiny) -> str:
     from test_generate import hparams_text
 
     return hparams_text(qwen25_tiny)
+
+
+def test_root_writes_logits_only_into_a_new_file(tmp_path, user_dir, q25tok, builds, hparams):
+    """Issue 44 (every file root opens): `generate --logits FILE` opened FILE with fopen("wb"):
+    a link the deploy user left there made root overwrite the file it points to. Now it is
+    refused (exit 10) and the file is untouched; a new FILE in a directory of root's is written."""
+    b = tmp_path / "b"
+    shutil.copytree(builds["qemu"], b)
+    (b / "model_hparams.txt").write_text(hparams)
+    victim = tmp_path / "roots.bin"
+    victim.write_bytes(b"root's bytes")
+    (user_dir / "logits.f32").symlink_to(victim)
+    os.lchown(user_dir / "logits.f32", USER, USER)
+    args = ["generate", "--files", "--steps", "1", "--logits"]
+    tables = [b / REGIONS, b / TENSORS, "9707", "11"]
+    for logits in (user_dir / "logits.f32", b / "logits.f32"):
+        if logits.parent == b:
+            logits.symlink_to(victim)  # root's own directory: a link is still not written through
+        r = run(q25tok, *args, logits, *tables)
+        assert victim.read_bytes() == b"root's bytes"
+        assert (
+            r.returncode == 10 and r.stderr.startswith(b"q25tok: --logits refused: ") and r.stderr.count(b"\n") == 1
+        ), r
+    r = run(q25tok, *args, tmp_path / "new.f32", *tables)
+    assert r.returncode == 0 and (tmp_path / "new.f32").stat().st_size > 0, r
 
 
 def test_root_maps_no_partition_another_user_can_write(tmp_path, user_dir, q25tok, builds, hparams, rewrite_shim):

@@ -2,18 +2,23 @@
 written is exactly the input, the digest is hashlib's, with the CPU's SHA-256 instructions
 (x86 SHA extensions here, the A53's crypto extensions under qemu-aarch64) and with the
 portable code, at every block boundary; a write that fails is reported after the input was
-drained; a large file is flushed along the way, and a flush that fails fails the receive."""
+drained; a large file is flushed along the way, and a flush that fails fails the receive.
+The file is a new one (cli_create.c): nothing that exists is written through, and as root no
+link the deploy user planted is followed (issue 44, item 2)."""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import os
+import resource
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from deploy_user import SWAPS, as_user, install_fixture  # noqa: F401 (a fixture)
 from requirements import need_program
 
 from q25deploy.packer.runtime import build_runtime
@@ -98,27 +103,52 @@ def test_receive_writes_the_input_and_prints_its_sha256(builds, tmp_path, where,
         assert out.read_bytes() == data[:n]
 
 
-def test_receive_rewrites_a_linked_file_in_place(builds, tmp_path):
-    """As tee: the file is truncated, not replaced; a hard link (a kept release's copy) sees the
-    new bytes, which is how a rotted kept file is repaired."""
-    kept, staged = tmp_path / "kept", tmp_path / "staged"
-    kept.write_bytes(b"rotted" * 1000)
-    os.link(kept, staged)
+@pytest.mark.parametrize("what", ["file", "hard link", "symlink", "dangling symlink", "fifo"])
+def test_receive_writes_only_a_new_file(builds, tmp_path, what):
+    """Whatever is at FILE already is refused, not truncated (a kept release's hard-linked
+    copy), followed (a link) or waited on (a FIFO, which held open(2) until the upload timed
+    out): exit 10, one line, the input drained, nothing written."""
+    kept, dest = tmp_path / "kept", tmp_path / "dest"
+    kept.write_bytes(b"kept bytes")
+    if what == "file":
+        dest.write_bytes(b"old bytes")
+    elif what == "hard link":
+        os.link(kept, dest)
+    elif what == "symlink":
+        dest.symlink_to(kept)
+    elif what == "dangling symlink":
+        dest.symlink_to(tmp_path / "made-through-the-link")
+    else:
+        os.mkfifo(dest)
+    before = {p.name: (p.is_symlink(), p.is_fifo() or p.is_symlink() or p.read_bytes()) for p in tmp_path.iterdir()}
     r = subprocess.run(
-        [str(builds["host"]), "receive", str(staged)], input=b"good bytes", capture_output=True, check=True
+        [str(builds["host"]), "receive", str(dest)], input=os.urandom(3 << 20), capture_output=True, timeout=20
     )
-    assert r.stdout.decode().split()[0] == hashlib.sha256(b"good bytes").hexdigest()
-    assert kept.read_bytes() == b"good bytes" and kept.stat().st_ino == staged.stat().st_ino
+    assert r.returncode == 10 and r.stdout == b"", r
+    assert (
+        r.stderr.decode()
+        == f"q25tok: receive: refused: {dest}: exists (a file, a link or a FIFO): only a new file is written\n"
+    )
+    assert {
+        p.name: (p.is_symlink(), p.is_fifo() or p.is_symlink() or p.read_bytes()) for p in tmp_path.iterdir()
+    } == before
 
 
 def test_a_failed_write_is_reported_after_the_input_is_drained(builds, tmp_path):
     data = os.urandom(3 << 20)
-    for dest, why in (
-        (Path("/dev/full"), "No space left on device"),
-        (tmp_path / "missing" / "f", "No such file or directory"),
+
+    def small_files() -> None:  # writes past 1 MiB fail with EFBIG (the signal ignored)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    for dest, why, limit in (
+        (tmp_path / "big", "File too large", small_files),
+        (tmp_path / "missing" / "f", "No such file or directory", None),
     ):
         # the whole input is taken (no broken pipe for the sender), then the error and exit 1
-        r = subprocess.run([str(builds["host"]), "receive", str(dest)], input=data, capture_output=True, check=False)
+        r = subprocess.run(
+            [str(builds["host"]), "receive", str(dest)], input=data, capture_output=True, preexec_fn=limit, check=False
+        )
         assert r.returncode == 1 and r.stdout == b"" and why in r.stderr.decode(), r.stderr
 
 
@@ -188,7 +218,7 @@ def test_a_large_file_is_flushed_while_it_arrives(builds, tmp_path, fsync_shim):
         log = tmp_path / f"sync-{size}.log"
         env = {**os.environ, "LD_PRELOAD": str(fsync_shim), "Q25_SYNC_LOG": str(log)}
         r = subprocess.run(
-            [str(builds["host"]), "receive", str(tmp_path / "f")],
+            [str(builds["host"]), "receive", str(tmp_path / f"f{size}")],
             input=data[:size],
             capture_output=True,
             env=env,
@@ -224,3 +254,39 @@ def test_receive_usage(builds):
     for argv in ([], ["a", "b"], ["--x"]):
         r = subprocess.run([str(builds["host"]), "receive", *argv], capture_output=True, check=False)
         assert r.returncode == 2 and b"usage: q25tok receive" in r.stderr
+
+
+@pytest.mark.parametrize("swap", list(SWAPS))
+def test_root_receives_nothing_through_the_deploy_users_links(builds, install, swap):
+    """Issue 44 (2): `q25tok receive` as root opened its target O_WRONLY|O_CREAT|O_TRUNC, so
+    the deploy user, who owns releases/, swapped releases/.incoming-<id> between root's PREPARE
+    and the upload and root overwrote a file of root's outside the install dir with the upload
+    (a FIFO instead held the receiver until the upload timed out). Now nothing outside is
+    written, nothing blocks, and one line says why (exit 10)."""
+    releases, outside = install["releases"], install["outside"]
+    as_user(SWAPS[swap], releases, outside)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    data = os.urandom(3 << 20)
+    r = subprocess.run(
+        [str(builds["host"]), "receive", str(releases / ".incoming-1" / "q25tok")],
+        input=data,
+        capture_output=True,
+        timeout=20,  # the FIFO: a hang fails here
+    )
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before  # root's file, and no new one
+    assert r.returncode == 10 and r.stdout == b"", r
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("q25tok: receive: refused: "), lines
+    assert not [p for p in releases.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_uid == 0]
+
+
+def test_root_receives_into_roots_own_staging_dir(builds, install):
+    """The same upload, nothing swapped: written (0644, root's) into PREPARE's directory."""
+    staging = install["releases"] / ".incoming-1"
+    data = os.urandom(1 << 20)
+    r = subprocess.run(
+        [str(builds["host"]), "receive", str(staging / "q25tok")], input=data, capture_output=True, check=True
+    )
+    assert r.stdout.decode() == hashlib.sha256(data).hexdigest() + "\n"
+    st = (staging / "q25tok").stat()
+    assert (staging / "q25tok").read_bytes() == data and st.st_uid == 0 and st.st_mode & 0o777 == 0o644

@@ -8,6 +8,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 
 SRC_URI = "file://LICENSE;subdir=q25tok \
            file://Makefile;subdir=q25tok \
+           file://cli_create.c;subdir=q25tok \
            file://cli_dequant.c;subdir=q25tok \
            file://cli_generate.c;subdir=q25tok \
            file://cli_probe.c;subdir=q25tok \

@@ -14,12 +14,14 @@
  *     output norm N values V V V V         and the output head's input (norm: float64 sum of
  *                                          squares; values at k * n_embd / 4, k = 0..3)
  *
- * --logits FILE writes every step's logits (n_vocab float32, little-endian) for tests.
+ * --logits FILE writes every step's logits (n_vocab float32, little-endian) for tests, into
+ * a new file (q25tok_create_new: never through a link, never over a file).
  * --hparams defaults to model_hparams.txt in the directory above REGION_TABLE's (a build's or
  * release's top). Exit codes: 0 ok, 1 I/O error, 2 usage, 4 an ID >= n_vocab, 5 out of
  * memory or past the context, 6 a region not reserved or a malformed table, 7 a weight type
  * q25_dequantize does not know, 8 a tensor missing, 9 hyperparameters malformed or not the
- * tensors'.
+ * tensors', 10 the --logits FILE refused (it exists, or a link or another user's directory is in
+ * its way).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int q25tok_generate_command(int argc, char **argv);
 
@@ -260,9 +263,17 @@ int q25tok_generate_command(int argc, char **argv)
             rc = exit_code(st);
         }
     }
-    if (!rc && logits_path && !(r.logits_out = fopen(logits_path, "wb"))) {
-        fprintf(stderr, "q25tok: %s: %s\n", logits_path, strerror(errno));
-        rc = EXIT_IO;
+    if (!rc && logits_path) {
+        char why[1200];
+        int fd = q25tok_create_new(logits_path, why, sizeof why), refused = fd < 0 && errno == EPERM;
+        if (fd < 0) {
+            fprintf(stderr, "q25tok: --logits %s%s\n", refused ? "refused: " : "", why);
+            rc = refused ? Q25TOK_EXIT_REFUSED : EXIT_IO;
+        } else if (!(r.logits_out = fdopen(fd, "wb"))) {
+            fprintf(stderr, "q25tok: %s: %s\n", logits_path, strerror(errno));
+            close(fd);
+            rc = EXIT_IO;
+        }
     }
     if (!rc)
         rc = generate(&r, ids, n_ids, steps);

@@ -11,7 +11,9 @@
  *   this user and root can write the file (nobody else can change it under the mapping; a
  *   Qwen2 image costs ~5 ms more per process to read than to map: docs/runtime.md); the
  *   partitions, mapped read-only for `probe`/`generate --files`, are data, not indices, and as
- *   root they must be root's and writable by no one else (q25tok_root_may_map).
+ *   root they must be root's and writable by no one else (q25tok_root_may_map);
+ * - every file it writes is a new one (q25tok_create_new, cli_create.c): created exclusively,
+ *   in a directory opened without following another user's link, which as root is root's.
  *
  * /dev/mem is a device, opened by q25_region_map with its own checks (q25tok_region.c).
  *
@@ -36,6 +38,9 @@ struct stat;
 #define Q25TOK_MAX_PROPERTY ((uint64_t)4096)
 #define Q25TOK_ANY_SIZE UINT64_MAX
 
+/* the exit status of a refused file to create (q25tok receive, generate --logits) */
+enum { Q25TOK_EXIT_REFUSED = 10 };
+
 /* a file to read: fd (blocking from here on), its stat in *st; -1 with errno: ELOOP a link,
  * EINVAL not a regular file, EFBIG more than max bytes */
 int q25tok_open_regular(const char *path, struct stat *st, uint64_t max);
@@ -58,5 +63,9 @@ void q25tok_release_whole(q25tok_whole *w);
 /* whether this process may map the file of st (a mapping shows later writes to the file): not
  * as root unless root owns it and no one else can write it; 0 with errno EPERM */
 int q25tok_root_may_map(const struct stat *st);
+/* PATH as a new file for writing (cli_create.c): fd, or -1 with why worded (one line, naming
+ * the path) and errno: EPERM refused (it exists, a link or another user's directory is in its
+ * way: exit Q25TOK_EXIT_REFUSED), else the system's (ENOENT, EACCES...: an I/O error) */
+int q25tok_create_new(const char *path, char *why, size_t whylen);
 
 #endif

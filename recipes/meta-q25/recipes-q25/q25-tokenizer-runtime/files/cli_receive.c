@@ -2,7 +2,7 @@
  * q25tok receive FILE: standard input into FILE, hashed as it is written.
  *
  * The deploy's receiver on the board: one process reads the upload in large blocks,
- * writes each block to FILE (created or truncated, like tee) and feeds it to SHA-256, so
+ * writes each block to FILE (a new file: see below) and feeds it to SHA-256, so
  * every byte is read once and hashed once, and nothing reads the file back. While the file
  * grows, the written ranges are handed to the kernel's writeback (sync_file_range), and every
  * FLUSH_EVERY bytes a child process flushes what was written so far (fdatasync) while this
@@ -17,12 +17,19 @@
  * child rather than a thread: no threads library to link, and its exit status carries the
  * flush's error, which the file's error state reports only once (to whichever call saw it).
  *
- * A failed write is reported on stderr (exit 1) after the rest of the input was read and
- * dropped, so the sender sees a clean error rather than a broken channel.
+ * FILE is created, never written through (cli_create.c): it must not exist (a file, a link or
+ * a FIFO there is refused, not truncated, followed or waited on), no link another user could
+ * have planted is followed on the way to its directory, and as root that directory is root's
+ * and writable by no one else. The deploy runs this as root into releases/.incoming-<id>/, and
+ * whoever owns releases/ could swap that directory for one of links between PREPARE and the
+ * upload (issue 44). A refused FILE exits 10, a failed write 1, each with one line on stderr
+ * after the rest of the input was read and dropped, so the sender sees a clean error rather
+ * than a broken channel.
  *
  * SPDX-License-Identifier: MIT
  */
 #define _GNU_SOURCE
+#include "cli_open.h"
 #include "q25tok.h"
 
 #include <errno.h>
@@ -139,7 +146,7 @@ static int flusher_start(struct flusher *f, int fd)
 int q25tok_receive_command(int argc, char **argv)
 {
     if (argc != 1 || argv[0][0] == '-') {
-        fputs("usage: q25tok receive FILE   (standard input into FILE; prints its sha256)\n", stderr);
+        fputs("usage: q25tok receive FILE   (standard input into FILE, a new file; prints its sha256)\n", stderr);
         return 2;
     }
     const char *path = argv[0];
@@ -150,7 +157,8 @@ int q25tok_receive_command(int argc, char **argv)
         fputs("q25tok: receive: out of memory\n", stderr);
         return 5;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    char why[1200] = "";
+    int fd = q25tok_create_new(path, why, sizeof why);
     int err = fd < 0 ? errno : 0;
     q25_sha256_ctx sha;
     q25_sha256_init(&sha);
@@ -191,6 +199,10 @@ int q25tok_receive_command(int argc, char **argv)
         err = flush_file(fd); /* on the disk before the digest says it arrived */
     if (fd >= 0 && close(fd) != 0 && !err)
         err = errno;
+    if (fd < 0) {
+        fprintf(stderr, "q25tok: receive: %s%s\n", err == EPERM ? "refused: " : "", why);
+        return err == EPERM ? Q25TOK_EXIT_REFUSED : 1;
+    }
     if (err) {
         fprintf(stderr, "q25tok: receive: writing %s: %s\n", path, strerror(err));
         return 1;

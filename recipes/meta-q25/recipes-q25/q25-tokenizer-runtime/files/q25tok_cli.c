@@ -10,7 +10,7 @@
  *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy (cli_generate.c)
  *
  * Exit codes: 0 ok, 1 I/O error (cannot read a file), 2 usage, 3 bad image,
- * 4 bad token id, 5 capacity (out of memory for the input).
+ * 4 bad token id, 5 capacity (out of memory for the input), 10 a file to create refused.
  *
  * The image is checked once at open (docs/runtime-image.md) and then its offsets and ids are
  * followed unchecked, so the bytes used must be the bytes checked whoever can write the file
@@ -37,7 +37,7 @@ static const char *usage_text =
     "       q25tok decode [--special] IMAGE ID...\n"
     "       q25tok load [--mem PATH] [--dt DIR] REGION_TABLE\n"
     "       q25tok verify [--mem PATH] [--dt DIR] REGION_TABLE\n"
-    "       q25tok receive FILE   (standard input into FILE; prints its sha256)\n"
+    "       q25tok receive FILE   (standard input into FILE, a new file; prints its sha256)\n"
     "       q25tok dequant TYPE FILE   (ggml blocks to float32 on stdout)\n"
     "       q25tok tensor TENSOR_TABLE NAME\n"
     "       q25tok probe [--mem PATH] [--dt DIR | --files] REGION_TABLE TENSOR_TABLE [ID...]\n"
@@ -45,7 +45,8 @@ static const char *usage_text =
     "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
     "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image, 4 bad token id, 5 capacity,\n"
     "            6 region not reserved in the running device tree, or its bytes differ,\n"
-    "            7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters\n";
+    "            7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters,\n"
+    "            10 a file to create refused (it exists, or a link or another user's directory is in its way)\n";
 
 static int usage(void)
 {
