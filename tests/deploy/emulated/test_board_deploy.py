@@ -82,7 +82,7 @@ def test_deploy_to_a_board_whose_root_is_the_initramfs(board, builds, q25tok_aar
     assert code == 0 and res[0]["ok"], res[0]["error"]
     # a small filesystem at the install path: the free-space check still refuses
     fresh(board)
-    board.sh(f"mkdir -p {INSTALL} && mount -t tmpfs -o size=2m q25small {INSTALL}")
+    board.sh(f"mkdir -p {INSTALL} && mount -t tmpfs -o size=2m,mode=0755 q25small {INSTALL}")
     try:
         code, res = q25(capsys, board.q25("deploy", builds["qemu"], "--runtime-bin", str(q25tok_aarch64)))
         assert code == 13 and "bytes free" in res[0]["error"], res
