@@ -1,16 +1,16 @@
 """Small helpers every subpackage shares, so there is one of each: a file's sha256, canonical
 JSON (for files and for content keys), sizes for people, text for a terminal, and a file
-written atomically."""
+written atomically and exclusively."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,6 +45,15 @@ def read_json(path: Path) -> dict | None:
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256(v: object) -> bool:
+    """A sha256 as q25deploy writes it: 64 lower-case hex digits. The only digest (or content
+    key) read from a file that may become part of a path."""
+    return isinstance(v, str) and _SHA256.fullmatch(v) is not None
 
 
 def json_digest(obj: Any) -> str:
@@ -85,20 +94,54 @@ def cache_dir() -> Path:
     return (Path(base) if base else Path.home() / ".cache") / "q25deploy"
 
 
+_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _temporary_name(path: Path) -> Path:
+    """A name beside ``path`` no one can guess (``.NAME.RANDOM.tmp``)."""
+    return path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
+
+
+def _create_exclusive(path: Path) -> tuple[int, Path]:
+    """A new file (mode 0600) beside ``path``, opened ``O_CREAT|O_EXCL|O_NOFOLLOW``: never a
+    file or link that was there already (a name taken is skipped for another)."""
+    for _ in range(100):
+        tmp = _temporary_name(path)
+        try:
+            return os.open(tmp, _EXCLUSIVE, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
+
+
 @contextmanager
-def atomic_file(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
-    """``path`` written through a temporary file beside it, synced and renamed over it when
-    the block ends without an exception (else removed): readers see the old file or the whole
-    new one. ``OSError`` propagates (callers name what failed)."""
+def atomic_file(path: str | os.PathLike[str], mode: int = 0o644, *, sync: bool = True) -> Iterator[BinaryIO]:
+    """The one way q25deploy writes a file in place: through a new temporary file beside it
+    (:func:`_create_exclusive`: a random name, ``O_CREAT|O_EXCL|O_NOFOLLOW``, so a link or
+    file planted in the folder is never written through), given ``mode`` by its descriptor,
+    synced (``sync``) and renamed over ``path`` when the block ends without an exception (else
+    removed): readers see the old file or the whole new one, and a link at ``path`` is
+    replaced, never followed. ``OSError`` propagates (callers name what failed)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = _create_exclusive(path)
+    done = False
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+            os.fchmod(f.fileno(), mode)
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+        done = True
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if not done:
+            with suppress(OSError):
+                os.unlink(tmp)
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
+    """``data`` into ``path`` through :func:`atomic_file`."""
+    with atomic_file(path, mode, sync=sync) as f:
+        f.write(data)

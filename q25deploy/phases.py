@@ -28,12 +28,11 @@ def mark(phase: str) -> None:
 
 
 def write() -> None:
-    """Write the marks to ``$Q25_PHASE_TIMES`` (temp + rename), if set."""
+    """Write the marks to ``$Q25_PHASE_TIMES`` (:func:`~q25deploy.common.write_atomic`), if set."""
     path = os.environ.get(_ENV)
     if not path:
         return
     mark("end")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        json.dump(_marks, f)
-    os.replace(tmp, path)
+    from .common import write_atomic
+
+    write_atomic(path, json.dumps(_marks).encode("ascii"), sync=False)

@@ -6,12 +6,11 @@ against the board's state file each time it is used)."""
 from __future__ import annotations
 
 import hashlib
-import os
 
 from .. import schema
 from ..board.boardfile import Board
 from ..board.ours import foreign
-from ..common import cache_dir
+from ..common import cache_dir, write_atomic
 from ..errors import DeployError, SchemaError
 from ..packer import layout
 from .boardfiles import BoardFiles
@@ -104,10 +103,7 @@ def image_bytes(files: BoardFiles, record: dict) -> bytes:
             "the board's records (smoke with --build, or deploy again)"
         )
     try:  # the cache is a convenience: a read-only home still works
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
-        tmp.write_bytes(fetched)
-        os.replace(tmp, cached)
+        write_atomic(cached, fetched, sync=False)
     except OSError:
         pass
     return fetched

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import BinaryIO
 
-from ..common import cache_dir
+from ..common import cache_dir, write_atomic
 from .limits import MAX_ANSWER, MAX_LINE, keep_tail
 
 # paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
@@ -107,10 +107,8 @@ def _algorithms(client: str) -> dict[str, frozenset[str]]:
     known = _ask_algorithms(client)
     if key and all(known.values()):
         try:  # a convenience: a read-only home still works
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({"ssh": key, **{k: sorted(v) for k, v in known.items()}}), encoding="utf-8")
-            os.replace(tmp, cached)
+            doc = json.dumps({"ssh": key, **{k: sorted(v) for k, v in known.items()}})
+            write_atomic(cached, doc.encode("utf-8"), sync=False)
         except OSError:
             pass
     return known

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..common import cache_dir as default_cache_root
 from ..common import file_sha256 as sha256_of_file
-from ..common import json_bytes
+from ..common import is_sha256, json_bytes, write_atomic
 from ..errors import ModelSourceError
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
@@ -183,10 +183,7 @@ def _cache_store(cache_dir: Path | None, path: Path, digest: str) -> None:
     key, stamp = _cache_key(path)
     data[key] = {"stamp": stamp, "sha256": digest}
     try:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(json_bytes(data))
-        os.replace(tmp, f)
+        write_atomic(f, json_bytes(data), sync=False)
     except OSError:
         pass  # a cache that cannot be written only costs a rehash next time
 
@@ -199,9 +196,9 @@ def remember_digest(path: Path, digest: str, cache_dir: Path | None = None) -> N
 def cached_digest(path: Path, cache_dir: Path | None = None) -> str | None:
     key, stamp = _cache_key(path)
     entry = _cache_load(cache_dir).get(key)
-    if isinstance(entry, dict) and entry.get("stamp") == stamp:
-        return entry.get("sha256")
-    return None
+    if isinstance(entry, dict) and entry.get("stamp") == stamp and is_sha256(entry.get("sha256")):
+        return entry["sha256"]
+    return None  # a value that is not a sha256 is no entry: it would become a cache path
 
 
 def file_sha256(path: Path, cache_dir: Path | None = None) -> str:

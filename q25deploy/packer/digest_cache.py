@@ -13,24 +13,24 @@ the partition map's digest, whatever computed it. Entries are written atomically
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 
 from .. import schema
 from ..common import cache_dir as default_cache_dir
-from ..common import json_bytes
+from ..common import is_sha256, json_bytes, write_atomic
 from ..errors import SchemaError
 
 PLANS = 8
 
 
-def _entry(model_sha: str, cache_dir: Path | None) -> Path:
-    return (cache_dir or default_cache_dir()) / "payload" / f"{model_sha}.json"
+def _entry(model_sha: str, cache_dir: Path | None) -> Path | None:
+    """The model's entry; None for a ``model_sha`` that is not a sha256 (a path part only as one)."""
+    return (cache_dir or default_cache_dir()) / "payload" / f"{model_sha}.json" if is_sha256(model_sha) else None
 
 
-def _load(path: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
+def _load(path: Path | None) -> tuple[dict[str, str], dict[str, list[str]]]:
+    if path is None:
+        return {}, {}
     try:
         return schema.parse_payload_digests(schema.loads(path.read_bytes(), str(path)), str(path))
     except (OSError, SchemaError):
@@ -56,20 +56,13 @@ def store(
     cost a hashing pass next time."""
     path = _entry(model_sha, cache_dir)
     old_tensors, plans = _load(path)
-    if old_tensors == tensor_sha and plans.get(plan_key) == part_sha:
+    if path is None or (old_tensors == tensor_sha and plans.get(plan_key) == part_sha):
         return
     plans.pop(plan_key, None)
     plans[plan_key] = part_sha  # the newest last; the oldest dropped
     keep = [{"plan": k, "sha256": v} for k, v in list(plans.items())[-PLANS:]]
     doc = {"format": schema.PAYLOAD_DIGESTS_FORMAT, "tensors": tensor_sha, "partitions": keep}
-    tmp = None
     try:  # renamed into place when whole (no fsync: a lost entry costs one hashing pass)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(json_bytes(doc))
-        os.replace(tmp, path)
+        write_atomic(path, json_bytes(doc), sync=False)
     except OSError:
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        pass

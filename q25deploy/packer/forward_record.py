@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from .. import __version__
 from ..common import cache_dir as default_cache_dir
-from ..common import json_bytes, json_digest
+from ..common import is_sha256, json_bytes, json_digest, write_atomic
 from ..errors import SchemaError
 from ..model.forward import Forward
 from ..model.generate import STEPS, greedy, summary_indices
@@ -73,6 +72,8 @@ def lookup(key: str, model_sha256: str, cache_dir: Path | None = None) -> bytes 
     from .. import schema
 
     d = _dir(cache_dir)
+    if not is_sha256(key):
+        return None
     try:
         names = [n for n in os.listdir(d) if n.startswith(key + "-") and n.endswith(".json")]
     except OSError:
@@ -97,13 +98,10 @@ def lookup(key: str, model_sha256: str, cache_dir: Path | None = None) -> bytes 
 
 def store(key: str, data: bytes, cache_dir: Path | None = None) -> None:
     """Keep a record (atomically); a failure only costs recomputing it next time."""
-    d = _dir(cache_dir)
+    if not is_sha256(key):
+        return
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=d)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, d / f"{key}-{hashlib.sha256(data).hexdigest()}.json")
+        write_atomic(_dir(cache_dir) / f"{key}-{hashlib.sha256(data).hexdigest()}.json", data, sync=False)
     except OSError:
         pass
 

@@ -33,13 +33,12 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__, schema
+from ..common import atomic_file, file_sha256, is_sha256, json_bytes, json_digest, write_atomic
 from ..common import cache_dir as default_cache_dir
-from ..common import file_sha256, json_bytes, json_digest
 from ..errors import OutputError, SchemaError
 from . import layout, quick
 from .payload import Piece
@@ -123,14 +122,18 @@ class Entry:
 
 
 def _entry_path(root: Path, model_sha: str, key_: str) -> Path:
+    """The entry's file: its name made of two sha256s, else :class:`OSError` (never a path
+    part from anything else)."""
+    if not (is_sha256(model_sha) and is_sha256(key_)):
+        raise OSError(f"not a plan-cache entry name: {model_sha!r:.80}, {key_!r:.80}")
     return root / "entries" / f"{model_sha}-{key_}.json"
 
 
 def lookup(key_: str, model_sha: str, model_size: int, cache_dir: Path | None = None) -> Entry | None:
     """The checked entry of ``key_`` (for this model, of this size), or None."""
     root = _root(cache_dir)
-    path = _entry_path(root, model_sha, key_)
     try:
+        path = _entry_path(root, model_sha, key_)
         with open(path, "rb") as f:
             raw = f.read(schema.MAX_JSON + 1)
         if len(raw) > schema.MAX_JSON:
@@ -187,6 +190,7 @@ def store(key_: str, model_sha: str, out: Path, cache_dir: Path | None = None) -
     build next time."""
     root = _root(cache_dir)
     try:
+        entry = _entry_path(root, model_sha, key_)
         manifest = out / layout.MANIFEST
         artifacts = schema.parse_manifest(schema.loads(manifest.read_bytes(), str(manifest)), str(manifest))
         by_inode: dict[tuple[int, int], list[str]] = {}
@@ -200,11 +204,12 @@ def store(key_: str, model_sha: str, out: Path, cache_dir: Path | None = None) -
         for rel, a in artifacts.items():
             blob = root / "blobs" / a.sha256
             if rel not in big and a.kind != PARTITION_KIND and not _intact(blob, a.sha256):
-                _atomic(blob, lambda tmp, rel=rel: shutil.copyfile(out / rel, tmp))
+                with open(out / rel, "rb") as src, atomic_file(blob, sync=False) as f:
+                    shutil.copyfileobj(src, f)
         rows = [{"path": a.path, "kind": a.kind, "sha256": a.sha256, "size": a.size} for a in artifacts.values()]
         doc = {"format": schema.PLAN_CACHE_FORMAT, "key": key_, "model_sha256": model_sha, "artifacts": rows}
         doc["links"] = links
-        _atomic(_entry_path(root, model_sha, key_), lambda tmp: Path(tmp).write_bytes(json_bytes(doc)))
+        write_atomic(entry, json_bytes(doc), sync=False)
         _prune(root, model_sha)
     except (OSError, SchemaError):
         pass
@@ -215,17 +220,6 @@ def _intact(blob: Path, sha: str) -> bool:
         return file_sha256(blob) == sha
     except OSError:
         return False
-
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 def _prune(root: Path, model_sha: str) -> None:
@@ -266,8 +260,7 @@ def remember(req: dict, quick_record: dict, model_sha: str, key_: str, cache_dir
     except OSError:
         pass
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic(path, lambda tmp: Path(tmp).write_bytes(doc))
+        write_atomic(path, doc, sync=False)
         kept = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
         for old in kept[:-KEEP_REQUESTS]:
             old.unlink(missing_ok=True)

@@ -8,7 +8,6 @@ byte in the cache means a miss and a rebuild, never a corrupt build)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -17,23 +16,25 @@ from pathlib import Path
 
 from .. import schema
 from ..common import cache_dir as default_cache_dir
-from ..common import file_sha256, json_bytes
+from ..common import file_sha256, is_sha256, json_bytes, write_atomic
 from ..errors import SchemaError
 
 INDEX = "assets.json"
 
 
 def _entry(key: str, cache_dir: Path | None) -> Path:
+    if not is_sha256(key):  # a path part only as a sha256
+        raise SchemaError(f"tokenizer cache key {key!r:.80} is not a sha256")
     return (cache_dir or default_cache_dir()) / "tokenizer" / key
 
 
 def lookup(key: str, cache_dir: Path | None = None) -> tuple[Path, list[dict]] | None:
     """(directory, [{path, kind, sha256}]) of a complete, intact cached set, or None. A damaged
     entry (unreadable index, a file missing or changed) is removed and reported as a miss."""
-    d = _entry(key, cache_dir)
     try:
+        d = _entry(key, cache_dir)
         data = (d / INDEX).read_bytes()
-    except OSError:
+    except (OSError, SchemaError):
         return None
     try:
         assets = schema.parse_asset_index(schema.loads(data, str(d / INDEX)), str(d / INDEX))
@@ -47,11 +48,11 @@ def lookup(key: str, cache_dir: Path | None = None) -> tuple[Path, list[dict]] |
 
 def store(key: str, assets: list, cache_dir: Path | None = None) -> None:
     """Save an asset set (objects with path, kind, data); failures only cost a regeneration."""
-    d = _entry(key, cache_dir)
     try:
+        d = _entry(key, cache_dir)
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=d.parent))
-    except OSError:
+    except (OSError, SchemaError):
         return
     try:
         for a in assets:
@@ -69,6 +70,8 @@ def smoke_lookup(image_sha256: str, key: str, cache_dir: Path | None = None) -> 
     read through its schema, for this image and exactly today's prompts, else a miss."""
     from .prompts import SMOKE_PROMPTS
 
+    if not is_sha256(key):
+        return None
     path = (cache_dir or default_cache_dir()) / "smoke" / f"{key}.json"
     try:
         sha, cases = schema.parse_smoke_ids(schema.loads(path.read_bytes(), str(path)), str(path))
@@ -81,16 +84,9 @@ def smoke_lookup(image_sha256: str, key: str, cache_dir: Path | None = None) -> 
 
 def smoke_store(record: dict, key: str, cache_dir: Path | None = None) -> None:
     """Save a ``smoke_ids.json`` record under ``key``; failures only cost the codec next time."""
-    d = (cache_dir or default_cache_dir()) / "smoke"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", dir=d)
-    except OSError:
+    if not is_sha256(key):
         return
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(json_bytes(record))
-        os.replace(tmp, d / f"{key}.json")
+        write_atomic((cache_dir or default_cache_dir()) / "smoke" / f"{key}.json", json_bytes(record), sync=False)
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        pass
