@@ -1,5 +1,6 @@
 """A build directory read as untrusted input: every file opened one path component at a time
-with ``O_NOFOLLOW`` (a symlink anywhere is refused), every document through :mod:`q25deploy.schema`."""
+with ``O_NOFOLLOW`` (a symlink anywhere is refused), every document through :mod:`q25deploy.schema`
+(the build's own incremental-build stamp included: :meth:`BuildDir.stamp`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .packer import layout
 from .schema import (
     MAX_JSON,
     MAX_REGION_TABLE,
+    MAX_STAMP,
     Artifact,
     BuildInfo,
     loads,
@@ -24,6 +26,7 @@ from .schema import (
     parse_probe_digests,
     parse_region_table,
     parse_smoke_ids,
+    parse_stamp,
     parse_tensor_table,
     rel_path,
 )
@@ -33,8 +36,14 @@ def open_under(base: Path, rel: str, where: str = "") -> BinaryIO:
     """Open the regular file ``base/rel`` for reading without following a symlink in any part
     of ``rel`` (``base`` itself is the user's choice and may be one)."""
     rel_path(rel, where or str(base), "path")
+    return _open_parts(base, rel.split("/"))
+
+
+def _open_parts(base: Path, parts: list[str]) -> BinaryIO:
+    """``base/PART/.../PART`` opened one part at a time, ``O_NOFOLLOW`` (and the last
+    ``O_NONBLOCK``: a FIFO never blocks), a regular file after ``fstat``."""
+    rel = "/".join(parts)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    parts = rel.split("/")
     fd = os.open(base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         for part in parts[:-1]:
@@ -61,11 +70,24 @@ class BuildDir:
         self.path = Path(path)
 
     def read_json(self, rel: str, limit: int = MAX_JSON) -> Any:
-        with open_under(self.path, rel) as f:
+        return self._json(open_under(self.path, rel), rel, limit)
+
+    def _json(self, f: BinaryIO, rel: str, limit: int) -> Any:
+        with f:
             data = f.read(limit + 1)
         if len(data) > limit:
             raise SchemaError(f"{self.path / rel}: larger than {limit:,} bytes")
         return loads(data, str(self.path / rel))
+
+    def stamp(self) -> dict | None:
+        """The incremental-build stamp (``.q25deploy-stamp.json``: a hidden name, outside the
+        manifest) through its schema; None where there is none or it does not check out (a
+        full build follows, as a bad cache entry is a miss)."""
+        try:
+            doc = self._json(_open_parts(self.path, [layout.STAMP]), layout.STAMP, MAX_STAMP)
+            return parse_stamp(doc, str(self.path / layout.STAMP))
+        except (OSError, SchemaError):
+            return None
 
     @cached_property
     def manifest(self) -> dict[str, Artifact]:

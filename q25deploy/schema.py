@@ -3,8 +3,8 @@ every value in it (see docs/security.md).
 
 Documents: a build directory's ``manifest.json``, ``build.json``, ``partition_map.json``,
 ``smoke_ids.json``, ``probe_digests.json``, ``forward_record.json`` and the text ``partitions/regions.tab`` (read through :class:`q25deploy.builddir.BuildDir`), a board's ``release.json``,
-``.q25deploy-state.json`` and its intent record, the tokenizer cache's ``assets.json`` and
-the plan cache's entries. Each ``parse_*`` takes the decoded JSON and
+``.q25deploy-state.json`` and its intent record, the tokenizer cache's ``assets.json``,
+the plan cache's entries and a build directory's incremental-build stamp. Each ``parse_*`` takes the decoded JSON and
 the file's name, returns the checked value and raises :class:`~q25deploy.errors.SchemaError`
 naming the file and the field. Values: sha256 digests are 64 lower-case hex digits, sizes
 ints >= 0, release ids 16 hex digits, paths relative POSIX with no empty, ``.`` or ``..``
@@ -21,12 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .common import is_sha256
 from .errors import SchemaError
 from .packer import layout
 from .tokenizer.prompts import SMOKE_IDS_FORMAT
 
 MAX_JSON = 64 << 20  # a partition map of a 7B model is a few MB
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+MAX_STAMP = 1 << 20  # a build's stamp: its inputs and what the quick check watches (a few KB)
 _RELEASE_ID = re.compile(r"[0-9a-f]{16}")
 _PART = re.compile(r"[A-Za-z0-9_%@+,=~][A-Za-z0-9._%@+,=~-]{0,254}")  # one path component; never . or ..
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")  # a plain file name (no hidden files)
@@ -82,9 +83,7 @@ def array(v: Any, where: str, field: str) -> list:
 
 
 def hex64(v: Any, where: str, field: str) -> str:
-    return _expect(
-        isinstance(v, str) and bool(_HEX64.fullmatch(v)), v, where, field, "a sha256 (64 lower-case hex digits)"
-    )
+    return _expect(is_sha256(v), v, where, field, "a sha256 (64 lower-case hex digits)")
 
 
 def size(v: Any, where: str, field: str) -> int:
@@ -421,11 +420,41 @@ def parse_plan_request(doc: Any, where: str) -> tuple[str, str, dict]:
     d = obj(doc, where)
     if d.get("format") != PLAN_REQUEST_FORMAT:
         raise _fail(where, "format", f"{d.get('format')!r:.60} is not {PLAN_REQUEST_FORMAT}")
-    quick = obj(d.get("quick"), where, "quick")
-    obj(quick.get("snapshot"), where, "quick.snapshot")
-    watch = array(quick.get("watch"), where, "quick.watch")
-    _expect(all(isinstance(p, str) for p in watch), watch, where, "quick.watch", "a list of paths")
+    quick = _quick(d.get("quick"), where, "quick")
     return hex64(d.get("model_sha256"), where, "model_sha256"), hex64(d.get("key"), where, "key"), quick
+
+
+def _quick(v: Any, where: str, field: str) -> dict:
+    """A quick record (q25deploy/packer/quick.py: what a build read): its snapshot is compared
+    whole, never trusted; its plugin failures ([plugin, error] each) are reported again."""
+    quick = obj(v, where, field)
+    obj(quick.get("snapshot"), where, f"{field}.snapshot")
+    watch = array(quick.get("watch"), where, f"{field}.watch")
+    _expect(all(isinstance(p, str) for p in watch), watch, where, f"{field}.watch", "a list of paths")
+    failures = array(quick.get("failures"), where, f"{field}.failures")
+    _expect(
+        all(isinstance(f, list) and len(f) == 2 and all(isinstance(x, str) for x in f) for f in failures),
+        failures,
+        where,
+        f"{field}.failures",
+        "a list of [plugin, error]",
+    )
+    return quick
+
+
+def parse_stamp(doc: Any, where: str) -> dict:
+    """A build directory's incremental-build stamp (``.q25deploy-stamp.json``,
+    q25deploy/packer/pipeline.py): ``inputs`` (compared whole with the build's own), ``keys``
+    {stage: content key}, the ``model_sha256`` the build was made from (a cache path part
+    only as 64 lower-case hex digits) and the optional ``quick`` record."""
+    d = obj(doc, where)
+    obj(d.get("inputs"), where, "inputs")
+    for stage, key in obj(d.get("keys"), where, "keys").items():
+        hex64(key, where, f"keys.{name(stage, where, 'keys')}")
+    hex64(d.get("model_sha256"), where, "model_sha256")
+    if "quick" in d:
+        _quick(d["quick"], where, "quick")
+    return d
 
 
 def parse_smoke_ids(doc: Any, where: str) -> tuple[str, list[tuple[bytes, bool, list[int]]]]:

@@ -6,7 +6,10 @@ The driver of :mod:`q25deploy.packer.stages`. It owns what the stages do not:
   (a temporary sibling renamed over DIR when complete);
 - **incrementality**: a stamp (``.q25deploy-stamp.json``, outside the manifest: it holds
   paths and mtimes) records the inputs; an unchanged build returns at once, before the
-  plugins load when nothing it read changed (:mod:`~q25deploy.packer.quick`);
+  plugins load when nothing it read changed (:mod:`~q25deploy.packer.quick`). DIR is input
+  like any file from outside: the stamp is read through its schema (a malformed one is no
+  stamp: a full build), no digest is taken from it, and it is written through a new file of
+  a random name (``O_EXCL|O_NOFOLLOW``, :func:`~q25deploy.common.atomic_file`);
 - **what changed, only**: a build made before (same content key) is served from the plan
   cache (:mod:`~q25deploy.packer.plan_cache`): only the partitions are made; otherwise
   :mod:`~q25deploy.packer.full_build` runs every stage (one pass per byte, stages reused
@@ -25,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__, phases
-from ..common import json_bytes, read_json
-from ..errors import Q25Error
+from ..builddir import BuildDir
+from ..common import json_bytes, write_atomic
+from ..errors import OutputError, Q25Error, SchemaError
 from ..model.source import ModelSource, cached_digest, resolve
 from . import layout, quick
 
@@ -61,14 +65,16 @@ class Request:
     layer_maintainer: str | None = None  # the layer README's maintainer
 
 
-def _outputs_intact(out: Path) -> bool:
-    manifest = read_json(out / layout.MANIFEST)
-    if not manifest:
-        return False
+def _intact_summary(out: Path) -> dict | None:
+    """The last build's ``build.json`` when every file its manifest lists is there, a regular
+    file of its size (all read through the schema, no link followed), else None."""
+    d = BuildDir(out)
     try:
-        return all((out / a["path"]).stat().st_size == a["size"] for a in manifest["artifacts"])
-    except (OSError, KeyError, TypeError):
-        return False
+        for rel in d.manifest:
+            d.check_file(rel)
+        return d.info.raw
+    except (OSError, SchemaError):
+        return None
 
 
 def _file_stamp(path: str | None) -> list | None:
@@ -193,17 +199,16 @@ def _build(asked: dict, out: Path | None, progress: Progress, head_start: HeadSt
         layer_maintainer,
     )
     inputs = _inputs(pm, req)
-    old = read_json(req.out / layout.STAMP)
+    old = BuildDir(req.out).stamp()  # through the schema: a malformed stamp is no stamp (a full build)
     fast_record = _quick_record(pm, req, failures, asked) if model else None
     phases.mark("imports")  # Q25_PHASE_TIMES (bench/bench_build.py): the inputs read, the stamp checked
-    if old and old.get("inputs") == inputs and _outputs_intact(req.out):
+    last = _intact_summary(req.out) if old and old["inputs"] == inputs else None
+    if old is not None and last is not None:
         if fast_record and old.get("quick") != fast_record:  # the next unchanged rebuild: quick
             _write_stamp(req.out, {**old, "quick": fast_record})
-        return BuildResult(req.out, True, read_json(req.out / layout.BUILD_INFO) or {}, note, failures)
-    if src.sha256 is None:  # known from the verified-digest cache or the last build?
+        return BuildResult(req.out, True, last, note, failures)
+    if src.sha256 is None:  # known from the verified-digest cache (never from DIR: its stamp is input)
         src.sha256 = cached_digest(src.path)
-        if src.sha256 is None and old and old.get("inputs", {}).get("model") == inputs["model"]:
-            src.sha256 = old.get("model_sha256")
     summary, keys, report, plan_key = _made(pm, req, inputs, old, progress, head_start)
     phases.mark("commit")
     stamp = {"inputs": inputs, "keys": keys, "model_sha256": src.sha256}
@@ -216,9 +221,12 @@ def _build(asked: dict, out: Path | None, progress: Progress, head_start: HeadSt
 
 
 def _write_stamp(out: Path, stamp: dict) -> None:
-    tmp = out / f"{layout.STAMP}.{os.getpid()}.tmp"
-    tmp.write_bytes(json_bytes(stamp))
-    os.replace(tmp, out / layout.STAMP)
+    """The stamp, through a new file of a random name beside it (``O_EXCL|O_NOFOLLOW``: nothing
+    planted in DIR is written through), renamed over it."""
+    try:
+        write_atomic(out / layout.STAMP, json_bytes(stamp), sync=False)
+    except OSError as e:
+        raise OutputError(f"{out / layout.STAMP}: cannot write: {e.strerror}") from None
 
 
 def _quick_check(asked: dict, out: Path) -> BuildResult | None:
@@ -229,11 +237,11 @@ def _quick_check(asked: dict, out: Path) -> BuildResult | None:
         src = resolve(asked["model"])
     except (Q25Error, OSError):  # the full check reports it, in its order
         return None
-    failures = quick.unchanged(read_json(out / layout.STAMP), quick.request(asked, src.path))
-    if failures is None or not _outputs_intact(out):
+    failures = quick.unchanged(BuildDir(out).stamp(), quick.request(asked, src.path))
+    summary = _intact_summary(out) if failures is not None else None
+    if summary is None:
         return None
     phases.mark("imports")
-    summary = read_json(out / layout.BUILD_INFO) or {}
     if failures:
         from ..plugin.manager import PluginFailure
 

@@ -9,18 +9,14 @@ digests only when it is well formed and names exactly the model's tensors.
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 from typing import Any, cast
 
-from .. import schema
-from ..common import read_json
+from ..builddir import BuildDir
+from ..common import is_sha256
 from ..errors import SchemaError
-from . import layout
 from .outputs import OutputDir, is_plain_relative
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class Previous:
@@ -29,10 +25,14 @@ class Previous:
     def __init__(self, out: Path, stamp: dict | None) -> None:
         self.out = out
         self.keys = (stamp or {}).get("keys", {})
-        self.partition_map = read_json(out / layout.PARTITION_MAP) or {}
+        last = BuildDir(out)  # every file opened without following a link, through the schema
+        try:
+            self.partition_map = last.partition_map
+        except (OSError, SchemaError):
+            self.partition_map = {}
         try:  # all of it checked, or nothing reused
-            listed = schema.parse_manifest(read_json(out / layout.MANIFEST) or {}, str(out / layout.MANIFEST))
-        except SchemaError:
+            listed = last.manifest
+        except (OSError, SchemaError):
             listed = {}
         self.artifacts: dict[str, dict[str, Any]] = {
             rel: {"kind": a.kind, "sha256": a.sha256, "size": a.size} for rel, a in listed.items()
@@ -44,11 +44,7 @@ class Previous:
         if not isinstance(tensors, list):
             return None
         found = {t.get("name"): t.get("sha256") for t in tensors if isinstance(t, dict)}
-        ok = (
-            set(found) == names
-            and len(found) == len(tensors)
-            and all(isinstance(s, str) and _HEX64.fullmatch(s) for s in found.values())
-        )
+        ok = set(found) == names and len(found) == len(tensors) and all(is_sha256(s) for s in found.values())
         return cast("dict[str, str]", found) if ok else None
 
     def has(self, rel: str) -> bool:

@@ -70,12 +70,17 @@ def test_anything_the_last_build_read_that_changed_is_seen(tmp_path, qwen25_tiny
     assert not again(layer_release=3)
 
 
-def test_a_damaged_quick_record_only_means_the_full_check(tmp_path, qwen25_tiny, monkeypatch):
+def test_a_damaged_quick_record_is_no_stamp(tmp_path, qwen25_tiny, monkeypatch):
+    """The stamp is read through its schema (issue 44, item 5): a damaged quick record makes
+    it no stamp, so the build is made again (never a traceback), and the next is up to date."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     out = tmp_path / "b"
     assert not build("kv260", model=str(qwen25_tiny), out=out).up_to_date
     path = out / ".q25deploy-stamp.json"
     stamp = json.loads(path.read_text())
-    for damage in (None, "x", {"watch": 1}, {"watch": [1], "snapshot": {}}, {"snapshot": {"board": []}}):
+    damages = (None, "x", {"watch": 1}, {"watch": [1], "snapshot": {}}, {"snapshot": {"board": []}})
+    damages += ({**stamp["quick"], "failures": [5]},)  # a failure that is not [plugin, error]
+    for damage in damages:
         path.write_text(json.dumps({**stamp, "quick": damage}))
-        assert build("kv260", model=str(qwen25_tiny), out=out).up_to_date  # the full check: the same inputs
+        assert not build("kv260", model=str(qwen25_tiny), out=out).up_to_date, damage
+        assert build("kv260", model=str(qwen25_tiny), out=out).up_to_date
