@@ -4,8 +4,8 @@ errors become messages) and one module per command group, each adding its own su
 ``deploy``; ``common`` holds what they share.
 
 Exports ``main`` (returns the exit code: for tests and callers) and ``run`` (the program, which
-starts a board command's first logins, or a build's copy, before it loads the rest:
-:mod:`.early`, :mod:`.early_build`)."""
+starts a build's copy before it loads the rest: :mod:`.early_build`; a board command's first
+logins start once the command line is parsed: :mod:`.early`)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,16 @@ def run() -> NoReturn:
     from ..numerics import pin
 
     pin()  # before numpy loads: OpenBLAS's kernels and threads (q25deploy/numerics.py)
-    from .early import begin_logins
     from .early_build import begin_build
 
-    early = begin_logins(sys.argv[1:])
     head_start = begin_build(sys.argv[1:])  # a build's copy, under way while the rest loads
     from .main import run as run_main
 
-    run_main(early, head_start)
+    run_main(head_start)
 
 
 def __getattr__(name: str):
-    if name == "main":  # loaded on first use, so that the program can log in first
+    if name == "main":  # loaded on first use, so that a build's copy can start first
         from .main import main as f
 
         globals()["main"] = f  # (importing .main bound the submodule to this name)

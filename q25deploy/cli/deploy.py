@@ -9,12 +9,14 @@ from pathlib import Path
 
 from .. import phases
 from ..errors import UsageError
+from . import early
 from .common import positive_int, report_failures
-from .early import DEFAULT_JOBS, TRANSFERS
 
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
 #: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
 EXIT_DEPLOY = 13
+DEFAULT_JOBS = 4  # --jobs' default
+TRANSFERS = ("auto", "openssh", "paramiko")  # --transfer's choices
 
 
 #: the option groups of the board commands, in the order --help lists them
@@ -194,11 +196,12 @@ def _fleet(a: argparse.Namespace):
         transfer=getattr(a, "transfer", "auto"),
         allow_unreserved=getattr(a, "allow_unreserved", False),
     )
-    # the program started the first boards' logins before it loaded the command line's modules
+    # the first boards' logins start now, from the command line argparse accepted whole
     # (cli/early.py); they are this command's once the target is resolved, and the plugin
     # manager and the deploy modules load while they go on
     pending: dict = {}
     try:
+        pending = early.begin_logins(a)
         from ..plugin.manager import make_plugin_manager, resolve_target
 
         pm, failures = make_plugin_manager()
@@ -219,7 +222,7 @@ def _fleet(a: argparse.Namespace):
 
         known_hosts_path(opts.known_hosts)  # a ~user that names nobody: one line, before any login
         opts.build_dir = build_dir
-        pending = _begin_logins(a, opts, target.board, getattr(a, "early_logins", None))
+        pending = _begin_logins(a, opts, target.board, pending)
         from ..deploy.fleet import Fleet
 
         return Fleet(opts, target, pm, pending, build)
@@ -231,8 +234,8 @@ def _fleet(a: argparse.Namespace):
 
 def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = None) -> dict:
     """Logins (host name → :class:`~q25deploy.deploy.sshboard.PendingLogin`) to the first
-    ``--jobs`` boards with ``board``'s SSH defaults; of ``started`` (the program's early ones,
-    emptied: they are this command's now), those still wanted are kept and the others ended.
+    ``--jobs`` boards with ``board``'s SSH defaults; of ``started`` (the early ones of
+    :func:`.early.begin_logins`, emptied), those still wanted are kept and the others ended.
     None while a check that needs no board would fail (a bad ``--become`` or host list: the
     command reports it before any login) or with ``status --svg`` (it reads the build before
     any board is contacted)."""

@@ -8,7 +8,7 @@ could start. So ``q25deploy build`` starts the copy first (:func:`start`, called
 :mod:`q25deploy.cli` before anything else loads) and makes every check it always makes
 while the bytes move:
 
-- the head start reads the command line as argparse would (:mod:`q25deploy.cli.early`) and
+- the head start reads the command line as argparse would (:mod:`q25deploy.cli.early_build`) and
   the request record the last build of the same request left in the plan cache
   (:func:`~.plan_cache.recall`): which entry it was built as, and what that build read. When
   nothing of that changed (the quick check's comparison, :mod:`.quick`: the board file's

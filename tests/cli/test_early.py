@@ -1,63 +1,18 @@
-"""The logins a board command starts before its modules load (q25deploy/cli/early.py): the
-scan reads only what argparse would read the same way, and the command adopts a login it
-would make itself and ends one it would not, against a real sshd."""
+"""The logins a board command starts as soon as argparse has accepted its command line
+(q25deploy/cli/early.py), against a real sshd: the command adopts a login it would make
+itself (one login in all) and ends one it would not; a command line the parser refuses,
+or ``status --svg``, starts none."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import time
 
 import pytest
 from sshd import USER, SSHServer, board_command, keygen
 
 from q25deploy.cli import early, main
 from q25deploy.cli.main import build_parser
-
-
-def _options(command: str) -> dict[str, bool]:
-    """The parser's long options of ``command``: option → takes a value."""
-    sub = next(a for a in build_parser(False)._actions if isinstance(a, argparse._SubParsersAction))
-    out = {}
-    for action in sub.choices[command]._actions:
-        for opt in action.option_strings:
-            if opt.startswith("--") and opt != "--help":
-                out[opt] = action.nargs != 0
-    return out
-
-
-def test_the_scan_knows_each_board_commands_options_as_the_parser_does():
-    """Per command (issue 33, item 7): ``status --transfer`` or ``deploy --quick`` is not a
-    command the scan reads, so nothing logs in before argparse refuses it."""
-    for command in early.COMMANDS:
-        valued, flags = early.OPTIONS[command]
-        mine = _options(command)
-        assert {o for o, v in mine.items() if v} == valued and {o for o, v in mine.items() if not v} == flags, command
-    sub = next(a for a in build_parser(False)._actions if isinstance(a, argparse._SubParsersAction))
-    jobs = next(a for a in sub.choices["status"]._actions if "--jobs" in a.option_strings)
-    assert jobs.default == early.DEFAULT_JOBS
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["build", "--target", "qemu"],
-        ["status", "--tar", "qemu", "--host", "h"],  # an abbreviation argparse would take
-        ["status", "--target", "qemu", "-h"],
-        ["status", "--target", "qemu", "--host", "--json"],  # a value that is an option
-        ["status", "--target", "qemu", "--", "--host", "h"],
-        ["deploy", "some-positional"],
-        ["status", "--target", "qemu", "--host", "h", "--transfer", "auto"],  # another command's option
-        ["deploy", "--target", "qemu", "--host", "h", "--quick"],
-        ["smoke", "--target", "qemu", "--host", "h", "--svg", "x"],
-    ],
-)
-def test_the_scan_starts_nothing_where_argparse_may_read_otherwise(argv):
-    assert early.scan(argv) is None and early.begin_logins(argv) == {}
-
-
-def test_the_scan_reads_both_spellings():
-    opts = early.scan(["status", "--target=qemu", "--host", "a", "--host=b:2", "--json", "--jobs", "2"])
-    assert opts == {"--host": ["a", "b:2"], "--target": "qemu", "--jobs": "2", "--json": True}
 
 
 @pytest.fixture(scope="module")
@@ -73,26 +28,64 @@ def _argv(srv, key, kh, root, *extra):
     return board_command("status", srv.port, key, kh, root, "--json", *extra)
 
 
-def test_the_command_adopts_the_early_login_and_ends_one_it_would_not_make(board, capsys):
+def _logins(srv) -> int:
+    time.sleep(0.3)  # a login started is in the log well within this
+    return (srv.dir / "sshd.log").read_bytes().count(b"Accepted publickey")
+
+
+@pytest.fixture
+def started(monkeypatch) -> list[dict]:
+    """Every set of early logins the command started (the real function, watched)."""
+    seen: list[dict] = []
+    real = early.begin_logins
+
+    def watched(a):
+        logins = real(a)
+        seen.append({name: login.master.proc for name, login in logins.items()})
+        return logins
+
+    monkeypatch.setattr(early, "begin_logins", watched)
+    return seen
+
+
+def test_the_command_adopts_its_early_login(board, capsys, started):
     srv, key, kh, d = board
-    argv = _argv(srv, key, kh, d / "root")
-    started = early.begin_logins(argv)
-    assert list(started) == [f"{USER}@127.0.0.1:{srv.port}"]
-    master = started[next(iter(started))]
-    proc = master.master.proc
+    before = _logins(srv)
     capsys.readouterr()
-    assert main(argv, early=started) == 0
-    assert json.loads(capsys.readouterr().out)[0]["consistent"] and not started  # adopted
-    assert proc.wait(timeout=10) is not None  # and ended with the session
-    # a login another key made is not this command's: ended, and the command logs in itself
+    assert main(_argv(srv, key, kh, d / "root")) == 0
+    assert json.loads(capsys.readouterr().out)[0]["consistent"]
+    ((name, proc),) = started[0].items()
+    assert name == f"{USER}@127.0.0.1:{srv.port}"
+    assert proc.wait(timeout=10) is not None  # ended with the session
+    assert _logins(srv) == before + 1  # the early login was the session's: no second one
+
+
+def test_a_login_the_command_would_not_make_is_ended(board, capsys, monkeypatch):
+    """A login another key made (as a plugin's board file or the resolved target may change
+    what the command wants): ended, and the command logs in itself."""
+    srv, key, kh, d = board
     other = keygen(d / "other")
-    stray = early.begin_logins(_argv(srv, other, kh, d / "root"))
+    stray = early.begin_logins(build_parser(False).parse_args(_argv(srv, other, kh, d / "root")))
     stray_proc = next(iter(stray.values())).master.proc
-    assert main(argv, early=stray) == 0 and not stray
+    monkeypatch.setattr(early, "begin_logins", lambda a: stray)
+    before = _logins(srv)
+    capsys.readouterr()
+    assert main(_argv(srv, key, kh, d / "root")) == 0 and not stray
+    assert json.loads(capsys.readouterr().out)[0]["consistent"]
     assert stray_proc.wait(timeout=10) is not None
-    # a command that fails its own checks ends the logins it was given
-    pending = early.begin_logins(argv)
-    pending_proc = next(iter(pending.values())).master.proc
-    with pytest.raises(SystemExit):
-        main([*argv, "--jobs", "0"], early=pending)
-    assert not pending and pending_proc.wait(timeout=10) is not None
+    assert _logins(srv) == before + 1  # its own
+
+
+@pytest.mark.parametrize(
+    "extra", [["--jobs", "0"], ["--jobs", "x"], ["--become", "su"], ["--svg", "m.svg"], ["--bogus"]]
+)
+def test_nothing_logs_in_before_the_parser_and_the_checks_accept_the_command(board, capsys, started, extra):
+    srv, key, kh, d = board
+    before = _logins(srv)
+    try:
+        code = main(_argv(srv, key, kh, d / "root", *extra))
+    except SystemExit as e:  # argparse's usage error
+        code = e.code
+    assert code == 2, capsys.readouterr()
+    assert all(not s for s in started)  # none started: refused by the parser, or no login where a check fails
+    assert _logins(srv) == before

@@ -62,16 +62,23 @@ def tampered(builds, tmp_path: Path, node: str) -> Path:
     return build
 
 
+FORWARD = ["deploy --forward bogus", "deploy --forward=-1", "smoke --forward bogus", "smoke --forward=-1"]
+
+
 @pytest.mark.parametrize(
     "case",
-    ["missing build", "tampered map", "deploy --quick", "status --transfer auto", "~nosuchuser known_hosts"],
+    ["missing build", "tampered map", "deploy --quick", "status --transfer auto", "~nosuchuser known_hosts", *FORWARD],
 )
 def test_a_command_that_fails_its_own_checks_logs_in_nowhere(board, builds, tmp_path, case):
-    """Each failed with its error only after a real login to the board (item 7), or with a
-    traceback (item 8)."""
+    """Each failed with its error only after a real login to the board (issue 33, item 7), or
+    with a traceback (item 8); ``--forward bogus`` and ``--forward=-1`` logged in before the
+    usage error (issue 44, item 6: the early path took the value unchecked)."""
     srv, _, _, _ = board
     root = tmp_path / "root"
-    if case == "missing build":
+    if case in FORWARD:
+        command, *forward = case.split(" ")
+        argv = [*connection(board, root, command), "--build", str(builds["qemu"]), *forward]
+    elif case == "missing build":
         argv = [*connection(board, root, "deploy"), "--build", str(tmp_path / "nothing")]
     elif case == "tampered map":  # a foreign no-map node (item 4): refused, in one line, before any login
         argv = [*connection(board, root, "deploy"), "--build", str(tampered(builds, tmp_path, "rproc@70000000"))]
@@ -87,6 +94,10 @@ def test_a_command_that_fails_its_own_checks_logs_in_nowhere(board, builds, tmp_
     assert proc.returncode not in (0, 13, 70), proc
     if case in ("deploy --quick", "status --transfer auto"):
         assert proc.returncode == 2 and b"unrecognized arguments" in proc.stderr, proc
+    elif case in FORWARD:  # argparse's usage, then its one error line
+        errors = [line for line in proc.stderr.decode().splitlines() if "error:" in line]
+        assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc
+        assert len(errors) == 1 and "argument --forward: not a count of prompts or 'all'" in errors[0], proc
     else:
         err = one_line_error(proc)
         want = {
