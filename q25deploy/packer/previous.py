@@ -1,9 +1,10 @@
 """The last build in an output directory, read as untrusted input: what of it may be reused.
 
 A stage is reused (hard-linked) only when its content key is unchanged and every file it
-needs is a regular file inside DIR (no symlink on the way), listed in the last manifest with
-a plain relative path, a kind, a size and a sha256; a partition map is trusted for tensor
-digests only when it is well formed and names exactly the model's tensors.
+needs is a regular file of this user's inside DIR (no symlink on the way: a file another
+user owns is theirs to change after we linked it), listed in the last manifest with a plain
+relative path, a kind, a size and a sha256; a partition map is trusted for tensor digests
+only when it is well formed and names exactly the model's tensors.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ class Previous:
         return cast("dict[str, str]", found) if ok else None
 
     def has(self, rel: str) -> bool:
-        """A regular file of the last build (never a symlink, never outside DIR) listed in its manifest."""
+        """A regular file of the last build that this user owns (never a symlink, never outside
+        DIR) listed in its manifest."""
         if rel not in self.artifacts or not is_plain_relative(rel):
             return False
         try:
-            return stat.S_ISREG(os.lstat(self.out / rel).st_mode) and not any(
-                os.path.islink(self.out / parent) for parent in Path(rel).parents if str(parent) != "."
+            st = os.lstat(self.out / rel)
+            return (
+                stat.S_ISREG(st.st_mode)
+                and st.st_uid == os.geteuid()
+                and not any(os.path.islink(self.out / parent) for parent in Path(rel).parents if str(parent) != ".")
             )
         except OSError:
             return False

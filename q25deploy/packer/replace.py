@@ -7,7 +7,8 @@
   where the kernel and file system have it, so DIR is never missing, not even for an
   instant; elsewhere by two renames (a moment without DIR, never a mix of old and new).
 - :func:`remove_stale`: temporaries of killed runs (``.DIR.tmp-PID-*``, ``.DIR.old-PID-*``)
-  whose process is gone are removed, so they never pile up or get in the way.
+  whose process is gone are removed, so they never pile up or get in the way; only this
+  user's (in a shared folder another user's, or a run's on another machine, is not ours).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -115,22 +117,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _mine(entry: Path) -> bool:
+    """A directory (not a link to one) this user owns."""
+    try:
+        st = os.lstat(entry)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def remove_stale(dest: Path) -> None:
-    """Remove temporaries of ``dest`` left by runs that were killed (their process is gone)."""
+    """Remove this user's temporaries of ``dest`` left by runs that were killed (their process
+    is gone); never another user's: we remove only what we wrote."""
     try:
         entries = list(dest.parent.iterdir())
     except OSError:
         return
     for entry in entries:
         m = _STALE.match(entry.name)
-        if (
-            m
-            and m["name"] == dest.name
-            and int(m["pid"]) != os.getpid()
-            and not _alive(int(m["pid"]))
-            and entry.is_dir()
-            and not entry.is_symlink()
-        ):
+        if m and m["name"] == dest.name and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])) and _mine(entry):
             shutil.rmtree(entry, ignore_errors=True)
 
 

@@ -110,6 +110,21 @@ def test_stale_temporaries_of_killed_runs_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", mine.name, other.name])
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory another user owns (chown)")
+def test_another_users_stale_temporary_is_left_alone(tmp_path):
+    """In a shared folder, a temporary of the same name pattern whose pid is not alive here
+    may be another user's, or a run's on another machine (issue 44): not ours to remove."""
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+    theirs = tmp_path / f".out.tmp-{dead}-abc"
+    (theirs / "work").mkdir(parents=True)
+    (theirs / "work" / "part.bin").write_bytes(b"a colleague's build")
+    for p in (theirs, theirs / "work", theirs / "work" / "part.bin"):
+        os.chown(p, 65534, 65534)
+    with OutputDir(tmp_path / "out", "tensors") as o:
+        o.write("a.bin", b"a", "x")
+    assert (theirs / "work" / "part.bin").read_bytes() == b"a colleague's build"
+
+
 @pytest.mark.parametrize("kernel_exchange", [True, False])
 def test_replacing_swaps_old_for_new(tmp_path, monkeypatch, kernel_exchange):
     if not kernel_exchange:
