@@ -30,7 +30,7 @@ MARK = "@@q25-prompt-done"
 class Report(Protocol):
     strict: bool
 
-    def check(self, name: str, ok: bool, detail: str = "") -> bool: ...
+    def check(self, name: str, ok: bool, detail: str = "", **extra) -> bool: ...
 
     def warn(self, name: str, msg: str) -> None: ...
 
@@ -73,14 +73,21 @@ def check_forward(
             report.check(name, False, f"q25tok generate printed {e}")
             continue
         diff = first_difference(prompt, steps)
+        got = [s["token"] for s in steps[: len(prompt["steps"])]]
+        want = [s["token"] for s in prompt["steps"]]
+        tokens = {"tokens": got, "expected": want}  # what the board generated, what the host did
         if diff is not None:
-            report.check(name, False, f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}")
+            detail = f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}"
+            report.check(name, False, f"{detail}; board tokens {_ids(got)}, host {_ids(want)}", **tokens)
             continue
         tie = _near_tie(prompt, steps)
         if tie:
             report.warn(name, f"{name}: {tie}")
-        got = " ".join(str(s["token"]) for s in steps[: len(prompt["steps"])])
-        report.check(name, True, f"{len(prompt['steps'])} steps as the host {where}: tokens {got}")
+        report.check(name, True, f"{len(prompt['steps'])} steps as the host {where}: tokens {_ids(got)}", **tokens)
+
+
+def _ids(tokens: list[int]) -> str:
+    return " ".join(map(str, tokens)) or "none"
 
 
 def _layer_name(where: str) -> str:

@@ -26,6 +26,15 @@ from .deployer import BoardFiles
 from .forward_check import check_forward
 from .residency import verify
 
+DETAIL = 200  # characters of a board's answer a check keeps
+
+
+def head(answer: bytes, limit: int = DETAIL) -> str:
+    """The start of what a board printed (where it says what it is, or what went wrong), one
+    line, cut at ``limit`` characters with an ellipsis: never a tail starting mid-word."""
+    text = " ".join(answer.decode("utf-8", "replace").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class _Report:
     """The checks and warnings of one smoke test; ``strict`` turns warnings into failures."""
@@ -35,8 +44,9 @@ class _Report:
         self.checks: list[dict] = []
         self.warnings: list[str] = []
 
-    def check(self, name: str, ok: bool, detail: str = "") -> bool:
-        self.checks.append({"name": name, "ok": ok, "detail": detail})
+    def check(self, name: str, ok: bool, detail: str = "", **extra) -> bool:
+        """``extra``: more of what the check saw, for ``--json`` (the forward pass's tokens)."""
+        self.checks.append({"name": name, "ok": ok, "detail": detail, **extra})
         return ok
 
     def warn(self, name: str, msg: str) -> None:
@@ -77,7 +87,7 @@ def smoke_test(
     cur = files.cur()
     image = posixpath.join(cur, image_name)
     status, out, err = board.run([q25tok, "info", image], check=False)
-    if not report.check("q25tok info", status == 0, (err or out).decode("utf-8", "replace").strip()[-200:]):
+    if not report.check("q25tok info", status == 0, head(err if status else out)):
         return report.result()
     _check_ids(board, report, expected, q25tok, image)
     regions = partition_map.get("regions", [])

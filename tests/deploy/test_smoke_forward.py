@@ -41,11 +41,14 @@ def test_smoke_runs_the_forward_pass_from_the_regions(tmp_path, capsys, ssh, mod
     checks = forward_checks(res)
     assert [c["name"] for c in checks] == [f"forward prompt {i}" for i in range(len(record["prompts"]))]
     for c, p in zip(checks, record["prompts"]):
-        tokens = " ".join(str(s["token"]) for s in p["steps"])
+        ids = [s["token"] for s in p["steps"]]
+        tokens = " ".join(map(str, ids))
         assert c == {
             "name": c["name"],
             "ok": True,
             "detail": f"{record['steps']} steps as the host from the reserved regions: tokens {tokens}",
+            "tokens": ids,
+            "expected": ids,
         }
 
     name, at = scale_byte(b.partition_map, 1)
