@@ -19,8 +19,44 @@ DEFAULT_JOBS = 4  # --jobs' default
 TRANSFERS = ("auto", "openssh", "paramiko")  # --transfer's choices
 
 
-#: the option groups of the board commands, in the order --help lists them
-WHAT, WHERE, HOW, OUTPUT = "what to deploy", "where: the boards", "how: login and checks", "output"
+#: the option groups of the board commands, in the order --help lists them, each named for its
+#: command (WHAT[command], HOW[command])
+WHAT = {
+    "deploy": "what to deploy",
+    "smoke": "what to check the boards against",
+    "status": "what to compare the boards with",
+    "rollback": "what the boards run",
+}
+WHERE, OUTPUT = "where: the boards", "output"
+HOW = {
+    "deploy": "how: login and checks",
+    "smoke": "how: login and checks",
+    "status": "how: login",
+    "rollback": "how: login",
+}
+
+#: --build's and --runtime-bin's help, per command
+BUILD_HELP = {
+    "deploy": "the build to send (default q25-build/TARGET)",
+    "smoke": "the build to check the boards against (default: each board's own release)",
+    "status": "the build to compare the boards with (--svg draws its memory map)",
+    "rollback": "the build the boards were deployed from (checked against --target; nothing is sent)",
+}
+DEPLOYED_BIN = (
+    "the q25tok you deployed with --runtime-bin: the release's copy is run when its sha256 is this "
+    "file's (nothing is sent)"
+)
+RUNTIME_HELP = {
+    "deploy": "send this q25tok with the release and smoke-test with it",
+    "smoke": DEPLOYED_BIN,
+    "status": DEPLOYED_BIN,
+    "rollback": DEPLOYED_BIN,
+}
+#: what --strict does: every warning of the smoke test (deploy/smoke.py, forward_check.py) fails it
+STRICT_HELP = (
+    "every smoke-test warning fails the test: regions not in the live device tree or not loaded, "
+    "no probe or forward pass, a near tie"
+)
 
 
 def group(parser: argparse.ArgumentParser, title: str):
@@ -59,17 +95,13 @@ def add_output_options(g) -> None:
     g.add_argument("--quiet", action="store_true", help="no live progress on the terminal")
 
 
-def _common_parent() -> argparse.ArgumentParser:
-    """The options deploy, smoke, status and rollback share (each explained in docs/commands.md)."""
+def _common_parent(command: str) -> argparse.ArgumentParser:
+    """The options deploy, smoke, status and rollback share (each explained in docs/commands.md),
+    in groups named for ``command``."""
     conn = argparse.ArgumentParser(add_help=False)
-    what = conn.add_argument_group(WHAT)
-    what.add_argument(
-        "--build",
-        metavar="DIR",
-        type=Path,
-        help="the build (deploy: default q25-build/TARGET; smoke, status: also compare the board with it)",
-    )
-    what.add_argument("--runtime-bin", metavar="FILE", help="send this q25tok with the release and test with it")
+    what = conn.add_argument_group(WHAT[command])
+    what.add_argument("--build", metavar="DIR", type=Path, help=BUILD_HELP[command])
+    what.add_argument("--runtime-bin", metavar="FILE", help=RUNTIME_HELP[command])
     where = conn.add_argument_group(WHERE)
     where.add_argument("--target", metavar="NAME", help="the board type: its SSH defaults, paths, hooks")
     where.add_argument("--target-file", metavar="FILE", help="your own board file")
@@ -81,7 +113,7 @@ def _common_parent() -> argparse.ArgumentParser:
         default="",
         help="install under DIR on the board ({host} {port} {user} replaced)",
     )
-    how = conn.add_argument_group(HOW)
+    how = conn.add_argument_group(HOW[command])
     how.add_argument("--identity", metavar="KEY", help="SSH private key")
     how.add_argument("--known-hosts", metavar="FILE", help="host keys to check against (default ~/.ssh/known_hosts)")
     how.add_argument(
@@ -105,20 +137,19 @@ def _common_parent() -> argparse.ArgumentParser:
 
 def add_commands(sub) -> None:
     """Add deploy, smoke, status and rollback to the CLI's sub-parsers."""
-    conn = _common_parent()
     dp = sub.add_parser(
         "deploy",
-        parents=[conn],
+        parents=[_common_parent("deploy")],
         help="deploy a build to boards: atomic, verified, rolled back",
         description="Send the build's release (runtime image, partitions, map) to each board: only "
         "what the board lacks, staged and sha256-verified on the board, switched by one rename, "
         "smoke-tested, and rolled back automatically when the smoke test fails.",
     )
-    group(dp, WHAT).add_argument(
+    group(dp, WHAT["deploy"]).add_argument(
         "--tokenizer-only", action="store_true", help="only the tokenizer image (same vocabulary as deployed)"
     )
-    how = group(dp, HOW)
-    how.add_argument("--strict", action="store_true", help="fail the smoke test when the device tree lacks the regions")
+    how = group(dp, HOW["deploy"])
+    how.add_argument("--strict", action="store_true", help=STRICT_HELP + " (and the board rolls back)")
     add_forward_option(how)
     how.add_argument(
         "--allow-unreserved",
@@ -138,21 +169,21 @@ def add_commands(sub) -> None:
     dp.set_defaults(func=cmd_fleet)
     sm = sub.add_parser(
         "smoke",
-        parents=[conn],
+        parents=[_common_parent("smoke")],
         help="smoke-test what is deployed on boards",
         description="Run q25tok on each board and compare its ids with the host codec's; check "
         "partition digests, the live device tree's reserved memory and that the regions hold the "
         "partitions. Without --build the host codec reads the board's own image (fetched once, "
         "cached by sha256) and the board's partition map: any workstation can check a board.",
     )
-    how = group(sm, HOW)
-    how.add_argument("--strict", action="store_true", help="a live device tree without the planned regions fails")
+    how = group(sm, HOW["smoke"])
+    how.add_argument("--strict", action="store_true", help=STRICT_HELP)
     how.add_argument("--quick", action="store_true", help="skip hashing the partition files on the board")
     add_forward_option(how)
     sm.set_defaults(func=cmd_fleet)
     st = sub.add_parser(
         "status",
-        parents=[conn],
+        parents=[_common_parent("status")],
         help="show what is deployed on boards",
         description="Show each board's current and previous release and whether its state file "
         "and current link agree; exit 13 when a board cannot be read or they disagree.",
@@ -166,7 +197,7 @@ def add_commands(sub) -> None:
     st.set_defaults(func=cmd_fleet)
     rb2 = sub.add_parser(
         "rollback",
-        parents=[conn],
+        parents=[_common_parent("rollback")],
         help="switch boards back to their previous release",
         description="Switch each board's current link back to the previous release kept on it "
         "and remove the release it replaces; a board without a previous release fails.",
@@ -280,15 +311,17 @@ def cmd_fleet(a: argparse.Namespace) -> int:
             from ..deploy.status_svg import write_status_svgs
 
             write_status_svgs(svgs, results, fleet.target.board, fleet.partition_map)
+        from .board_report import render_status
+
         print(json.dumps(results, indent=2) if a.json else render_status(results))
         _raise_bugs(fleet)
         return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
     if a.json:
         print(json.dumps([r.as_json() for r in results], indent=2))
     else:
-        from ..deploy.fleet import render_results
+        from .board_report import render_results
 
-        print(render_results(results))
+        print(render_results(results, a.command))
     _raise_bugs(fleet)
     return 0 if all(r.ok for r in results) else EXIT_DEPLOY
 
@@ -311,33 +344,3 @@ def _svg_paths(a: argparse.Namespace, fleet) -> dict:
     paths = svg_paths(a.svg, [h.name for h in fleet.hosts])
     plan_from_map(fleet.partition_map, fleet.target.board)  # the map through the schema, before any board
     return paths
-
-
-def render_status(results: list[dict]) -> str:
-    """The status table, with a header as deploy's has (board text escaped:
-    :func:`~q25deploy.common.printable`)."""
-    from ..common import printable
-
-    lines = [f"{'host':<28} {'ok':<4} {'current':<17} {'previous':<17} {'reserved':<8} {'regions':<9} detail"]
-    for r in results:
-        if "error" in r:
-            lines.append(printable(f"{r['host']:<28} {'NO':<4} {'-':<17} {'-':<17} {'-':<8} {'-':<9} {r['error']}"))
-            continue
-        current = r["current"] or ("image" if r.get("image") else "-")
-        reserved = "-" if "reserved" not in r else ("yes" if r["reserved"] else "NO")
-        detail = [] if r["consistent"] else ["state and current link disagree"]
-        if r.get("image"):
-            detail.append(f"the image's own assets (model {r['image']['model_sha256'][:12]})")
-        if r.get("reserved") is False:
-            detail.append("unreserved: " + ", ".join(f"{u['node']} {u['why']}" for u in r["unreserved"]))
-        if r.get("svg"):
-            detail.append(f"map {r['svg']}")
-        lines.append(
-            printable(
-                f"{r['host']:<28} {'yes' if r['consistent'] else 'NO':<4} {current:<17} {r['previous'] or '-':<17} "
-                f"{reserved:<8} {r.get('residency') or '-':<9} {'; '.join(detail)}"
-            )
-        )
-    failed = sum(1 for r in results if "error" in r or not r["consistent"])
-    lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
-    return "\n".join(lines)

@@ -61,6 +61,7 @@ class HostResult:
     residency: dict | None = None  # q25tok load after the switch (see residency.py)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    seconds: float | None = None  # how long the board took (set by the fleet)
 
     def as_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}

@@ -4,6 +4,7 @@ never stops the others."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -13,7 +14,7 @@ from typing import Protocol
 
 from .. import phases
 from ..builddir import BuildDir
-from ..common import file_sha256, printable
+from ..common import file_sha256
 from ..errors import DeployError, Q25Error
 from ..model.record_compare import first_prompts
 from ..packer.layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
@@ -421,8 +422,11 @@ class Fleet:
         self.watch.add(*(h.name for h in self.hosts))
 
         def one(spec: HostSpec):
+            start = time.monotonic()
             result = run_one(spec)
             ok = result.ok if isinstance(result, HostResult) else "error" not in result
+            if isinstance(result, HostResult):
+                result.seconds = round(time.monotonic() - start, 1)  # the board's time, login to its report
             self.watch.finish(spec.name, ok)
             return result
 
@@ -494,20 +498,3 @@ class NoWatch:
 def _mismatch(res: HostResult) -> bool:
     """A deploy whose regions, read back after the load, differ from their partitions."""
     return any(r.get("state") == "MISMATCH" for r in (res.residency or {}).get("regions", []))
-
-
-def render_results(results: list[HostResult]) -> str:
-    """The results table; what a board said (errors, warnings) is escaped for the terminal."""
-    lines = [f"{'host':<28} {'ok':<4} {'release':<17} {'sent':>14} {'files':>5} {'smoke':<6} detail"]
-    for r in results:
-        smoke = "-" if r.smoke is None else ("pass" if r.smoke["ok"] else "FAIL")
-        detail = r.error or "; ".join(r.warnings + (r.smoke.get("warnings", []) if r.smoke else []))
-        lines.append(
-            printable(
-                f"{r.host:<28} {'yes' if r.ok else 'NO':<4} {(r.release or '-'):<17} "
-                f"{r.bytes_sent:>14,} {r.files_sent:>5} {smoke:<6} {detail}"
-            )
-        )
-    failed = sum(1 for r in results if not r.ok)
-    lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
-    return "\n".join(lines)
