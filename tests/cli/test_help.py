@@ -131,10 +131,45 @@ def test_every_help_line_is_at_most_three_lines(path, monkeypatch):
     assert not long, f"q25deploy {' '.join(path)}: help over three lines (the detail goes to docs/commands.md)"
 
 
+#: each board command's option groups, named for it (issue 45, item 8: smoke listed its
+#: options under "what to deploy")
+GROUPS = {
+    "deploy": ["what to deploy", "where: the boards", "how: login and checks", "output"],
+    "smoke": ["what to check the boards against", "where: the boards", "how: login and checks", "output"],
+    "status": ["what to compare the boards with", "where: the boards", "how: login", "output"],
+    "rollback": ["what the boards run", "where: the boards", "how: login", "output"],
+}
+
+
 @pytest.mark.parametrize("command", ["deploy", "smoke", "status", "rollback"])
 def test_the_board_commands_group_their_options(command):
     parser = dict(walk(build_parser()))[(command,)]
     groups = [g.title for g in parser._action_groups if g._group_actions]
-    assert groups[-4:] == ["what to deploy", "where: the boards", "how: login and checks", "output"]
+    assert groups[-4:] == GROUPS[command]
     where = next(g for g in parser._action_groups if g.title == "output")
     assert {"--json", "--quiet"} <= {o for a in where._group_actions for o in a.option_strings}
+
+
+def _help_of(command: str, option: str) -> str:
+    parser = dict(walk(build_parser()))[(command,)]
+    return next(a.help for a in parser._actions if option in a.option_strings)
+
+
+@pytest.mark.parametrize("command", ["smoke", "status", "rollback"])
+def test_only_deploy_says_runtime_bin_is_sent(command):
+    """smoke, status and rollback send nothing: their --runtime-bin is the digest the release's
+    q25tok is run by (deploy/fleet.py's _q25tok), and their --build is not sent either."""
+    assert "send" in _help_of("deploy", "--runtime-bin")
+    text = _help_of(command, "--runtime-bin")
+    assert "nothing is sent" in text and "sha256" in text and not text.startswith("send")
+    assert "send" not in _help_of(command, "--build").replace("nothing is sent", "")
+
+
+@pytest.mark.parametrize("command", ["deploy", "smoke"])
+def test_strict_says_every_smoke_warning_fails(command):
+    """--strict turns every warning of the smoke test into a failure (deploy/smoke.py's
+    _Report.warn: device tree, residency, probe, forward pass, near ties), not only a missing
+    device tree; tests/deploy/test_board_report.py runs it."""
+    text = _help_of(command, "--strict")
+    assert text.startswith("every smoke-test warning fails the test")
+    assert ("rolls back" in text) == (command == "deploy")
