@@ -62,6 +62,8 @@ def render_results(results: list, command: str) -> str:
     lines = [head]
     for r in results:
         detail = r.error or "; ".join(r.warnings)
+        if command == "smoke" and r.smoke is not None:
+            detail = "; ".join(r.warnings)  # why it failed: the FAIL lines under the row
         ok, release = "yes" if r.ok else "NO", r.release or "-"
         if command == "smoke":
             row = f"{r.host:<28} {ok:<4} {release:<17} {_smoke_word(r):<6} {_counts(r):<20} {_seconds(r):>7} {detail}"

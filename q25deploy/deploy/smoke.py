@@ -138,8 +138,16 @@ def _check_ids(board: Board, report: _Report, expected: Sequence[list[int]], q25
         report.check(
             f"encode prompt {i}",
             status == 0 and got == want,
-            "" if got == want else f"board {got[:8] if got else err[-120:]!r}… host {want[:8]}…",
+            "" if got == want else _ids_differ(got, want, err),
         )
+
+
+def _ids_differ(got: list[int] | None, want: list[int], err: bytes) -> str:
+    """Where the board's ids leave the host's: the first id that differs and the next few of each."""
+    if not got:
+        return f"board printed no ids ({head(err, 120) or 'nothing on stderr'}); host {want[:8]}"
+    k = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+    return f"id {k} of {len(want)}: board {got[k : k + 8]} ({len(got)} ids), host {want[k : k + 8]}"
 
 
 def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dict]) -> None:

@@ -76,7 +76,10 @@ def test_a_failed_check_comes_first_and_deploy_keeps_its_columns(tmp_path, capsy
     code, lines = table(capsys, ssh, srv, root, b, "smoke")
     assert code == 13, lines
     assert "FAIL" in lines[1] and "1 failed" in lines[1], lines
-    assert lines[2].startswith("  FAIL ids prompt 3  board "), lines  # failures first
+    n = len(record["prompts"][3]["ids"])
+    want = record["prompts"][3]["ids"][-1]
+    # failures first, with where the ids differ
+    assert lines[2] == f"  FAIL ids prompt 3  id {n - 1} of {n}: board [{want - 1}] ({n} ids), host [{want}]", lines
     assert not any("FAIL" in ln for ln in lines[3:-1]), lines
 
     code, lines = table(
