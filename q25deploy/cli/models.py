@@ -101,7 +101,7 @@ def _open_model(ref: str):
     from ..model.source import resolve
 
     src = resolve(ref)
-    return src, GGUFFile(src.path)
+    return src, GGUFFile(src.path, refetch=src.refetch())
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:

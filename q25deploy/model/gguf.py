@@ -24,7 +24,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from ..errors import GGUFError
-from .gguf_values import MAX_ARRAY_DEPTH, U32, U64, StringArray, ValueReader
+from .gguf_values import MAX_ARRAY_DEPTH, PLAUSIBLE_END, U32, U64, StringArray, ValueReader
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -75,8 +75,9 @@ class GGUFFile:
     order), ``alignment`` and ``data_start``.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, refetch: str | None = None) -> None:
         self.path = os.fspath(path)
+        self._refetch = refetch  # how to fetch it again, for a truncated file's error
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -90,6 +91,10 @@ class GGUFFile:
             self.size = st.st_size
             self.mtime_ns = st.st_mtime_ns
             if self.size < 24:
+                if os.pread(fd, 4, 0) == GGUF_MAGIC:
+                    raise ValueReader(memoryview(b""), self.size, self.path, refetch).truncated(
+                        24, "header", at_least=True
+                    )
                 raise GGUFError(f"{self.path}: not a GGUF file ({self.size} bytes, too short)")
             self._mmap = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         except BaseException:
@@ -136,7 +141,7 @@ class GGUFFile:
 
     # -- parsing ------------------------------------------------------------------------
     def _parse(self) -> None:
-        r = ValueReader(self._buf, self.size, self.path)
+        r = ValueReader(self._buf, self.size, self.path, self._refetch)
         self.version = _read_version(r)
         n_tensors, n_kv = _read_counts(r)
         self.metadata, self.value_types, off = _read_metadata(r, 24, n_kv)
@@ -145,7 +150,7 @@ class GGUFFile:
         self.data_start = -(-off // align) * align
         tensors = _place_tensors(r, infos, self.data_start, align)
         if tensors and self.data_start > self.size:
-            raise r.fail("data section starts past the end of the file")
+            raise r.truncated(self.data_start, "header (padding before the tensor data)")
         self.tensors = tensors
         self._by_name = {t.name: t for t in tensors}
 
@@ -194,9 +199,19 @@ def _read_counts(r: ValueReader) -> tuple[int, int]:
     # A key/value takes at least 8 (key length) + 4 (type) + 1 (value) bytes,
     # a tensor info at least 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 + 8.
     if n_kv > (r.size - 24) // 13:
-        raise r.fail(f"claims {n_kv} metadata keys, more than the file can hold")
+        raise r.past_end(
+            24 + 13 * n_kv,
+            f"header ({n_kv} metadata keys)",
+            f"claims {n_kv} metadata keys, more than the file can hold",
+            at_least=True,
+        )
     if n_tensors > (r.size - 24) // 32:
-        raise r.fail(f"claims {n_tensors} tensors, more than the file can hold")
+        raise r.past_end(
+            24 + 32 * n_tensors,
+            f"header ({n_tensors} tensor infos)",
+            f"claims {n_tensors} tensors, more than the file can hold",
+            at_least=True,
+        )
     return n_tensors, n_kv
 
 
@@ -260,6 +275,7 @@ def _place_tensors(r: ValueReader, infos: list[tuple], data_start: int, align: i
     """Check each tensor's type, shape and extent against the file; refuse overlaps."""
     size = r.size
     tensors = []
+    data_end = 0
     for name, dims, ggml_type, rel in infos:
         if ggml_type not in _KNOWN_TYPES:
             raise r.fail(f"tensor {name!r}: unknown ggml type id {ggml_type}")
@@ -269,7 +285,7 @@ def _place_tensors(r: ValueReader, infos: list[tuple], data_start: int, align: i
             if d == 0 or d >= 1 << 62:
                 raise r.fail(f"tensor {name!r}: bad dimension {d}")
             n *= d
-            if n > size * 256:  # a loose bound: no ggml type packs 256 elements into a byte
+            if n > max(size, PLAUSIBLE_END) * 256:  # a loose bound: no ggml type packs 256 elements into a byte
                 raise r.fail(f"tensor {name!r}: {n} elements cannot fit in the file")
         if dims[0] % block:
             raise r.fail(
@@ -280,9 +296,13 @@ def _place_tensors(r: ValueReader, infos: list[tuple], data_start: int, align: i
         if rel % align:
             raise r.fail(f"tensor {name!r}: offset {rel} is not aligned to {align}")
         start = data_start + rel
-        if start + nbytes > size:
+        if start + nbytes > max(size, PLAUSIBLE_END):
             raise r.fail(f"tensor {name!r}: data [{start}, {start + nbytes}) lies outside the file ({size} bytes)")
+        data_end = max(data_end, start + nbytes)
         tensors.append(TensorInfo(name, tuple(dims), ggml_type, rel, start, nbytes))
+    if data_end > size:  # the whole extent the tensors need: the size the file had
+        last = max(tensors, key=lambda t: t.data_offset + t.nbytes)
+        raise r.truncated(data_end, f"tensor data (to the end of {last.name!r})")
     by_offset = sorted(tensors, key=lambda t: (t.offset, t.nbytes))
     for a, b in zip(by_offset, by_offset[1:]):
         if a.offset + a.nbytes > b.offset:

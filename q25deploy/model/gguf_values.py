@@ -19,6 +19,9 @@ from ..errors import GGUFError
 
 #: array nesting deeper than this is refused (GGUF writers produce depth 1)
 MAX_ARRAY_DEPTH = 4
+#: A structure that needs the file to reach past this (1 TiB) is a corrupt length or offset, not a
+#: file cut short: no model file is that large.
+PLAUSIBLE_END = 1 << 40
 
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -110,19 +113,36 @@ class ValueReader:
     and ``key`` only name the field in the error message.
     """
 
-    def __init__(self, buf: memoryview, size: int, path: str) -> None:
+    def __init__(self, buf: memoryview, size: int, path: str, refetch: str | None = None) -> None:
         self.buf = buf
         self.size = size
         self.path = path
+        self.refetch = refetch or "re-download it or copy it again"
 
     def fail(self, what: str) -> GGUFError:
         """The error for this file: ``what`` prefixed with its path."""
         return GGUFError(f"{self.path}: {what}")
 
+    def truncated(self, end: int, part: str, *, at_least: bool = False) -> GGUFError:
+        """The error for a file that ends at ``self.size`` where its ``part`` needs ``end`` bytes:
+        what an interrupted download or copy leaves, and the one line says so and what to do."""
+        need = f"at least {end} bytes" if at_least else f"{end} bytes"
+        return GGUFError(
+            f"{self.path} is truncated: it ends at byte {self.size} but its {part} needs {need} "
+            f"(an interrupted download or copy? fetch it again: {self.refetch})"
+        )
+
+    def past_end(self, end: int, part: str, corrupt: str, *, at_least: bool = False) -> GGUFError:
+        """A structure that runs past the end of the file: truncation when the end it needs is one
+        a model file can have (under :data:`PLAUSIBLE_END`), else the ``corrupt`` field's error."""
+        if end <= PLAUSIBLE_END:
+            return self.truncated(end, part, at_least=at_least)
+        return self.fail(corrupt)
+
     def need(self, off: int, n: int, what: str) -> None:
         """Refuse unless ``n`` bytes at ``off`` lie inside the file."""
         if n < 0 or off + n > self.size:
-            raise self.fail(f"truncated: {what} needs {n} bytes at offset {off}, file has {self.size}")
+            raise self.past_end(off + n, f"header ({what})", f"{what}: {n} bytes at offset {off} lie past the end")
 
     def u32(self, off: int, what: str) -> int:
         """The little-endian uint32 at ``off``."""
@@ -138,7 +158,9 @@ class ValueReader:
         """A length-prefixed GGUF string's bytes, and the offset after it."""
         n = self.u64(off, what)
         if n > self.size - off - 8:
-            raise self.fail(f"{what}: string length {n} runs past the end of the file")
+            raise self.past_end(
+                off + 8 + n, f"header ({what})", f"{what}: string length {n} runs past the end of the file"
+            )
         return bytes(self.buf[off + 8 : off + 8 + n]), off + 8 + n
 
     def text(self, raw: bytes, what: str) -> str:
@@ -173,19 +195,33 @@ class ValueReader:
         if etype in _NUMPY_DTYPES:
             itemsize = np.dtype(_NUMPY_DTYPES[etype]).itemsize
             if count > remaining // itemsize:
-                raise self.fail(f"{key!r}: array of {count} elements runs past the end of the file")
+                raise self.past_end(
+                    off + count * itemsize,
+                    f"header (metadata {key!r})",
+                    f"{key!r}: array of {count} elements runs past the end of the file",
+                )
             arr = np.frombuffer(self.buf, dtype=_NUMPY_DTYPES[etype], count=count, offset=off)
             if etype == GGUFValueType.BOOL:
                 arr = arr.astype(bool)
             return arr, off + count * itemsize, tinfo
         if etype == GGUFValueType.STRING:
             if count > remaining // 8:
-                raise self.fail(f"{key!r}: array of {count} strings runs past the end of the file")
+                raise self.past_end(
+                    off + 8 * count,
+                    f"header (metadata {key!r})",
+                    f"{key!r}: array of {count} strings runs past the end of the file",
+                    at_least=True,
+                )
             end = self.skip_strings(off, count, key)
             return StringArray(self.buf, off, count, end), end, tinfo
         if etype == GGUFValueType.ARRAY:
             if count > remaining // 12:
-                raise self.fail(f"{key!r}: array of {count} arrays runs past the end of the file")
+                raise self.past_end(
+                    off + 12 * count,
+                    f"header (metadata {key!r})",
+                    f"{key!r}: array of {count} arrays runs past the end of the file",
+                    at_least=True,
+                )
             items = []
             for _ in range(count):
                 v, off, _t = self.value(GGUFValueType.ARRAY, off, key, depth + 1)
@@ -204,8 +240,10 @@ class ValueReader:
                 # checked per element: a bogus length must not wrap past the end
                 if off > size:
                     break
-        except struct.error:
-            off = size + 1
+        except struct.error:  # the next length itself runs past the end
+            off += 8
         if off > size:
-            raise self.fail(f"{key!r}: string array runs past the end of the file")
+            raise self.past_end(
+                off, f"header (metadata {key!r})", f"{key!r}: string array runs past the end of the file", at_least=True
+            )
         return off

@@ -42,6 +42,12 @@ class ModelSource:
     size: int = 0
     ollama: dict = field(default_factory=dict)  # manifest name and the text layers
 
+    def refetch(self) -> str:
+        """How to fetch this model again (for a file found truncated)."""
+        if self.kind == "ollama":
+            return f"`ollama pull {self.reference}` or re-download it"
+        return "re-download it or copy it again"
+
     def digest(self) -> str:
         """The file's sha256 (cached across runs by (path, size, mtime))."""
         if self.sha256 is None:

@@ -94,7 +94,11 @@ def run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dic
     from .probe import probe_record
 
     src, target = req.src, req.target
-    with GGUFFile(src.path) as f, OutputDir(req.out, "build") as o, ThreadPoolExecutor(max_workers=1) as pool:
+    with (
+        GGUFFile(src.path, refetch=src.refetch()) as f,
+        OutputDir(req.out, "build") as o,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
         info = stages.model_info(f)
         lic = stages.licence(src, info, req.license_id, req.license_file)
         p = stages.plan(pm, target, f)

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGUFReader
@@ -118,7 +121,7 @@ def test_truncated_anywhere_is_a_clear_error(tmp_path):
             "duplicate tensor name 't'",
         ),
         (gguf([], [tensor_info("t", (8,), 77, 0)], bytes(64)), "unknown ggml type id 77"),
-        (gguf([], [tensor_info("t", (8,), 0, 0)], bytes(16)), "lies outside the file"),
+        (gguf([], [tensor_info("t", (8,), 0, 0)], bytes(16)), "is truncated: it ends at byte 80 but its tensor data"),
         (gguf([], [tensor_info("t", (8,), 0, 1 << 50)], bytes(64)), "lies outside the file"),
         (gguf([], [tensor_info("t", (8,), 0, 8)], bytes(64)), "not aligned"),
         (gguf([], [tensor_info("a", (16,), 0, 0), tensor_info("b", (8,), 0, 32)], bytes(96)), "overlap"),
@@ -142,3 +145,56 @@ def test_not_a_file(tmp_path):
         GGUFFile(tmp_path / "missing.gguf")
     with pytest.raises(GGUFError, match="is not a regular file"):
         GGUFFile(tmp_path)
+
+
+TRUNCATED = re.compile(
+    r"^(?P<path>\S+) is truncated: it ends at byte (?P<size>\d+) but its (?P<part>header|tensor data)\b.*? needs "
+    r"(?:at least )?(?P<need>\d+) bytes \(an interrupted download or copy\? fetch it again: .+\)$"
+)
+
+
+def _truncated_line(path, cut: int, data: bytes) -> re.Match:
+    path.write_bytes(data[:cut])
+    with pytest.raises(GGUFError) as e:
+        GGUFFile(path)
+    m = TRUNCATED.match(str(e.value))
+    assert m, str(e.value)
+    assert m["path"] == str(path) and int(m["size"]) == cut < int(m["need"]) <= len(data)
+    return m
+
+
+def test_a_real_gguf_cut_anywhere_in_its_header_says_it_is_truncated(tmp_path, vocab_gguf):
+    """The real Qwen2 vocabulary cut in its counts, its token strings, its token types and its merges
+    (the issue's `'tokenizer.ggml.merges': string array runs past the end of the file`)."""
+    data = Path(vocab_gguf).read_bytes()
+    for cut in (12, 100, 1000, 1_500_000, 3_000_000, 5_000_000, len(data) - 3000, len(data) - 1):
+        assert _truncated_line(tmp_path / "cut.gguf", cut, data)["part"] == "header"
+
+
+def test_a_real_model_cut_in_its_tensor_infos_or_data_says_it_is_truncated(tmp_path, qwen25_tiny):
+    data = Path(qwen25_tiny).read_bytes()
+    with GGUFFile(qwen25_tiny) as f:
+        first = min(t.data_offset for t in f.tensors)
+        infos = f.data_start - 48 * len(f.tensors) // 2  # about half way through the tensor directory
+    for cut in (infos, infos + 7):
+        assert _truncated_line(tmp_path / "cut.gguf", cut, data)["part"] == "header"
+    for cut in (first + 1, (first + len(data)) // 2, len(data) - 1):
+        m = _truncated_line(tmp_path / "cut.gguf", cut, data)
+        assert m["part"] == "tensor data" and int(m["need"]) == len(data)  # the size the file had
+
+
+def test_a_truncated_model_is_one_line_and_the_bad_input_exit_code(tmp_path, qwen25_tiny, capsys):
+    from q25deploy.cli import main
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(Path(qwen25_tiny).read_bytes()[:-100])
+    assert main(["inspect", str(cut)]) == 4  # GGUFError: docs/commands.md's bad-model exit code
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert f"{cut} is truncated: it ends at byte" in err and "re-download" in err
+
+
+def test_an_ollama_model_found_truncated_names_ollama_pull():
+    from q25deploy.model.source import ModelSource
+
+    assert "`ollama pull qwen2.5:0.5b`" in ModelSource(Path("b"), "qwen2.5:0.5b", "ollama").refetch()

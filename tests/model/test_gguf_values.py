@@ -51,11 +51,23 @@ def test_nesting_is_limited():
 @pytest.mark.parametrize(
     "data, call, message",
     [
-        (b"\0\0", lambda r: r.u32(0, "count"), "truncated: count needs 4 bytes at offset 0, file has 2"),
-        (struct.pack("<Q", 9) + b"ab", lambda r: r.string(0, "key"), "key: string length 9 runs past the end"),
+        (
+            b"\0\0",
+            lambda r: r.u32(0, "count"),
+            "v.gguf is truncated: it ends at byte 2 but its header (count) needs 4 bytes",
+        ),
+        (
+            struct.pack("<Q", 9) + b"ab",
+            lambda r: r.string(0, "key"),
+            "is truncated: it ends at byte 10 but its header (key) needs 17 bytes",
+        ),
         (b"\xc3", lambda r: r.text(b"\xc3", "key"), "key is not valid UTF-8"),
         (struct.pack("<IQ", 99, 0), lambda r: r.array(0, "k", 0), "'k': unknown array element type 99"),
-        (struct.pack("<IQ", UINT32, 5) + bytes(16), lambda r: r.array(0, "k", 0), "array of 5 elements runs past"),
+        (
+            struct.pack("<IQ", UINT32, 5) + bytes(16),
+            lambda r: r.array(0, "k", 0),
+            "is truncated: it ends at byte 28 but its header (metadata 'k') needs 32 bytes",
+        ),
         (
             struct.pack("<IQ", STRING, 2) + s("ab") + struct.pack("<Q", 1 << 63),
             lambda r: r.array(0, "k", 0),
@@ -66,4 +78,4 @@ def test_nesting_is_limited():
 def test_every_bad_read_is_one_gguf_error(data, call, message):
     with pytest.raises(GGUFError) as e:
         call(reader(data))
-    assert str(e.value).startswith("v.gguf: ") and message in str(e.value)
+    assert str(e.value).startswith("v.gguf") and message in str(e.value) and "\n" not in str(e.value)
