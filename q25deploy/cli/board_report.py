@@ -78,7 +78,20 @@ def render_results(results: list, command: str) -> str:
         lines += check_lines(r.smoke)
     failed = sum(1 for r in results if not r.ok)
     lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
+    lines += release_notes(results)
     return "\n".join(lines)
+
+
+def release_notes(results: list) -> list[str]:
+    """A line for each release id that is not the build's own (the id `package` names its artifact
+    by): what this deploy added to the build's files, since a release id covers every file it holds."""
+    pairs = {(r.release, r.build_release) for r in results if r.build_release and r.release != r.build_release}
+    return [
+        f"release {rid} is build release {bid} (the id of `q25deploy package`'s artifact) with what this "
+        "deploy adds (--runtime-bin's q25tok, or the board's partitions under --tokenizer-only): "
+        "a release id covers every file it holds (docs/ota.md)"
+        for rid, bid in sorted(pairs)
+    ]
 
 
 #: the status table's columns after the host and their widths (each at least its widest value:

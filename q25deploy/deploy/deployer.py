@@ -55,6 +55,7 @@ class HostResult:
     files_sent: int = 0
     files_linked: int = 0
     release: str | None = None
+    build_release: str | None = None  # the build's release id (`package`'s artifact's): see Release.build_id
     previous: str | None = None
     smoke: dict | None = None
     rolled_back: bool = False
@@ -153,7 +154,7 @@ def deploy(
     called once the release's files are on their way: the caller's own work then waits on
     nothing (a large file goes through an ``ssh`` process). ``planned(n)``: the bytes it is
     about to send (more may follow: files ``verify_links`` finds damaged)."""
-    res = HostResult(board.spec.name, release=release.id)
+    res = HostResult(board.spec.name, release=release.id, build_release=release.build_id)
     if state is None:
         state, res.warnings = files.reconcile()
     res.previous = state.get("current")

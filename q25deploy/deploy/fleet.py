@@ -257,7 +257,12 @@ class Fleet:
                 refused = None if self.opts.tokenizer_only else self._unreserved(files.live_reserved)
                 if refused and not self.opts.allow_unreserved:  # before anything is sent
                     return HostResult(
-                        spec.name, release=rel.id, previous=state.get("current"), error=refused, warnings=notes
+                        spec.name,
+                        release=rel.id,
+                        build_release=rel.build_id,
+                        previous=state.get("current"),
+                        error=refused,
+                        warnings=notes,
                     )
                 notes += [f"sent anyway (--allow-unreserved): {refused}"] if refused else []
                 arch = elf_arch(Path(self.opts.runtime_bin)) if self.opts.runtime_bin else self.target.board.arch

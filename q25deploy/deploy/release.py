@@ -55,6 +55,10 @@ class Release:
     description: bytes  # release.json
     vocab_fingerprint: str
     image: str  # rel path of the tokenizer image
+    #: the build's release id: this release's without --runtime-bin's q25tok, the id `package`
+    #: names its artifact by (``q25-TARGET-release-ID``, ``q25-TARGET-tokenizer-ID``); equal to
+    #: ``id`` for a full release of the build alone
+    build_id: str = ""
 
 
 def _describe(files: list[ReleaseFile], meta: dict) -> tuple[str, bytes]:
@@ -83,14 +87,15 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
         a = manifest[rel]
         name = schema.release_name(layout.release_name(rel), where, rel)
         files.append(ReleaseFile(name, a.sha256, a.size, local, (build, rel)))
+    meta = {"target": info.target, "model_sha256": info.model_sha256, "vocab_fingerprint": info.vocab_fingerprint}
+    build_id = _describe(files, meta)[0]
     if runtime_bin:
         path, digest = runtime_bin
         files.append(ReleaseFile(layout.RUNTIME_BIN, digest, path.stat().st_size, path))
     if len({f.rel for f in files}) != len(files):
         raise DeployError(f"{build_dir}: two release files have the same name; rebuild with q25deploy build")
-    meta = {"target": info.target, "model_sha256": info.model_sha256, "vocab_fingerprint": info.vocab_fingerprint}
     rid, desc = _describe(files, meta)
-    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], info.image_name)
+    return Release(rid, tuple(files), desc, meta["vocab_fingerprint"], info.image_name, build_id)
 
 
 def tokenizer_only(build: Release, state: dict) -> Release:
@@ -116,7 +121,7 @@ def tokenizer_only(build: Release, state: dict) -> Release:
         "vocab_fingerprint": build.vocab_fingerprint,
     }
     rid, desc = _describe(files, meta)
-    return Release(rid, tuple(files), desc, build.vocab_fingerprint, build.image)
+    return Release(rid, tuple(files), desc, build.vocab_fingerprint, build.image, build.build_id)
 
 
 @dataclass(frozen=True)
