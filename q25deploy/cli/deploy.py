@@ -206,7 +206,10 @@ def add_commands(sub) -> None:
 
 
 def _fleet(a: argparse.Namespace):
+    from ..deploy.identity import check_identity
     from ..deploy.options import Options
+
+    check_identity(a.identity)  # a key that can log in nowhere: exit 2, before any board is contacted
 
     opts = Options(
         hosts=a.host or [],

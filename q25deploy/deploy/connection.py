@@ -36,6 +36,7 @@ from .boardbase import (
     unknown_key,
 )
 from .hosts import HostSpec
+from .identity import encrypted, refused
 from .limits import MAX_ANSWER, keep_tail, too_large
 from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
@@ -69,7 +70,7 @@ class Board(BoardBase):
         self.gate = openssh.SessionGate()  # this transport's sessions (see openssh.SessionGate)
         kwargs = {
             "look_for_keys": identity is None,
-            "allow_agent": identity is None,
+            "allow_agent": identity is None or encrypted(identity),  # an encrypted key: the agent's copy
             "banner_timeout": connect_timeout,
             "auth_timeout": connect_timeout,
             "channel_timeout": connect_timeout,
@@ -91,6 +92,8 @@ class Board(BoardBase):
             self.conn.open()
         except paramiko.BadHostKeyException:
             raise changed_key(spec, str(path)) from None
+        except paramiko.AuthenticationException as e:
+            raise refused(spec, identity, _methods(e)) from None
         except paramiko.SSHException as e:
             if "not found in known_hosts" in str(e):
                 raise unknown_key(spec, str(path)) from None
@@ -232,6 +235,12 @@ class Board(BoardBase):
             ) from None
         finally:
             _close(chan)
+
+
+def _methods(e: paramiko.AuthenticationException) -> str:
+    """The methods the board offered, as ssh names them (``publickey``)."""
+    allowed = getattr(e, "allowed_types", None)
+    return ",".join(allowed) if allowed else "publickey"
 
 
 def _drain(chan) -> tuple[bytes | None, bytes]:

@@ -42,6 +42,7 @@ from functools import cache
 from typing import BinaryIO
 
 from ..common import cache_dir, write_atomic
+from .identity import encrypted
 from .limits import MAX_ANSWER, MAX_LINE, keep_tail
 
 # paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
@@ -179,8 +180,10 @@ def ssh_argv(client: str, login: Login, command: str, *, master: bool = False) -
         "MACs": macs,
         "KexAlgorithms": kex,
     }
-    if identity:
-        opts.update(IdentityFile=identity, IdentitiesOnly="yes", IdentityAgent="none")
+    if identity:  # the key alone; an encrypted one through the agent that holds it (identity.py)
+        opts.update(IdentityFile=identity, IdentitiesOnly="yes")
+        if not encrypted(login.identity):
+            opts.update(IdentityAgent="none")
     if control:  # a master of our own only: never one a user's ssh left running
         opts.update(ControlPath=control, ControlMaster="yes" if master else "no", ControlPersist="no")
     argv = [client, "-F", "none", "-T", "-x", "-a", "-p", str(login.port), "-l", login.user]
