@@ -123,9 +123,9 @@ def _assert_one_line_error(code, err, expected_code, needle):
     "mutate, expected_code, needle",
     [
         (lambda d: b"NOPE" + d[4:], 4, "not a GGUF file"),
-        (lambda d: d[:-100], 4, "lies outside the file"),
-        (lambda d: d[: len(d) // 2], 4, "runs past the end of the file"),
-        (lambda d: d[:5000], 4, "runs past the end of the file"),
+        (lambda d: d[:-100], 4, "is truncated: it ends at byte"),
+        (lambda d: d[: len(d) // 2], 4, "is truncated: it ends at byte"),
+        (lambda d: d[:5000], 4, "is truncated: it ends at byte"),
         (lambda d: d[:4] + (1 << 60).to_bytes(8, "little") + d[12:], 4, "claims"),
     ],
 )
