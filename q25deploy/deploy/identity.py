@@ -95,11 +95,11 @@ def refused(spec: HostSpec, key: str | None, said: str = "publickey") -> DeployE
     if key:
         return DeployError(
             f"{spec.name}: {user}@{spec.host} refused the key {key} ({said}): add {key}.pub to "
-            f"~{user}/.ssh/authorized_keys on the board, or pass --identity/--user"
+            f"~{user}/.ssh/authorized_keys on the board, or pass --identity with the key it has (or --host USER@HOST for another user)"
         )
     return DeployError(
         f"{spec.name}: {user}@{spec.host} refused every key of ssh-agent and ~/.ssh ({said}): pass "
-        f"--identity KEY whose KEY.pub is in ~{user}/.ssh/authorized_keys on the board, or --user"
+        f"--identity KEY whose KEY.pub is in ~{user}/.ssh/authorized_keys on the board (or --host USER@HOST for another user)"
     )
 
 

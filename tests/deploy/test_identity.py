@@ -136,7 +136,7 @@ def test_a_key_the_board_refuses_names_the_user_the_key_and_the_fix(tmp_path, ca
     assert code != 0 and code != 70 and code != 2
     assert (
         f"{USER}@127.0.0.1 refused the key {stranger} (publickey): add {stranger}.pub to ~{USER}/.ssh/authorized_keys "
-        "on the board, or pass --identity/--user"
+        "on the board, or pass --identity with the key it has (or --host USER@HOST for another user)"
     ) in text, text
 
 
@@ -168,3 +168,13 @@ def test_an_encrypted_key_an_agent_holds_logs_in_through_the_agent(tmp_path, cap
     code = main(argv)
     out, err = capsys.readouterr()
     assert code == 0, out + err
+
+
+def test_a_refusal_without_identity_says_where_the_keys_came_from():
+    from q25deploy.deploy.hosts import HostSpec
+    from q25deploy.deploy.identity import refused
+
+    spec = HostSpec("kv260-1", "petalinux", 22)
+    said = str(refused(spec, None))
+    assert "petalinux@kv260-1 refused every key of ssh-agent and ~/.ssh (publickey)" in said
+    assert "~petalinux/.ssh/authorized_keys" in said and "\n" not in said
