@@ -11,7 +11,8 @@ system ``ssh_config`` (``-F none``) that could send it elsewhere:
 
 - the peer address and port the session's socket reached (no ``ProxyJump``: a session
   through a gateway sends with paramiko);
-- the session's user, and the ``--identity`` key alone (``IdentitiesOnly``, no agent), or,
+- the session's user, and the ``--identity`` key alone (``IdentitiesOnly``; no agent, but an
+  encrypted key through the agent that holds it, see :mod:`.identity`), or,
   without one, the agent and the default keys, as paramiko looks for them;
 - the known_hosts file the session checked, under the name paramiko looked up
   (``HostKeyAlias``), ``StrictHostKeyChecking=yes``, and nothing written back to it;
