@@ -2,8 +2,9 @@
 
 A ``/ { reserved-memory { ... } }`` fragment with ``#address-cells = <2>``,
 ``#size-cells = <2>``, ``ranges``, and one labelled child per region with a static
-``reg`` and ``no-map``, ready for PetaLinux's ``system-user.dtsi`` or meta-xilinx's
-``EXTRA_DT_INCLUDE_FILES``. An accelerator node points at a region with
+``reg`` and ``no-map``. The build's layer adds it to meta-xilinx device-tree builds
+(``EXTRA_DT_INCLUDE_FILES``); by hand (PetaLinux's ``system-user.dtsi``) only where that does
+not apply. An accelerator node points at a region with
 ``memory-region = <&q25_region0>``.
 """
 
@@ -21,7 +22,9 @@ def reserved_memory_dtsi(board: Board, plan: MemoryPlan, notes: str = "") -> str
     lines = [
         f"// q25deploy reserved memory for {board.name}: {len(plan.regions) + len(plan.spare)} region(s), "
         f"{plan.reserved_bytes:,} bytes",
-        "// Include from system-user.dtsi (PetaLinux) or list in EXTRA_DT_INCLUDE_FILES (meta-xilinx).",
+        "// The build's layer (meta-q25) adds this file to meta-xilinx device-tree builds (its",
+        "// device-tree.bbappend); only where that does not apply include it by hand (PetaLinux:",
+        "// /include/ from system-user.dtsi). Never both: it would be included twice.",
     ]
     lines += [f"// {n}" for n in notes.splitlines()]
     lines += [

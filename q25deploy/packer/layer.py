@@ -302,7 +302,9 @@ def layer_readme(
             ),
             "PETALINUX_DEVICE_TREE": (
                 f"4. Device tree: `{dt}` adds the reserved-memory fragment through meta-xilinx's\n"
-                f"   `EXTRA_DT_INCLUDE_FILES` for MACHINE {names}. To do it by hand instead, copy\n"
+                f"   `EXTRA_DT_INCLUDE_FILES` for MACHINE {names}: nothing to do by hand. Only where that\n"
+                "   bbappend does not apply (no meta-xilinx, a custom device-tree flow) do it by hand, never\n"
+                "   both (the fragment would be included twice): copy\n"
                 f"   `{DEVICE_TREE_DIR}/files/q25-reserved-memory.dtsi` next to\n"
                 "   `project-spec/meta-user/recipes-bsp/device-tree/files/system-user.dtsi`, add the line\n\n"
                 '       /include/ "q25-reserved-memory.dtsi"\n\n'

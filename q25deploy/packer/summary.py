@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ..common import format_size
-from .layout import MANIFEST
+from .layer import DEVICE_TREE_DIR
+from .layout import DTSI, MANIFEST
 from .pipeline import BuildResult
 
 
@@ -50,8 +52,7 @@ def render_summary(r: BuildResult) -> str:
     lines += [
         "next steps:",
         f"  1. check {r.out / 'memory-map.svg'}",
-        f"  2. add {r.out / 'reserved-memory.dtsi'} to the device tree (PetaLinux: /include/ it from "
-        "system-user.dtsi; meta-xilinx: EXTRA_DT_INCLUDE_FILES)",
+        f"  2. {device_tree_step(r.out)}",
         f"  3. put {r.out / 'q25_memory_map.h'} where the A53 program and HLS testbenches include it",
         f'  4. add the layer {r.out / "meta-q25"} to PetaLinux/Yocto and IMAGE_INSTALL:append = " packagegroup-q25" '
         "(see its README)",
@@ -76,3 +77,23 @@ def payload_line(rep: dict) -> str:
         digests = f"tensor digests {d['tensors']}, partition digests {d['partitions']}"
     read = f", {format_size(rep['hashed'])} read once to hash" if rep["hashed"] else ""
     return f"{', '.join(how)}; {digests.replace('last build', 'from the last build')}{read}"
+
+
+def device_tree_step(out) -> str:
+    """The device-tree step, as the layer has it: where the layer's ``device-tree.bbappend``
+    adds the fragment (a meta-xilinx device-tree build), nothing by hand, and the hand route
+    only where that bbappend does not apply; never both (the fragment would be included twice)."""
+    bbappend = Path(out) / "meta-q25" / DEVICE_TREE_DIR / "device-tree.bbappend"
+    if bbappend.is_file():
+        return (
+            f"device tree: the layer's {DEVICE_TREE_DIR}/device-tree.bbappend adds {DTSI} for meta-xilinx "
+            "device-tree builds (PetaLinux, Yocto with meta-xilinx-core): nothing to include by hand. "
+            f"Only where that bbappend does not apply (no meta-xilinx, a custom device-tree flow) /include/ "
+            f"{Path(out) / DTSI} from your own device tree (e.g. system-user.dtsi) instead, never both: "
+            "it would be included twice"
+        )
+    return (
+        f"device tree: the layer changes none for this board (see the notes in {Path(out) / DTSI}); "
+        "where your image's device tree needs the regions, include that file by hand "
+        "(PetaLinux: /include/ it from system-user.dtsi)"
+    )
