@@ -8,6 +8,7 @@ an error, so the message never lands inside the progress lines."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
@@ -42,14 +43,22 @@ def clear() -> None:
     _shown[:] = [0, None]
 
 
+def terminal_size(stream: TextIO) -> os.terminal_size:
+    """The size of the terminal the lines go to (that stream's, not stdout's), else 100x24."""
+    try:
+        return os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return shutil.get_terminal_size((100, 24))
+
+
 def wanted(quiet: bool = False, json: bool = False) -> bool:
     """Whether to show progress: a person watching (both streams a terminal), not silenced."""
     return not quiet and not json and sys.stderr.isatty() and sys.stdout.isatty()
 
 
 class Progress:
-    """``phase(name, text)``, ``total(name, n)``, ``sent(name, n)``, ``finish(name, ok)`` per
-    board (any thread); ``step(text)`` is the phase of the single task named ``task``;
+    """``phase(name, text)``, ``total(name, n)``, ``file(name, rel, size)``, ``sent(name, n,
+    rel)``, ``file_done(name, rel)``, ``finish(name, ok)`` per board (any thread); ``step(text)`` is the phase of the single task named ``task``;
     ``done(verb)`` wipes the lines and, with ``verb``, leaves the summary."""
 
     def __init__(self, enabled: bool | None = None, task: str = "", stream: TextIO | None = None) -> None:
@@ -91,13 +100,22 @@ class Progress:
         with self._mutex:
             self._get(name).total += n
 
-    def sent(self, name: str, n: int) -> None:
+    def sent(self, name: str, n: int, rel: str | None = None) -> None:
+        """``n`` more bytes out (of the file ``rel``, when one is named)."""
         with self._mutex:
-            t = self._get(name)
-            t.last = time.monotonic()
-            if t.started is None:
-                t.started = t.last
-            t.sent += n
+            self._get(name).add_bytes(time.monotonic(), n, rel)
+            self._draw(force=False)
+
+    def file(self, name: str, rel: str, size: int) -> None:
+        """A file of ``size`` bytes on its way (its bytes: ``sent(name, n, rel)``)."""
+        with self._mutex:
+            self._get(name).start_file(rel, size)
+            self._draw(force=False)
+
+    def file_done(self, name: str, rel: str) -> None:
+        """The board has the file (written, hashed, answered)."""
+        with self._mutex:
+            self._get(name).end_file(rel)
             self._draw(force=False)
 
     def finish(self, name: str, ok: bool) -> None:
@@ -121,7 +139,7 @@ class Progress:
         if not self.enabled or not self.tasks or (not force and now - self._drawn < REFRESH):
             return
         self._drawn = now
-        size = shutil.get_terminal_size((100, 24))
+        size = terminal_size(self.stream)
         lines = render(
             list(self.tasks.values()), now, self.t0, width=size.columns, height=min(MAX_HEIGHT, size.lines - 2)
         )

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import phases
 from ..errors import DeployError
@@ -127,6 +127,15 @@ def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_
         raise DeployError(f"{board.spec.name}: needs {need_bytes:,} bytes free under {files.base}, has {avail:,}")
 
 
+class Flows(Protocol):
+    """Who follows the files of an upload (the CLI's progress): each file's start, its bytes
+    as they go out (``bytes(rel)`` gives the upload's callback) and its end (the board has it)."""
+
+    def start(self, rel: str, size: int) -> None: ...
+    def bytes(self, rel: str) -> Callable[[int], None]: ...
+    def end(self, rel: str) -> None: ...
+
+
 def deploy(
     board: Board,
     files: BoardFiles,
@@ -138,7 +147,7 @@ def deploy(
     load: Callable[[], dict] | None = None,
     state: dict | None = None,
     verify_links: bool = False,
-    sent: Callable[[int], None] | None = None,
+    sent: Flows | None = None,
     receivers: Sequence[str] = (),
     sending: Callable[[], None] = lambda: None,
     planned: Callable[[int], None] = lambda n: None,
@@ -153,7 +162,8 @@ def deploy(
     ``receivers``: the board's q25tok paths to try as the uploads' receiver. ``sending()`` is
     called once the release's files are on their way: the caller's own work then waits on
     nothing (a large file goes through an ``ssh`` process). ``planned(n)``: the bytes it is
-    about to send (more may follow: files ``verify_links`` finds damaged)."""
+    about to send (more may follow: files ``verify_links`` finds damaged). ``sent``: who
+    follows each file's start, bytes and end (:class:`Flows`)."""
     res = HostResult(board.spec.name, release=release.id, build_release=release.build_id)
     if state is None:
         state, res.warnings = files.reconcile()
@@ -165,13 +175,14 @@ def deploy(
             and board.run(["test", "-d", files.release_dir(release.id)], check=False)[0] == 0
         ):
             progress("already deployed: nothing to send")
-            return _check_deployed(res, state, smoke, load)
+            return _check_deployed(res, state, smoke, load, progress)
         transfer = plan_transfer(release, state)
         planned(sum(f.size for f in transfer.uploads))
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
         phases.mark("transfer")
+        progress(f"switching to release {release.id}")
         kept = "kept" if release.id in {state.get("current"), state.get("previous")} else "new"
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id), kept], stdin=release.description)
         phases.mark("flush")
@@ -181,12 +192,14 @@ def deploy(
         return res
 
 
-def _check_deployed(res: HostResult, state: dict, smoke, load) -> HostResult:
+def _check_deployed(res: HostResult, state: dict, smoke, load, progress) -> HostResult:
     """The release is already current: load its regions again if this boot has not (a reboot
     empties them) and smoke-test it."""
     if load:
+        progress("loading the partitions into reserved memory")
         res.residency = load()
     phases.mark("load")
+    progress("smoke test")
     res.smoke = smoke(True, res.residency)
     phases.mark("smoke")
     res.ok = res.smoke["ok"]
@@ -227,9 +240,14 @@ def _stage(
     res.files_linked = len(links)
 
     def one(f) -> tuple:
-        progress(f"sending {f.rel}")  # the bytes: the sent callback
+        if sent is None:
+            progress(f"sending {f.rel}")
+        else:  # the watch names the file that carries most of the bytes in flight
+            sent.start(f.rel, f.size)
         with f.open() as src:
-            digest = board.upload(src, f.size, staged(f.rel), progress=sent)
+            digest = board.upload(src, f.size, staged(f.rel), progress=None if sent is None else sent.bytes(f.rel))
+        if sent is not None:
+            sent.end(f.rel)
         res.bytes_sent += f.size
         res.files_sent += 1
         return f, digest

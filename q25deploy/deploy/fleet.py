@@ -378,9 +378,8 @@ class Fleet:
 
         return load
 
-    def sent(self, spec: HostSpec):
-        watch = self.watch
-        return None if isinstance(watch, NoWatch) else (lambda n: watch.sent(spec.name, n))
+    def sent(self, spec: HostSpec) -> BoardFlows | None:
+        return None if isinstance(self.watch, NoWatch) else BoardFlows(self.watch, spec.name)
 
     def rollback_one(self, spec: HostSpec) -> HostResult:
         with self._connect(spec) as board:
@@ -477,8 +476,26 @@ class Watch(Protocol):
     def add(self, *names: str) -> None: ...
     def phase(self, name: str, text: str) -> None: ...
     def total(self, name: str, n: int) -> None: ...
-    def sent(self, name: str, n: int) -> None: ...
+    def file(self, name: str, rel: str, size: int) -> None: ...
+    def sent(self, name: str, n: int, rel: str | None = None) -> None: ...
+    def file_done(self, name: str, rel: str) -> None: ...
     def finish(self, name: str, ok: bool) -> None: ...
+
+
+class BoardFlows:
+    """One board's uploads for the watch (:class:`~.deployer.Flows`)."""
+
+    def __init__(self, watch: Watch, name: str) -> None:
+        self.watch, self.name = watch, name
+
+    def start(self, rel: str, size: int) -> None:
+        self.watch.file(self.name, rel, size)
+
+    def bytes(self, rel: str):
+        return lambda n: self.watch.sent(self.name, n, rel)
+
+    def end(self, rel: str) -> None:
+        self.watch.file_done(self.name, rel)
 
 
 class NoWatch:
@@ -493,7 +510,13 @@ class NoWatch:
     def total(self, name: str, n: int) -> None:
         pass
 
-    def sent(self, name: str, n: int) -> None:
+    def file(self, name: str, rel: str, size: int) -> None:
+        pass
+
+    def sent(self, name: str, n: int, rel: str | None = None) -> None:
+        pass
+
+    def file_done(self, name: str, rel: str) -> None:
         pass
 
     def finish(self, name: str, ok: bool) -> None:
