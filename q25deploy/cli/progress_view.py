@@ -197,10 +197,10 @@ def render(tasks: Sequence[Task], now: float, t0: float, *, width: int = 100, he
     rows = [(t.name, printable(label(t)), task_fields(t, now)) for t in shown]
     room = width - 1 - name_width - 4 - max((len(f) for _, _, f in rows), default=0)
     phase_width = min(max((len(p) for _, p, _ in rows), default=0), max(room, MIN_LABEL))
-    lines = [
-        printable(f"{name:<{name_width}}  ") + f"{shorten(phase, phase_width):<{phase_width}}  {fields}".rstrip()
-        for name, phase, fields in rows
-    ]
+    lines = []
+    for name, phase, fields in rows:  # each label shortened only as far as its own line needs
+        own = shorten(phase, max(width - 1 - name_width - 4 - len(fields), MIN_LABEL))
+        lines.append(printable(f"{name:<{name_width}}  ") + f"{own:<{phase_width}}  {fields}".rstrip())
     if len(tasks) > 1:
         lines.append(totals_line(tasks, now, t0))
     return [line[: max(width - 1, 10)] for line in lines]

@@ -94,6 +94,10 @@ def test_a_long_phase_or_file_name_is_whole_and_gives_way_in_the_middle_only_on_
     (narrow,) = render([s], now=0.0, t0=0.0, width=60)
     assert len(narrow) <= 59 and "…" in narrow and "image.bin" in narrow and "sending" in narrow
     assert f"sending {rel}" not in narrow
+    busy = Task("root@kv260-2:22", total=400 * MiB, began=0.0)
+    streamed(busy, 4.0, 5 * MiB)  # long fields on its line: the other's label still fits its own
+    lines = render([t, busy], now=4.0, t0=0.0, width=80)
+    assert "loading the partitions into reserved memory" in lines[0] and all(len(x) <= 79 for x in lines)
 
 
 def test_the_label_names_the_file_carrying_most_of_the_bytes_in_flight():
