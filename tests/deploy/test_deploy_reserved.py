@@ -112,7 +112,7 @@ def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh,
     argv = board_argv("status", ssh, srv, root, *here, known_hosts=srv.known_hosts(tmp_path / "kh"))
     assert main(argv) == 0
     head, row = capsys.readouterr().out.splitlines()[:2]
-    assert head.split() == ["host", "ok", "current", "previous", "reserved", "regions", "detail"]
+    assert head.split() == ["host", "ok", "current", "previous", "reserved", "residency", "detail"]
     assert row.split()[4:6] == ["yes", "resident"]
     for node in (dt / "reserved-memory").iterdir():  # an image without the fragment
         (node / "no-map").unlink()
