@@ -20,3 +20,22 @@ def middle_scale(tensor: dict) -> int:
 def flipped(byte: int) -> int:
     """The byte with one exponent bit of the float16 flipped (the scale grows or shrinks 2^16 or 2^4 fold)."""
     return byte ^ (0x40 if byte & 0x40 == 0 else 0x10)
+
+
+INF_F16 = b"\x00\x7c"  # float16 +inf, little-endian
+NAN_F16 = b"\x00\x7e"  # float16 quiet NaN
+
+
+def with_scale(src, dst, tensor: str, value: bytes = INF_F16) -> None:
+    """A copy of the GGUF ``src`` at ``dst`` whose ``tensor``'s first block has the float16
+    scale ``value`` (inf or NaN bytes): still a valid GGUF, every byte where it was, but the
+    block's weights are not finite (a broken quantiser's output)."""
+    from q25deploy.model.gguf import GGUFFile
+
+    with GGUFFile(str(src)) as f:
+        t = next(t for t in f.tensors if t.name == tensor)
+        at = t.data_offset + SCALE_HIGH_BYTE[t.type_name] - 1
+    data = bytearray(open(src, "rb").read())
+    data[at : at + 2] = value
+    with open(dst, "wb") as out:
+        out.write(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..common import parse_size
@@ -47,6 +48,12 @@ def add_commands(sub) -> None:
     out = bd.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the build summary as JSON (no progress)")
     out.add_argument("--quiet", action="store_true", help="no live progress on the terminal")
+    out.add_argument(
+        "--strict",
+        action="store_true",
+        help="a warning fails the build (exit 1; DIR is written all the same): a host reference "
+        "forward pass that is not finite",
+    )
     bd.set_defaults(func=cmd_build)
 
     tg = sub.add_parser(
@@ -107,6 +114,11 @@ def cmd_build(a: argparse.Namespace) -> int:
             a.target, out=a.out, progress=prog.step, head_start=getattr(a, "head_start", None), **requested(a)
         )
     report_failures(result.failures)
+    warnings = build_warnings(result.out)
+    if warnings and getattr(a, "strict", False):
+        raise StrictBuildError(f"{warnings[0]} (--strict)")
+    for w in warnings:
+        print(f"q25deploy: warning: {w}", file=sys.stderr)
     if a.json:
         print(
             json.dumps(
@@ -115,6 +127,7 @@ def cmd_build(a: argparse.Namespace) -> int:
                     "up_to_date": result.up_to_date,
                     "note": result.note,
                     **result.summary,
+                    "warnings": warnings,
                     **({"payload": result.payload} if result.payload else {}),
                 },
                 indent=2,
@@ -125,6 +138,27 @@ def cmd_build(a: argparse.Namespace) -> int:
 
     print(render_summary(result))
     return 0
+
+
+class StrictBuildError(Q25Error):
+    """A build warning under ``--strict`` (exit 1)."""
+
+
+def build_warnings(out: Path) -> list[str]:
+    """What the build made that works but will not pass its checks: the host reference's
+    forward pass gone non-finite (a block scale inf or NaN: every board's forward check would
+    then differ there)."""
+    from ..builddir import BuildDir
+    from ..model.record_compare import first_non_finite
+
+    record = BuildDir(out).forward_record
+    where = first_non_finite(record) if record is not None else None
+    if where is None:
+        return []
+    return [
+        f"the host reference forward pass is not finite from {where}: the model's weights there "
+        "(a block scale that is inf or NaN?) make every board's forward check fail"
+    ]
 
 
 TARGETS_HEADER = ("NAME", "PLUGIN", "DDR", "DESCRIPTION")

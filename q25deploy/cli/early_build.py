@@ -29,7 +29,7 @@ VALUED = frozenset(
         "--layer-maintainer",
     }
 )
-FLAGS = frozenset({"--json", "--quiet"})
+FLAGS = frozenset({"--json", "--quiet", "--strict"})
 
 
 def scan(argv: Sequence[str]) -> dict | None:

@@ -62,16 +62,27 @@ def parse_dump(text: str) -> list[dict]:
     return steps
 
 
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def _state_differs(got: dict, want: dict) -> str | None:
+    """What differs in one state; a value that is not finite on either side always differs
+    (the host's are ``null`` in the record: docs/forward.md)."""
     scale = want["norm"]
-    if scale is None or not math.isfinite(scale):
-        return None if got["norm"] is None or not math.isfinite(got["norm"]) else f"norm {got['norm']} (host: none)"
+    if not _finite(scale):
+        return f"the host reference is not finite here, board norm {got['norm']:.9g}"
+    if not _finite(got["norm"]):
+        return f"the board's state is not finite (norm {got['norm']}), host {scale:.9g}"
     tol = STATE_RTOL * max(scale, 1e-30)
     if not abs(got["norm"] - scale) <= tol:
         return f"norm {got['norm']:.9g}, host {scale:.9g}"
     for i, (a, b) in enumerate(zip(got["values"], want["values"])):
-        if b is not None and not abs(a - b) <= tol:
-            return f"value #{i} {a:.9g}, host {b:.9g}"
+        if not _finite(b):
+            return f"value #{i} of the host reference is not finite ({b}), board {a:.9g}"
+        if not abs(a - b) <= tol:
+            what = "" if math.isfinite(a) else " (not finite)"
+            return f"value #{i} {a:.9g}{what}, host {b:.9g}"
     return None
 
 
@@ -96,8 +107,34 @@ def first_difference(recorded: dict, board: list[dict]) -> Difference | None:
                 return Difference(s, "token", f"{got['token']}, host {want['token']} (margin {want['margin']:.3g})")
             return None  # a near-tie broken the other way: the contexts differ from here on
         for (gi, gv), (wi, wv) in zip(got.get("top", []), want["top"]):
+            if not _finite(wv) or not math.isfinite(gv):
+                return Difference(s, "logits", f"logit of {gi} {gv:.9g}, host {wv}: not finite")
             if gi != wi and abs(gv - wv) > LOGIT_ATOL:
                 return Difference(s, "logits", f"top id {gi}, host {wi}")
             if wv is not None and not abs(gv - wv) <= LOGIT_ATOL * max(1.0, abs(wv)):
                 return Difference(s, "logits", f"logit of {gi} {gv:.9g}, host {wv:.9g}")
     return None
+
+
+def _state_finite(st: dict) -> bool:
+    return _finite(st["norm"]) and all(_finite(v) for v in st["values"])
+
+
+def first_non_finite(record: dict) -> str | None:
+    """Where the host reference first goes non-finite (its state ``null`` in the record): the
+    earliest step of any prompt, and in it the first of the embedding, the layers, the output
+    and the logits; None when every value is finite (``build`` warns of it)."""
+    found: list[tuple[int, int, str]] = []
+    for p, prompt in enumerate(record["prompts"]):
+        for s, st in enumerate(prompt["steps"]):
+            parts = [("embd", st["embd"])] + [(f"layer {i} (blk.{i}.*)", x) for i, x in enumerate(st["layers"])]
+            bad = [where for where, x in [*parts, ("output", st["output"])] if not _state_finite(x)]
+            if not bad and not all(_finite(v) for _, v in st["top"]):
+                bad = ["logits"]
+            if bad:
+                found.append((s, p, bad[0]))
+                break
+    if not found:
+        return None
+    s, p, where = min(found)
+    return f"{where} at step {s} of smoke prompt {p}"

@@ -103,3 +103,34 @@ def test_q25tok_without_generate_a_failure_and_garbage(record):
     assert report.checks[1]["detail"] == "q25tok generate failed (exit 6): q25tok: region 0 not reserved"
     report = run(record, Board(0, f"layer 0 norm x\n{MARK}\n"))
     assert not report.checks[0]["ok"] and report.checks[0]["detail"].startswith("q25tok generate printed ")
+
+
+def test_non_finite_on_either_side_is_a_named_difference_never_a_crash(record):
+    """Issue 45, item 2: a host record with nulls (a non-finite reference) and a board that
+    prints nan are each a failed check naming the layer; a record the comparison cannot read
+    is that board's failure in one line."""
+    host = copy.deepcopy(record)
+    for st in host["prompts"][0]["steps"]:
+        for x in st["layers"][1:] + [st["output"]]:
+            x["norm"], x["values"] = None, [None] * len(x["values"])
+        st["top"] = [[i, None] for i, _ in st["top"]]
+        st["margin"] = None
+    board = Board(0, printed([p["steps"] for p in record["prompts"]]))
+    report = run(host, board)
+    bad = [c for c in report.checks if not c["ok"]]
+    assert [c["name"] for c in bad] == ["forward prompt 0"], report.checks
+    assert bad[0]["detail"].startswith("step 0: layer 1 (blk.1.*): the host reference is not finite here"), bad
+
+    steps = copy.deepcopy(record["prompts"][0]["steps"])
+    steps[0]["layers"][1]["values"][3] = float("nan")
+    report = run({**record, "prompts": record["prompts"][:1]}, Board(0, printed([steps])))
+    assert report.checks[0]["detail"].startswith("step 0: layer 1 (blk.1.*): value #3 nan (not finite)"), report.checks
+
+    broken = copy.deepcopy(record)
+    del broken["prompts"][0]["steps"][0]["embd"]
+    report = run(broken, Board(0, printed([p["steps"] for p in record["prompts"]])))
+    assert report.checks[0] == {
+        "name": "forward prompt 0",
+        "ok": False,
+        "detail": "cannot compare with the build's forward record: KeyError: 'embd'",
+    }

@@ -9,10 +9,11 @@ the emulated board: tests/deploy/emulated/test_board_forward.py."""
 from __future__ import annotations
 
 from deploy_helpers import deploy
-from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale
+from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale, with_scale
 from test_deploy_reserved import reserved_board
 
 from q25deploy.builddir import BuildDir
+from q25deploy.cli.main import main
 
 
 def forward_checks(res) -> list[dict]:
@@ -88,3 +89,25 @@ def test_another_models_build_runs_no_forward_pass(tmp_path, capsys, ssh, models
     assert code == 0, res
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--strict", *here, action="smoke")
     assert forward_checks(res) == [], res  # B's record is not of the weights the board holds
+
+
+def test_a_non_finite_reference_is_a_named_difference_not_exit_70(tmp_path, capsys, ssh, models, q25tok):
+    """Issue 45, item 2: a build whose host reference goes non-finite (an inf block scale in
+    layer 1: a valid GGUF) deploys and smokes to a named difference, the board's one failure
+    (exit 13), never ``internal error: TypeError`` and exit 70."""
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    gguf, build = tmp_path / "inf.gguf", tmp_path / "build"
+    with_scale(models["A"].parent / "A.gguf", gguf, "blk.1.attn_q.weight")
+    assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(build), "--quiet"]) == 0
+    here, _, _ = reserved_board(tmp_path, build)
+    code, res, err = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
+    assert code == 13 and "internal error" not in err, (err, res)
+    bad = [c for c in forward_checks(res) if not c["ok"]]
+    assert bad and bad[0]["name"] == "forward prompt 0", res
+    assert bad[0]["detail"].startswith("step 0: layer 1 (blk.1.*): the host reference is not finite here"), bad
+    code, res, err = deploy(capsys, ssh, srv, root, build, "--forward", "0", *here, runtime=q25tok, unreserved=False)
+    assert code == 0, (err, res)  # without the forward pass: deployed
+    code, res, err = deploy(capsys, ssh, srv, root, build, "--forward", "all", *here, action="smoke")
+    assert code == 13 and "internal error" not in err, (err, res)
+    bad = [c for c in forward_checks(res) if not c["ok"]]
+    assert bad and all("the host reference is not finite here" in c["detail"] for c in bad), res

@@ -50,3 +50,22 @@ def test_missing_steps_and_malformed_lines(record):
         parse_dump("layer 0 norm 1 values 1 2 3 4\n")
     with pytest.raises(ValueError):
         parse_dump(dump(p["steps"]).replace("layer 1 ", "layer 7 "))
+
+
+def test_non_finite_host_or_board_values_differ_and_build_finds_the_first(record):
+    """Issue 45, item 2: a null (non-finite) host value is a difference, never a TypeError,
+    and first_non_finite names where the host reference first went non-finite."""
+    from q25deploy.model.record_compare import first_non_finite
+
+    assert first_non_finite(record) is None
+    p = copy.deepcopy(record["prompts"][2])
+    board = parse_dump(dump(p["steps"]))
+    p["steps"][3]["top"][1][1] = None
+    assert str(first_difference(p, board)) == f"step 3: logits: logit of {p['steps'][3]['top'][1][0]} " + (
+        f"{board[3]['top'][1][1]:.9g}, host None: not finite"
+    )
+    p["steps"][1]["layers"][0]["values"][2] = None
+    assert str(first_difference(p, board)).startswith("step 1: layer 0: value #2 of the host reference is not finite")
+    p["steps"][1]["embd"]["norm"] = None
+    assert str(first_difference(p, board)).startswith("step 1: embd: the host reference is not finite here")
+    assert first_non_finite({"prompts": [record["prompts"][0], p]}) == "embd at step 1 of smoke prompt 1"
