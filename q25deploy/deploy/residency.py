@@ -12,6 +12,12 @@ A load that read every region back records ``<boot id> <sha256 of the region tab
 ``.q25deploy-loaded``; a later load in the same boot with the same table (an unchanged
 redeploy, a tokenizer-only update) finds the regions already hold their partitions and
 skips the copy. A reboot (another boot id) or another table loads again.
+
+A region that does not hold its partition is read once more (``q25tok verify --diff``, which
+compares it with the release's partition file on the board: read through the same Device
+memory accesses) for the byte ranges that differ; :func:`differing_tensors` names the first
+tensors of the partition map those ranges fall in, with their byte ranges. A q25tok without
+``--diff`` (an older image) reports the mismatch as before.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ if [ "$7" != - ]; then
   if [ -e "$7" ] || [ -L "$7" ]; then rm -f "$7" || exit 1; fi
 fi
 "$q" "$3" --mem "$5" --dt "$6" "$4"; st=$?
+[ $st = 6 ] && "$q" verify --diff --mem "$5" --dt "$6" "$4" 2>/dev/null | grep '^differs '  # where (a newer q25tok)
 if [ $st = 0 ] && [ "$7" != - ]; then  # never through a planted name
   t=$(mktemp "$7.XXXXXX") && { echo "$want" > "$t" && mv -f "$t" "$7" || { rm -f "$t"; false; }; } ||
     { echo "q25tok: cannot write the load stamp $7" >&2; exit 1; }
@@ -58,7 +65,9 @@ def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, d
             "regions": [],
             **({"cached": True} if text.strip() == "cached" else {}),
         }
-    regions = [r for r in map(_region, text.splitlines()) if r]
+    lines = text.splitlines()
+    regions = [r for r in map(_region, lines) if r]
+    _add_differs(regions, lines)
     if status == 0 and regions and all(r["state"] in ("loaded", "resident") for r in regions):
         state = "resident"
     elif status == EXIT_REGION and regions and all(r["state"] == "REFUSED" for r in regions):
@@ -92,6 +101,48 @@ def _region(line: str) -> dict | None:
     if r["state"] in ("REFUSED", "FAILED"):
         r["detail"] = line.split(r["state"], 1)[1].strip()
     return r
+
+
+MAX_TENSORS = 3  # the first tensors named per region (the output stays one line)
+
+
+def _add_differs(regions: list[dict], lines: list[str]) -> None:
+    """``differs NODE 0xOFFSET LENGTH`` (or ``NODE more|tail …|unknown …|none …``) lines of
+    ``q25tok verify --diff`` into their region's ``differs`` ([start, end) partition offsets)
+    and ``differs_note``."""
+    by_node = {r["node"]: r for r in regions}
+    for line in lines:
+        f = line.split()
+        if len(f) < 3 or f[0] != "differs" or f[1] not in by_node:
+            continue
+        r = by_node[f[1]]
+        try:
+            start, n = int(f[2], 16), int(f[3])
+            r.setdefault("differs", []).append([start, start + n])
+        except (ValueError, IndexError):
+            r.setdefault("differs_note", []).append(" ".join(f[2:])[:120])
+
+
+def differing_tensors(region: dict, pmap: dict) -> str:
+    """The first tensors (at most :data:`MAX_TENSORS`) whose bytes differ in ``region`` (a
+    ``q25tok verify`` result with ``differs``), each with the byte range that differs in it
+    (offsets in the tensor, inclusive, of its size); "" without ``--diff``'s ranges."""
+    index = next((r["index"] for r in pmap.get("regions", []) if r.get("node") == region["node"]), None)
+    tensors = sorted((t for t in pmap.get("tensors", []) if t.get("region") == index), key=lambda t: t["offset"])
+    named: list[str] = []
+    for start, end in region.get("differs", []):
+        hit = False
+        for t in tensors:
+            lo, hi = max(start, t["offset"]), min(end, t["offset"] + t["bytes"])
+            if lo < hi:
+                hit = True
+                named.append(f"{t['name']} bytes {lo - t['offset']}-{hi - 1 - t['offset']} of {t['bytes']}")
+        if not hit:
+            named.append(f"partition bytes {start}-{end - 1} (between tensors)")
+    notes = region.get("differs_note", [])
+    more = len(named) > MAX_TENSORS or "more" in notes
+    text = "differs in " + ", ".join(named[:MAX_TENSORS]) + (", and more" if more else "") if named else ""
+    return "; ".join(x for x in [text, *(n for n in notes if n != "more")] if x)
 
 
 def load(board: Board, files, q25tok: str, **paths: str) -> dict:

@@ -24,7 +24,7 @@ from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
 from .deployer import BoardFiles
 from .forward_check import check_forward
-from .residency import verify
+from .residency import differing_tensors, verify
 
 DETAIL = 200  # characters of a board's answer a check keeps
 
@@ -96,7 +96,7 @@ def smoke_test(
     _check_device_tree(board, report, board_paths["device_tree"], regions)
     if residency is None or residency.get("state") not in ("resident", "failed"):
         residency = verify(board, files, q25tok, **board_paths)  # the regions hold the partitions
-    _check_residency(report, residency)
+    _check_residency(report, residency, partition_map)
     if probe is not None:
         _check_probe(board, report, cur, q25tok, probe, residency, board_paths, partition_map)
     if forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256"):
@@ -177,7 +177,7 @@ def _check_device_tree(board: Board, report: _Report, device_tree: str, regions:
             )
 
 
-def _check_residency(report: _Report, resident: dict) -> None:
+def _check_residency(report: _Report, resident: dict, pmap: dict) -> None:
     """q25tok verify read the regions back: resident, not reserved / unsupported (a warning), or failed."""
     if resident["state"] == "resident":
         report.check("residency", True, f"{len(resident['regions'])} region(s) hold their partitions")
@@ -192,7 +192,14 @@ def _check_residency(report: _Report, resident: dict) -> None:
             ),
         )
     elif resident["state"] == "failed":
-        report.check("residency", False, resident["detail"])
+        bad = [r for r in resident["regions"] if r["state"] not in ("loaded", "resident")]
+        named = {r["node"]: differing_tensors(r, pmap) for r in bad}
+        if any(named.values()):  # the region's line, then the tensors whose bytes differ in it
+            parts = [" ".join(f"{r['node']}: {r['state']} {r.get('detail', '')}".split()) for r in bad]
+            detail = "; ".join(p + (f": {named[r['node']]}" if named[r["node"]] else "") for p, r in zip(parts, bad))
+        else:
+            detail = resident["detail"]
+        report.check("residency", False, detail)
 
 
 def _check_probe(

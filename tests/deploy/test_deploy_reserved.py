@@ -134,3 +134,26 @@ def test_one_fixed_reservation_takes_two_model_sizes_each_resident(tmp_path, cap
     # the same model sized to itself needs other regions: that image cannot hold it
     code, res, _ = deploy(capsys, ssh, srv, root, sized["tiny-untied"], *here, runtime=q25tok, unreserved=False)
     assert code == 13 and res[0]["bytes_sent"] == 0 and "does not reserve" in res[0]["error"]
+
+
+def test_a_flipped_bit_in_a_region_names_the_tensor_and_its_bytes(tmp_path, capsys, ssh, models, q25tok):
+    """Issue 45, item 3: smoke's default output names the tensor whose bytes differ in a
+    region and the byte range, not only ``MISMATCH``."""
+    srv, root, build = ssh["servers"][2], tmp_path / "board", models["A"]
+    here, _, mem = reserved_board(tmp_path, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
+    assert code == 0, res
+    pmap = json.loads((build / "partition_map.json").read_text())
+    t = next(t for t in pmap["tensors"] if t["name"] == "blk.1.ffn_up.weight")
+    reg = pmap["regions"][t["region"]]
+    with open(mem, "r+b") as f:
+        f.seek(reg["base"] + t["offset"] + 1000)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 1]))
+    capsys.readouterr()
+    code = main(board_argv("smoke", ssh, srv, root, "--build", str(build), *here, "--forward", "0"))
+    out = capsys.readouterr().out
+    assert code == 13, out
+    want = f"residency: {reg['node']}: MISMATCH: differs in blk.1.ffn_up.weight bytes 1000-1000 of {t['bytes']}"
+    assert want in out, out

@@ -246,3 +246,57 @@ def test_the_memory_device_is_opened_without_following_a_link(tmp_path, q25tok, 
     r = run(q25tok, "load" if what == "symlink" else "verify", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 1 and f"cannot map {mem}" in r.stdout, r.stdout + r.stderr
     assert not target.read_bytes().strip(b"\0")
+
+
+def test_verify_diff_names_the_tensor_and_byte_range_of_a_flipped_bit(tmp_path, builds, q25tok):
+    """Issue 45, item 3: one flipped bit in a region: ``verify --diff`` gives the partition's
+    differing byte range, which the host maps to the tensor (name, bytes of its size); the
+    region read through the same Device-memory accesses as ``verify``."""
+    from q25deploy.deploy.residency import _add_differs, _region, differing_tensors
+
+    b = builds["qemu"]
+    pmap = json.loads((b / "partition_map.json").read_text())
+    mem, dt = fake_board(tmp_path, pmap)
+    assert run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE).returncode == 0
+    r = run(q25tok, "verify", "--diff", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 0 and "differs" not in r.stdout, r.stdout  # resident: nothing to tell
+    t = next(t for t in pmap["tensors"] if t["name"] == "blk.1.ffn_up.weight")
+    reg = pmap["regions"][t["region"]]
+    at = t["offset"] + 1000
+    with open(mem, "r+b") as f:
+        f.seek(reg["base"] + at)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 0x10]))
+    r = run(q25tok, "verify", "--diff", "--mem", mem, "--dt", dt, b / TABLE)
+    assert r.returncode == 6 and "MISMATCH" in r.stdout
+    assert f"differs {reg['node']} {at:#x} 1\n" in r.stdout, r.stdout
+    lines = r.stdout.splitlines()
+    regions = [x for x in map(_region, lines) if x]
+    _add_differs(regions, lines)
+    assert (
+        differing_tensors(regions[t["region"]], pmap)
+        == f"differs in blk.1.ffn_up.weight bytes 1000-1000 of {t['bytes']}"
+    )
+
+    after = min(
+        (n for n in pmap["tensors"] if n["region"] == t["region"] and n["offset"] > t["offset"]),
+        key=lambda n: n["offset"],
+    )
+    with open(mem, "r+b") as f:  # the last bytes of the tensor, the first of the next, a stray byte past the partition
+        f.seek(reg["base"] + t["offset"] + t["bytes"] - 2)
+        f.write(b"\xff\xff")
+        f.seek(reg["base"] + after["offset"])
+        f.write(b"\xff\xff")
+        f.seek(reg["base"] + reg["used"] + 10)
+        f.write(b"\x01")
+    r = run(q25tok, "verify", "--diff", "--mem", mem, "--dt", dt, b / TABLE)
+    lines = r.stdout.splitlines()
+    regions = [x for x in map(_region, lines) if x]
+    _add_differs(regions, lines)
+    assert differing_tensors(regions[t["region"]], pmap) == (
+        f"differs in blk.1.ffn_up.weight bytes 1000-1000 of {t['bytes']}, "
+        f"blk.1.ffn_up.weight bytes {t['bytes'] - 2}-{t['bytes'] - 1} of {t['bytes']}, "
+        f"{after['name']} bytes 0-1 of {after['bytes']}; tail not zero after the partition"
+    )
+    assert run(q25tok, "load", "--diff", "--mem", mem, "--dt", dt, b / TABLE).returncode == 2  # verify's alone

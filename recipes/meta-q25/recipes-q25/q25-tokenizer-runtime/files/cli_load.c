@@ -132,8 +132,42 @@ HOLDS_A_MAPPING static int copy_in(const q25_region *r, void *mapped, FILE *f, u
     return 0;
 }
 
-/* the region read back through buf: the partition's digest, and whether the rest is zero */
-HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, uint8_t *buf, uint8_t digest[32], int *zero_tail)
+/* verify --diff: where a region's bytes differ from its partition file, as byte ranges of
+ * the partition (the first MAX_RANGES runs; runs closer than RANGE_GAP bytes are one) */
+enum { MAX_RANGES = 8, RANGE_GAP = 64 };
+typedef struct {
+    FILE *f;             /* the partition file (NULL: no comparison) */
+    uint8_t *fbuf;       /* CHUNK bytes of it at a time (normal memory) */
+    uint64_t start[MAX_RANGES], end[MAX_RANGES];
+    size_t n;            /* ranges kept */
+    int more;            /* a run past the MAX_RANGES-th */
+    int err;             /* the file could not be read (errno value) */
+} q25_diff;
+
+/* the differing bytes of buf and d->fbuf (n bytes at partition offset off) into d's ranges;
+ * both buffers are normal memory, compared byte by byte (no mem* call next to a mapping) */
+static void diff_chunk(q25_diff *d, uint64_t off, const uint8_t *buf, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (buf[k] == d->fbuf[k])
+            continue;
+        uint64_t at = off + k;
+        if (d->n && at < d->end[d->n - 1] + RANGE_GAP)
+            d->end[d->n - 1] = at + 1;
+        else if (d->n < MAX_RANGES) {
+            d->start[d->n] = at;
+            d->end[d->n++] = at + 1;
+        } else {
+            d->more = 1;
+            return;
+        }
+    }
+}
+
+/* the region read back through buf: the partition's digest, and whether the rest is zero
+ * (and, with d, where the partition's bytes differ from d->f's) */
+HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, uint8_t *buf, uint8_t digest[32], int *zero_tail,
+                                     q25_diff *d)
 {
     q25_sha256_ctx ctx;
     q25_sha256_init(&ctx);
@@ -144,6 +178,12 @@ HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, ui
             return EINVAL;
         size_t part = off >= r->file_size ? 0 : (r->file_size - off < n ? (size_t)(r->file_size - off) : n);
         q25_sha256_update(&ctx, buf, part);
+        if (d && d->f && !d->err && !d->more && part) {
+            if (fread(d->fbuf, 1, part, d->f) != part)
+                d->err = ferror(d->f) ? errno : EIO;
+            else
+                diff_chunk(d, off, buf, part);
+        }
         for (size_t k = part; k < n; k++)
             any |= buf[k];
         off += n;
@@ -153,9 +193,10 @@ HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, ui
     return 0;
 }
 
-/* map, load (when f), read back, unmap; 0 or an errno value (*mapped_ok: the map worked) */
+/* map, load (when f), read back (compared with d's file when d), unmap; 0 or an errno value
+ * (*mapped_ok: the map worked) */
 HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FILE *f, uint8_t *buf, uint8_t digest[32],
-                       int *zero_tail, int *mapped_ok)
+                       int *zero_tail, int *mapped_ok, q25_diff *d)
 {
     void *mapped = q25_region_map(r, mem, f != NULL);
     *mapped_ok = mapped != NULL;
@@ -163,7 +204,7 @@ HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FIL
         return errno;
     int e = f ? copy_in(r, mapped, f, buf) : 0;
     if (!e)
-        e = read_back(r, mapped, buf, digest, zero_tail);
+        e = read_back(r, mapped, buf, digest, zero_tail, d);
     q25_region_unmap(r, mapped);
     return e;
 }
@@ -186,25 +227,44 @@ static FILE *open_partition(const char *path, uint64_t want, char *why, size_t w
     return f;
 }
 
-/* q25tok load|verify [--mem PATH] [--dt DIR] TABLE */
+/* verify --diff: each differing range of a region that does not hold its partition, as
+ * "differs NODE 0xOFFSET LENGTH" (offsets in the partition: the host maps them to tensors) */
+static void print_diff(const q25_region *r, const q25_diff *d, int zero_tail)
+{
+    if (d->err)
+        printf("differs %s unknown %s: %s\n", r->node, r->file, strerror(d->err));
+    for (size_t k = 0; k < d->n; k++)
+        printf("differs %s 0x%llx %llu\n", r->node, (unsigned long long)d->start[k],
+               (unsigned long long)(d->end[k] - d->start[k]));
+    if (d->more)
+        printf("differs %s more\n", r->node);
+    if (!zero_tail)
+        printf("differs %s tail not zero after the partition\n", r->node);
+    if (!d->err && !d->n && zero_tail)
+        printf("differs %s none: the partition file %s is not the table's either\n", r->node, r->file);
+}
+
+/* q25tok load|verify [--mem PATH] [--dt DIR] [--diff] TABLE */
 int q25tok_region_command(int argc, char **argv)
 {
-    int load = strcmp(argv[1], "load") == 0;
+    int load = strcmp(argv[1], "load") == 0, want_diff = 0;
     const char *mem = "/dev/mem", *dt = "/sys/firmware/devicetree/base", *table = NULL;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--mem") == 0 && i + 1 < argc)
             mem = argv[++i];
         else if (strcmp(argv[i], "--dt") == 0 && i + 1 < argc)
             dt = argv[++i];
+        else if (!load && strcmp(argv[i], "--diff") == 0)
+            want_diff = 1;
         else if (!table && argv[i][0] != '-')
             table = argv[i];
         else {
-            fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR] TABLE\n", argv[1]);
+            fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR]%s TABLE\n", argv[1], load ? "" : " [--diff]");
             return EXIT_USAGE;
         }
     }
     if (!table) {
-        fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR] TABLE\n", argv[1]);
+        fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR]%s TABLE\n", argv[1], load ? "" : " [--diff]");
         return EXIT_USAGE;
     }
     uint8_t *text;
@@ -221,8 +281,9 @@ int q25tok_region_command(int argc, char **argv)
         fprintf(stderr, "q25tok: %s: not a region table (%s)\n", table, q25_strerror(st));
         return EXIT_REGION;
     }
-    uint8_t *buf = malloc(CHUNK);
-    if (!buf) {
+    uint8_t *buf = malloc(CHUNK), *fbuf = want_diff ? malloc(CHUNK) : NULL;
+    if (!buf || (want_diff && !fbuf)) {
+        free(buf);
         fprintf(stderr, "q25tok: out of memory\n");
         return EXIT_IO;
     }
@@ -255,11 +316,20 @@ int q25tok_region_command(int argc, char **argv)
                 continue;
             }
         }
+        q25_diff diff = {.fbuf = fbuf};
+        if (want_diff) {
+            char path[1400];
+            snprintf(path, sizeof path, "%.1023s%.255s", dir, r->file);
+            if (!(diff.f = open_partition(path, r->file_size, why, sizeof why)))
+                diff.err = errno ? errno : EIO;
+        }
         uint8_t d[32];
         int zero_tail = 0, mapped_ok = 0;
-        int e = region_pass(r, mem, f, buf, d, &zero_tail, &mapped_ok);
+        int e = region_pass(r, mem, f, buf, d, &zero_tail, &mapped_ok, want_diff ? &diff : NULL);
         if (f)
             fclose(f);
+        if (diff.f)
+            fclose(diff.f);
         if (e) {
             printf("region %s base 0x%llx size 0x%llx FAILED %s %s: %s\n", r->node, (unsigned long long)r->base,
                    (unsigned long long)r->size, mapped_ok ? "loading" : "cannot map", mapped_ok ? r->file : mem,
@@ -273,9 +343,12 @@ int q25tok_region_command(int argc, char **argv)
         printf("region %s base 0x%llx size 0x%llx bytes %llu sha256 %s %s\n", r->node, (unsigned long long)r->base,
                (unsigned long long)r->size, (unsigned long long)r->file_size, hex,
                ok ? (load ? "loaded" : "resident") : "MISMATCH");
+        if (!ok && want_diff)
+            print_diff(r, &diff, zero_tail);
         if (!ok && worst == EXIT_OK)
             worst = EXIT_REGION;
     }
+    free(fbuf);
     free(buf);
     fflush(stdout);
     return worst;
