@@ -35,7 +35,7 @@ from .release import Release, release_from_build, tokenizer_only
 from .reserved import refusal, unheld
 from .residency import load as load_regions
 from .residency import verify as verify_regions
-from .smoke import smoke_test
+from .smoke import plugin_checks, smoke_test
 from .trusted_q25tok import Unverified, release_q25tok
 
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 40: "armv7l", 243: "riscv64"}
@@ -69,9 +69,7 @@ class Fleet:
         self.image_name = image_layout.filename
         # system paths on the board (never under --remote-root): the board file says where
         self.board_paths = {"memory": target.board.memory_device, "device_tree": target.board.device_tree_path}
-        self.extra_checks = [
-            c for res in pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board) for c in (res or [])
-        ]
+        self.extra_checks = plugin_checks(pm, target)  # a broken hook: each board's one failed check
         self.hosts = host_list(opts, target.board.ssh_user, target.board.ssh_port)
         self.become = opts.become or target.board.ssh_become
         become_prefix(self.become)  # a bad --become is a usage error before any board is contacted

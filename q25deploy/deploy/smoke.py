@@ -68,7 +68,7 @@ def smoke_test(
     image_name: str,
     q25tok: str,
     strict: bool = False,
-    extra_checks: Sequence[tuple[str, str]] = (),
+    extra_checks: Sequence[tuple[str, str | None, str]] = (),
     board_paths: dict[str, str] | None = None,
     quick: bool = False,
     residency: dict | None = None,
@@ -101,10 +101,36 @@ def smoke_test(
         _check_probe(board, report, cur, q25tok, probe, residency, board_paths, partition_map)
     if forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256"):
         check_forward(board, report, cur, q25tok, forward, residency, board_paths)  # not: another model's weights
-    for name, command in extra_checks:
+    run_plugin_checks(board, report, extra_checks)
+    return report.result(residency=residency)
+
+
+def plugin_checks(pm, target) -> list[tuple[str, str | None, str]]:
+    """The plugins' extra smoke checks (``q25deploy_smoke_checks``) as (name, command, "");
+    a hook that raises or gives something else than (name, command) is one (name, None, why)
+    entry: every board's smoke test then fails that check in one line (never exit 70)."""
+    hook = "a plugin's q25deploy_smoke_checks"
+    try:
+        results = list(pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board))
+    except Exception as e:
+        return [("plugin checks", None, f"{hook} raised {type(e).__name__}: {' '.join(str(e).split())}"[:200])]
+    out: list[tuple[str, str | None, str]] = []
+    for res in results:
+        for c in res if isinstance(res, (list, tuple)) else [res] if res is not None else []:
+            if isinstance(c, (list, tuple)) and len(c) == 2 and all(isinstance(x, str) for x in c):
+                out.append((c[0], c[1], ""))
+            else:
+                out.append(("plugin checks", None, f"{hook} gave {c!r}, not (name, shell command)"[:200]))
+    return out
+
+
+def run_plugin_checks(board: Board, report: _Report, checks: Sequence[tuple[str, str | None, str]]) -> None:
+    for name, command, why in checks:
+        if command is None:
+            report.check(name, False, why)
+            continue
         status, out, err = board.run(["sh", "-c", command], check=False)
         report.check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
-    return report.result(residency=residency)
 
 
 # $1 q25tok, $2 image, then per prompt "plain|special" and its text: the prompts written as files

@@ -1,0 +1,93 @@
+"""The plugins' extra smoke checks (q25deploy/deploy/smoke.py, issue 45 item 2): a hook that
+raises or answers something other than (name, shell command) is each board's one failed
+check naming it, never an exception out of the board's run (``internal error``, exit 70); a
+good check runs on the board and fails on a non-zero exit."""
+
+from __future__ import annotations
+
+import pluggy
+
+from q25deploy.deploy.smoke import _Report, plugin_checks, run_plugin_checks
+from q25deploy.plugin import hookspecs
+from q25deploy.plugin.hookspecs import PROJECT
+
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class Target:
+    name, board = "qemu", None
+
+
+class Board:
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    def run(self, argv, *, check=True, timeout=0):
+        self.commands.append(list(argv))
+        return (0 if argv[-1] == "true" else 1, b"", b"no such thing\n")
+
+
+def manager(*plugins) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for p in plugins:
+        pm.register(p)
+    return pm
+
+
+class Good:
+    @hookimpl
+    def q25deploy_smoke_checks(self, target, board):
+        return [("fpga bitstream", "true"), ("fpga clock", "false")]
+
+
+class Odd:
+    @hookimpl
+    def q25deploy_smoke_checks(self, target, board):
+        return [("only a name",), "a string"]
+
+
+class Raises:
+    @hookimpl
+    def q25deploy_smoke_checks(self, target, board):
+        raise KeyError("board.fpga")
+
+
+def checks_of(*plugins) -> tuple[list[dict], Board]:
+    report, board = _Report(False), Board()
+    run_plugin_checks(board, report, plugin_checks(manager(*plugins), Target()))
+    return report.checks, board
+
+
+def test_good_checks_run_on_the_board():
+    checks, board = checks_of(Good())
+    assert [(c["name"], c["ok"]) for c in checks] == [("fpga bitstream", True), ("fpga clock", False)]
+    assert checks[1]["detail"] == "no such thing" and board.commands == [["sh", "-c", "true"], ["sh", "-c", "false"]]
+
+
+def test_a_malformed_answer_is_a_named_failed_check():
+    checks, board = checks_of(Odd())
+    assert checks == [
+        {
+            "name": "plugin checks",
+            "ok": False,
+            "detail": "a plugin's q25deploy_smoke_checks gave ('only a name',), not (name, shell command)",
+        },
+        {
+            "name": "plugin checks",
+            "ok": False,
+            "detail": "a plugin's q25deploy_smoke_checks gave 'a string', not (name, shell command)",
+        },
+    ]
+    assert board.commands == []
+
+
+def test_a_hook_that_raises_is_a_named_failed_check():
+    checks, _ = checks_of(Raises(), Good())
+    assert checks == [
+        {
+            "name": "plugin checks",
+            "ok": False,
+            "detail": "a plugin's q25deploy_smoke_checks raised KeyError: 'board.fpga'",
+        }
+    ]
