@@ -73,13 +73,13 @@ def _state_differs(got: dict, want: dict) -> str | None:
     if not _finite(scale):
         return f"the host reference is not finite here, board norm {got['norm']:.9g}"
     if not _finite(got["norm"]):
-        return f"the board's state is not finite (norm {got['norm']}), host {scale:.9g}"
+        return f"the board state is not finite (norm {got['norm']}), host {scale:.9g}"
     tol = STATE_RTOL * max(scale, 1e-30)
     if not abs(got["norm"] - scale) <= tol:
         return f"norm {got['norm']:.9g}, host {scale:.9g}"
     for i, (a, b) in enumerate(zip(got["values"], want["values"])):
         if not _finite(b):
-            return f"value #{i} of the host reference is not finite ({b}), board {a:.9g}"
+            return f"value #{i} of the host reference is not finite, board {a:.9g}"
         if not abs(a - b) <= tol:
             what = "" if math.isfinite(a) else " (not finite)"
             return f"value #{i} {a:.9g}{what}, host {b:.9g}"
@@ -108,7 +108,8 @@ def first_difference(recorded: dict, board: list[dict]) -> Difference | None:
             return None  # a near-tie broken the other way: the contexts differ from here on
         for (gi, gv), (wi, wv) in zip(got.get("top", []), want["top"]):
             if not _finite(wv) or not math.isfinite(gv):
-                return Difference(s, "logits", f"logit of {gi} {gv:.9g}, host {wv}: not finite")
+                host = f"{wv:.9g}" if _finite(wv) else "nan"
+                return Difference(s, "logits", f"logit of {gi} {gv:.9g}, host {host}: not finite")
             if gi != wi and abs(gv - wv) > LOGIT_ATOL:
                 return Difference(s, "logits", f"top id {gi}, host {wi}")
             if wv is not None and not abs(gv - wv) <= LOGIT_ATOL * max(1.0, abs(wv)):

@@ -62,7 +62,7 @@ def test_non_finite_host_or_board_values_differ_and_build_finds_the_first(record
     board = parse_dump(dump(p["steps"]))
     p["steps"][3]["top"][1][1] = None
     assert str(first_difference(p, board)) == f"step 3: logits: logit of {p['steps'][3]['top'][1][0]} " + (
-        f"{board[3]['top'][1][1]:.9g}, host None: not finite"
+        f"{board[3]['top'][1][1]:.9g}, host nan: not finite"
     )
     p["steps"][1]["layers"][0]["values"][2] = None
     assert str(first_difference(p, board)).startswith("step 1: layer 0: value #2 of the host reference is not finite")

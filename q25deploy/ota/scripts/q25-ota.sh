@@ -779,12 +779,16 @@ forward_compare() {  # EXPECTED PROMPT DUMP: where DUMP (q25tok generate --dump-
     }
     function differs(k,    w, g, tol, j, a, b) {  # the board state K of step s against the host, or ""
         w = nm["W", s, k]; g = nm["G", s, k]
-        if (!fin(w)) return fin(g) ? "norm " g9(g) " (host: none)" : ""
+        # a value not finite on either side differs (record_compare.py: the same lines)
+        if (!fin(w)) return "the host reference is not finite here, board norm " g9(g)
+        if (!fin(g)) return "the board state is not finite (norm " g "), host " g9(w)
         tol = STATE_RTOL * (w + 0 > TINY ? w + 0 : TINY)
-        if (!fin(g) || !(ab(g - w) <= tol)) return "norm " g9(g) ", host " g9(w)
+        if (!(ab(g - w) <= tol)) return "norm " g9(g) ", host " g9(w)
         for (j = 0; j < 4; j++) {
             a = vl["G", s, k, j]; b = vl["W", s, k, j]
-            if (fin(b) && (!fin(a) || !(ab(a - b) <= tol))) return "value #" j " " g9(a) ", host " g9(b)
+            if (!fin(b)) return "value #" j " of the host reference is not finite, board " g9(a)
+            if (!fin(a)) return "value #" j " " g9(a) " (not finite), host " g9(b)
+            if (!(ab(a - b) <= tol)) return "value #" j " " g9(a) ", host " g9(b)
         }
         return ""
     }
@@ -834,11 +838,14 @@ forward_compare() {  # EXPECTED PROMPT DUMP: where DUMP (q25tok generate --dump-
             }
             for (j = 0; j < nt["G", s] && j < nt["W", s]; j++) {
                 gi = ti["G", s, j]; gv = tv["G", s, j]; wi = ti["W", s, j]; wv = tv["W", s, j]
-                if (!fin(wv)) continue
-                if (gi + 0 != wi + 0 && (fin(gv) ? ab(gv - wv) > LOGIT_ATOL : gv !~ /[nN][aA][nN]/)) {
+                if (!fin(wv) || !fin(gv)) {
+                    printf "step %d: logits: logit of %s %s, host %s: not finite\n", s, gi, g9(gv), fin(wv) ? sprintf("%.9g", wv) : "nan"
+                    exit 1
+                }
+                if (gi + 0 != wi + 0 && ab(gv - wv) > LOGIT_ATOL) {
                     printf "step %d: logits: top id %s, host %s\n", s, gi, wi; exit 1
                 }
-                if (!fin(gv) || !(ab(gv - wv) <= LOGIT_ATOL * (ab(wv) > 1 ? ab(wv) : 1))) {
+                if (!(ab(gv - wv) <= LOGIT_ATOL * (ab(wv) > 1 ? ab(wv) : 1))) {
                     printf "step %d: logits: logit of %s %s, host %.9g\n", s, gi, g9(gv), wv; exit 1
                 }
             }
