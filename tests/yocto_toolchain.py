@@ -232,7 +232,7 @@ def local_conf(toolchain: Path, oe_core: Path) -> list[str]:
         "# the host's file (in HOSTTOOLS) identifies ELF files (file-native: sources not fetchable)",
         'ASSUME_PROVIDED += "file-native"',
         "# the boot service's systemd registration (systemd-systemctl-native is OE-core's own script);",
-        "# sysvinit's needs the update-rc.d recipe, whose git source cannot be fetched (docs/yocto.md)",
+        "# sysvinit's needs the update-rc.d recipe, whose git source cannot be fetched (docs/contributing.md)",
         'INIT_MANAGER = "systemd"',
         "# update-rc.d.bbclass's PACKAGE_WRITE_DEPS: the tool runs only in do_rootfs's offline",
         "# postinsts (no rootfs here; without sysvinit the boot service's postinst does not call it)",

@@ -6,7 +6,7 @@ the reserved regions at boot (read back by QEMU, outside the guest), and ``smoke
 and ``status`` pass against the image's own assets with the packaged ``q25tok``.
 
 The emulated board's init is BusyBox's, not systemd: the build's DISTRO has systemd only (its
-sysvinit registration cannot be built offline, docs/yocto.md), so the board runs what the
+sysvinit registration cannot be built offline, docs/contributing.md#bitbake), so the board runs what the
 packaged unit asks systemd to run, at the same point (``WantedBy=sysinit.target``: before
 the SSH server starts), read from the unit in the package. The packages are built for
 usrmerge (INIT_MANAGER systemd): the board gets the links a merged-/usr image has for them

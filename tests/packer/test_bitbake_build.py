@@ -224,7 +224,7 @@ def test_boot_service_registered_for_systemd(built, tmp_path):
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
     unit = (root / _lib(series).lstrip("/") / "systemd" / "system" / "q25-regions.service").read_text()
     assert re.search(r"^ExecStart=/usr/sbin/q25-regions start$", unit, re.M), unit
-    assert not (root / "etc" / "init.d").exists()  # no sysvinit in this DISTRO (docs/yocto.md)
+    assert not (root / "etc" / "init.d").exists()  # no sysvinit in this DISTRO (docs/contributing.md#bitbake)
 
 
 def test_a_stripping_recipe_fails_qa(ws, builds, tmp_path):

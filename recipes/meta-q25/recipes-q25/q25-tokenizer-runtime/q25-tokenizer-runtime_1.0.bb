@@ -40,7 +40,7 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
 # bitbake.conf's own weak default on styhead and later. The sources go to a subdirectory
 # (subdir= above), which do_unpack empties first: with S = WORKDIR, do_package hardlinks the
 # sources into the -src package's tree and a rebuild after any change aborts in pseudo ("path
-# mismatch", found by BitBake on scarthgap; docs/yocto.md).
+# mismatch", found by BitBake on scarthgap; docs/contributing.md).
 S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}/q25tok"
 
 # q25tok_dequant.c (ggml dequantization, bit-exact with gguf-py) is compiled by the Makefile
