@@ -116,6 +116,20 @@ SERIES_INFO = {
     )
 }
 SERIES = tuple(SERIES_INFO)
+# where do_unpack puts a recipe's files: UNPACKDIR (WORKDIR/sources since whinlatter), or
+# WORKDIR itself where OE-core has no UNPACKDIR (langdale, scarthgap)
+UNPACK_SUBDIR = {"whinlatter": "sources", "wrynose": "sources"}
+
+
+def unpacked_s(series: str, workdir: str, subdir: str = "") -> tuple[str, str | None]:
+    """(S, UNPACKDIR) `bitbake -e` must give a recipe of the layer on ``series`` with this
+    WORKDIR: S where do_unpack puts the files (``subdir`` of it for a recipe unpacking into
+    one), UNPACKDIR None where OE-core has none."""
+    sub = UNPACK_SUBDIR.get(series)
+    unpacked = f"{workdir}/{sub}" if sub else workdir
+    return (f"{unpacked}/{subdir}" if subdir else unpacked, unpacked if sub else None)
+
+
 BOARDS = ("kv260", "zcu104", "qemu")
 LAYER = "meta-q25"
 PROBE = Path(__file__).with_name("bitbake_probe.py")

@@ -19,7 +19,19 @@ import time
 from pathlib import Path
 
 import pytest
-from yocto import BOARDS, DEVICE_TREE, LAYER, SERIES, SERIES_INFO, board_machines, edited_layer, selected, snapshots
+from yocto import (
+    BOARDS,
+    DEVICE_TREE,
+    LAYER,
+    SERIES,
+    SERIES_INFO,
+    UNPACK_SUBDIR,
+    board_machines,
+    edited_layer,
+    selected,
+    snapshots,
+    unpacked_s,
+)
 from yocto_checks import check_license, check_packaging, check_sources, md5, package_of
 
 from q25deploy.cli import main
@@ -53,9 +65,6 @@ VARS = [
     "systemd_system_unitdir",
 ]
 MACHINES = {"kv260": ["k26-smk-kv-sdt", "xilinx-k26-kv"], "zcu104": ["zynqmp-zcu104-sdt-full", "xilinx-zcu104"]}
-# where do_unpack puts a recipe's files: UNPACKDIR (WORKDIR/sources since whinlatter), or
-# WORKDIR itself where OE-core has no UNPACKDIR (langdale, scarthgap)
-UNPACK_SUBDIR = {"whinlatter": "sources", "wrynose": "sources"}
 
 
 MATRIX = [(s, b) for s in selected("Q25_BITBAKE_SERIES", SERIES) for b in selected("Q25_BITBAKE_BOARDS", BOARDS)]
@@ -113,10 +122,7 @@ def test_recipes_environment(case, ws):
         # (refusing S = WORKDIR) on whinlatter and later; the runtime's, which it compiles, in
         # a subdirectory of it (test_bitbake_build.py: a rebuild with S = WORKDIR aborts in pseudo)
         v = info["vars"]
-        sub = UNPACK_SUBDIR.get(series)
-        unpacked = f"{v['WORKDIR']}/{sub}" if sub else v["WORKDIR"]
-        assert v["S"] == (unpacked + "/q25tok" if info is runtime else unpacked)
-        assert v["UNPACKDIR"] == (unpacked if sub else None)
+        assert (v["S"], v["UNPACKDIR"]) == unpacked_s(series, v["WORKDIR"], "q25tok" if info is runtime else "")
     v = assets["vars"]
     model_license = layer / "recipes-q25" / ASSETS / "files" / "MODEL-LICENSE"
     assert v["LICENSE"] == "Apache-2.0" and f"file://MODEL-LICENSE;md5={md5(model_license)}" in v["LIC_FILES_CHKSUM"]

@@ -5,8 +5,12 @@ bbappend (``[ota] swupdate = true``), active only when meta-swupdate is in BBLAY
 
 The snapshots hold no meta-swupdate: a stand-in layer with its collection name
 (``swupdate``, as meta-swupdate's conf/layer.conf names it) and a ``swupdate`` recipe
-shows the bbappend reaching that recipe when the layer is there. One series (the first of
-``Q25_BITBAKE_SERIES``) is enough: BBFILES_DYNAMIC works alike in all three."""
+shows the bbappend reaching that recipe when the layer is there. Every recipe an option emits
+(both OTA engines' recipes, the user-space install path, dropbear's bbappend) is parsed, and
+its S checked, on every series the layer claims (``Q25_BITBAKE_SERIES`` narrows them): wrynose
+refuses what scarthgap accepts. The layer-set tests of the dynamic layer (stand-in
+meta-swupdate, a static bbappend) take one series, the first of ``Q25_BITBAKE_SERIES``:
+BBFILES_DYNAMIC works alike in all of them."""
 
 from __future__ import annotations
 
@@ -16,13 +20,26 @@ from pathlib import Path
 
 import pytest
 from dropbear_default import FUNCTION, window_function
-from yocto import LAYER, SERIES, board_machines, selected
+from layer_options import EDITS, WINDOW, build_layer
+from yocto import LAYER, SERIES, board_machines, selected, unpacked_s
 
-from q25deploy.cli import main
-
-TARGETS = Path(__file__).resolve().parents[2] / "targets"
 SWU_DIR = ("dynamic-layers", "swupdate", "recipes-support", "swupdate")
-OTA_VARS = ["FILE", "SRC_URI", "FILESEXTRAPATHS", "RDEPENDS:q25-ota-swupdate"]
+OTA_RECIPES = ["q25-ota-swupdate", "q25-ota-mender", "q25-model-assets"]
+OTA_VARS = [
+    "FILE",
+    "SRC_URI",
+    "FILESEXTRAPATHS",
+    "RDEPENDS:q25-ota-swupdate",
+    "S",
+    "WORKDIR",
+    "UNPACKDIR",
+    "Q25_INSTALL_DIR",
+    "datadir",
+]
+EVERY_SERIES = selected("Q25_BITBAKE_SERIES", SERIES)
+# the options whose recipes parse with only the layers meta-q25 declares (dropbear's bbappend
+# needs OE-core's dropbear recipe, which the "declared" build masks)
+OTA_EDITS = {k: v for k, v in EDITS.items() if "dropbear" not in k}
 
 
 def _series() -> str:
@@ -31,27 +48,9 @@ def _series() -> str:
 
 @pytest.fixture(scope="module")
 def swupdate_layer(tmp_path_factory, qwen25_tiny) -> Path:
-    """kv260's layer with ``[ota] swupdate = true``."""
-    d = tmp_path_factory.mktemp("swupdate-layer")
-    board = d / "kv260-swupdate.toml"
-    board.write_text((TARGETS / "kv260.toml").read_text().replace("swupdate = false", "swupdate = true"))
-    assert (
-        main(
-            [
-                "build",
-                "--target",
-                "kv260",
-                "--target-file",
-                str(board),
-                "--model",
-                str(qwen25_tiny),
-                "--out",
-                str(d / "b"),
-            ]
-        )
-        == 0
-    )
-    layer = d / "b" / LAYER
+    """kv260's layer with ``[ota] swupdate = true`` and ``mender = true`` and the user-space
+    install path."""
+    layer = build_layer(tmp_path_factory.mktemp("swupdate-layer"), qwen25_tiny, edits=OTA_EDITS)
     assert layer.joinpath(*SWU_DIR, "swupdate_%.bbappend").is_file()
     return layer
 
@@ -78,16 +77,25 @@ def _stand_in(ws, series: str) -> Path:
     return d
 
 
-def test_swupdate_append_without_meta_swupdate_parses(ws, swupdate_layer):
-    """Only the layers meta-q25 declares (no meta-swupdate): `bitbake -p` is clean, and the
-    recipe q25-ota-swupdate is there (its RDEPENDS on swupdate only matters when built)."""
-    bd = ws.build(_series(), "declared")
+@pytest.mark.parametrize("series", EVERY_SERIES)
+def test_swupdate_append_without_meta_swupdate_parses(ws, swupdate_layer, series):
+    """Only the layers meta-q25 declares (no meta-swupdate), on every series: `bitbake -p` is
+    clean, the recipes q25-ota-swupdate and q25-ota-mender are there (swupdate's RDEPENDS on
+    swupdate only matters when built), and each option recipe's S is where that series'
+    do_unpack puts its files (UNPACKDIR since whinlatter, WORKDIR before)."""
+    bd = ws.build(series, "declared")
     bd.install("kv260-swupdate", swupdate_layer)
     r = bd.bitbake("-p", label="bitbake -p (swupdate = true, no meta-swupdate)")
     problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
     assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
-    ans = bd.probe(["q25-ota-swupdate"], OTA_VARS, label="tinfoil probe (q25-ota-swupdate)")
+    ans = bd.probe(OTA_RECIPES, OTA_VARS, label="tinfoil probe (the OTA recipes)")
     assert "swupdate" in ans["recipes"]["q25-ota-swupdate"]["vars"]["RDEPENDS:q25-ota-swupdate"].split()
+    for pn in OTA_RECIPES:
+        v = ans["recipes"][pn]["vars"]
+        assert Path(v["FILE"]).is_relative_to(bd.layer), (pn, v["FILE"])
+        assert (v["S"], v["UNPACKDIR"]) == unpacked_s(series, v["WORKDIR"]), (pn, v)
+    v = ans["recipes"]["q25-model-assets"]["vars"]
+    assert v["Q25_INSTALL_DIR"] == f"{v['datadir']}/q25"
 
 
 def test_a_static_swupdate_append_does_not_parse_without_meta_swupdate(ws, swupdate_layer, tmp_path):
@@ -124,50 +132,31 @@ def test_swupdate_append_reaches_meta_swupdate_recipe(ws, swupdate_layer):
 
 
 # -- dropbear's receive window ([ssh] dropbear_receive_window) ------------------------------
-WINDOW = 1048576
 DROPBEAR_VARS = ["PACKAGE_ARCH", "MACHINE_ARCH", "TUNE_PKGARCH", "do_install", FUNCTION]
 
 
 @pytest.fixture(scope="module")
 def dropbear_layer(tmp_path_factory, qwen25_tiny) -> Path:
-    """kv260's layer with ``[ssh] dropbear_receive_window = 1048576``."""
-    d = tmp_path_factory.mktemp("dropbear-layer")
-    board = d / "kv260-window.toml"
-    board.write_text(
-        (TARGETS / "kv260.toml")
-        .read_text()
-        .replace("dropbear_receive_window = 0", f"dropbear_receive_window = {WINDOW}")
-    )
-    assert (
-        main(
-            [
-                "build",
-                "--target",
-                "kv260",
-                "--target-file",
-                str(board),
-                "--model",
-                str(qwen25_tiny),
-                "--out",
-                str(d / "b"),
-            ]
-        )
-        == 0
-    )
-    return d / "b" / LAYER
+    """kv260's layer with every option on (tests/layer_options.py), among them
+    ``[ssh] dropbear_receive_window = 1048576``."""
+    return build_layer(tmp_path_factory.mktemp("dropbear-layer"), qwen25_tiny)
 
 
-def test_dropbear_window_for_the_boards_machines_only(ws, dropbear_layer):
-    """With all of OE-core parsed: `bitbake -p` stays clean, and OE-core's dropbear of each of
-    kv260's MACHINEs calls the window function from do_install and is a MACHINE package;
-    another MACHINE's dropbear is as OE-core builds it. The function BitBake holds is the one
-    the host and board tests run."""
-    series = _series()
+@pytest.mark.parametrize("series", EVERY_SERIES)
+def test_dropbear_window_for_the_boards_machines_only(ws, dropbear_layer, series):
+    """With all of OE-core parsed, on every series, and every option on: `bitbake -p` stays
+    clean, BitBake unpacks the Mender recipe and finds its licence (do_populate_lic: the
+    files are where S says), and OE-core's dropbear of each of kv260's MACHINEs calls the
+    window function from do_install and is a MACHINE package; another MACHINE's dropbear is
+    as OE-core builds it. The function BitBake holds is the one the host and board tests run."""
     bd = ws.build(series, "xilinx")
-    bd.install("kv260-dropbear-window", dropbear_layer)
-    r = bd.bitbake("-p", label="bitbake -p (dropbear_receive_window)")
+    bd.install("kv260-every-option", dropbear_layer)
+    r = bd.bitbake("-p", label="bitbake -p (every option)")
     problems = r.errors() + r.warnings_naming(LAYER) + r.warnings_naming("q25")
     assert r.returncode == 0 and not problems, "\n".join(problems) or r.output[-3000:]
+    r = bd.bitbake("-c", "populate_lic", "q25-ota-mender", label="do_populate_lic (q25-ota-mender)")
+    assert r.returncode == 0 and not r.errors(), r.output[-3000:]
+    assert list(bd.path.glob("tmp*/deploy/licenses/**/q25-ota-mender/LICENSE")), r.output[-3000:]
     [recipe] = (bd.tree / "openembedded-core" / "meta" / "recipes-core" / "dropbear").glob("dropbear_*.bb")
     ans = bd.probe(
         [],

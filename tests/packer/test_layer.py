@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from layer_options import build_layer
 from ollama_store import add_model
 from release_modes import DIR_MODE, FILE_MODE
 from requirements import need_program
@@ -112,6 +113,40 @@ def test_device_tree_parts_are_machine_specific(layers):
     assert not (layers["qemu"] / LAYER / "dynamic-layers").exists()
     readme = (layers["qemu"] / LAYER / "README.md").read_text()
     assert "bbappend" not in readme and "needs no device-tree recipe change" in readme
+
+
+# S where do_unpack puts a recipe's files on every series the layer claims: UNPACKDIR where
+# OE-core has one (whinlatter, wrynose: they refuse S = WORKDIR), WORKDIR before (langdale,
+# scarthgap), optionally a subdirectory of it
+_S_LINE = re.compile(r"""^S = "\$\{@d\.getVar\('UNPACKDIR'\) or d\.getVar\('WORKDIR'\)\}(/[\w.-]+)?"$""")
+
+
+@pytest.fixture(scope="module")
+def option_layer(tmp_path_factory, qwen25_tiny) -> Path:
+    return build_layer(tmp_path_factory.mktemp("option-layer"), qwen25_tiny)
+
+
+def test_every_recipe_sets_s_from_unpackdir_where_there_is_one(layers, option_layer):
+    """Every recipe any board or build option emits (the built-in boards' layers, and kv260's
+    with every option on: both OTA engines, dropbear's window, the user-space install path)
+    sets S from OE-core's UNPACKDIR, falling back to WORKDIR, and never assigns UNPACKDIR
+    itself: a weak ``UNPACKDIR ??=`` overrides bitbake.conf's (the last one wins) and makes
+    S the WORKDIR that wrynose refuses ("Using S = ${WORKDIR} is no longer supported")."""
+    recipes = [
+        bb
+        for layer in (*(layers[t] / LAYER for t in ("kv260", "zcu104", "qemu")), option_layer)
+        for bb in sorted(layer.rglob("*.bb"))
+    ]
+    names = {bb.name for bb in recipes}
+    assert {"q25-ota-mender_1.0.bb", "q25-ota-swupdate_1.0.bb", "q25-regions_1.0.bb"} <= names, names
+    for f in [*recipes, *option_layer.rglob("*.bbappend")]:
+        text = f.read_text()
+        assert not re.search(r"^\s*UNPACKDIR\s*[?:+.]*=", text, re.M), f
+        s_lines = [ln for ln in text.splitlines() if re.match(r"\s*S\s*[?:+.]*=", ln)]
+        if f.suffix == ".bb" and re.search(r"^SRC_URI = ", text, re.M):
+            assert len(s_lines) == 1 and _S_LINE.match(s_lines[0]), (f, s_lines)
+        else:  # a packagegroup unpacks nothing; an append leaves the recipe's S alone
+            assert s_lines == [], (f, s_lines)
 
 
 def test_model_assets_recipe(layers):
