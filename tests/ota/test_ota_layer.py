@@ -8,41 +8,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from layer_options import build_layer
 from requirements import need_program
 
-from q25deploy.cli import main
 from q25deploy.ota.scripts import board_script
-
-TARGETS = Path(__file__).resolve().parents[2] / "targets"
 
 
 @pytest.fixture(scope="module")
 def ota_layer(tmp_path_factory, qwen25_tiny) -> Path:
-    d = tmp_path_factory.mktemp("ota-layer")
-    board = d / "kv260-ota.toml"
-    board.write_text(
-        (TARGETS / "kv260.toml")
-        .read_text()
-        .replace("mender = false", "mender = true")
-        .replace("swupdate = false", "swupdate = true")
-    )
-    assert (
-        main(
-            [
-                "build",
-                "--target",
-                "kv260",
-                "--target-file",
-                str(board),
-                "--model",
-                str(qwen25_tiny),
-                "--out",
-                str(d / "b"),
-            ]
-        )
-        == 0
-    )
-    return d / "b" / "meta-q25"
+    edits = {"mender = false": "mender = true", "swupdate = false": "swupdate = true"}
+    return build_layer(tmp_path_factory.mktemp("ota-layer"), qwen25_tiny, edits=edits)
 
 
 def test_default_layer_has_no_ota_parts(builds):
