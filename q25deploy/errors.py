@@ -77,3 +77,7 @@ class SchemaError(Q25Error):
 
 class PackageError(Q25Error):
     """A build cannot be packaged (unsafe or inconsistent contents, bad key, bad option)."""
+
+
+class Interrupted(Q25Error):
+    """The user stopped the command (Ctrl-C): exit 130, each board's line says where it stopped."""

@@ -139,38 +139,71 @@ class CuttingProxy:
                 client, _ = self.sock.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
-            sent = [0]
+            self._forward(client, socket.create_connection(("127.0.0.1", self.target_port)))
 
-            def pipe(a, b, count, sent):  # this connection's counter (a closure would see the next one's)
-                try:
-                    while True:
-                        data = a.recv(65536)
-                        if not data:
+    def _forward(self, client: socket.socket, server: socket.socket) -> None:
+        """Both directions of one connection, each in a thread of its own."""
+        sent = [0]
+
+        def pipe(a, b, count, sent):  # this connection's counter (a closure would see the next one's)
+            try:
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    if count:
+                        sent[0] += len(data)
+                        if sent[0] > self.limit:
+                            self.cut.set()
                             break
-                        if count:
-                            sent[0] += len(data)
-                            if sent[0] > self.limit:
-                                self.cut.set()
-                                break
-                        b.sendall(data)
-                except OSError:
-                    pass
-                for s in (a, b):
-                    try:
-                        s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                    s.close()
+                    b.sendall(data)
+            except OSError:
+                pass
+            _shut(a, b)
 
-            threading.Thread(target=pipe, args=(client, server, True, sent), daemon=True).start()
-            threading.Thread(target=pipe, args=(server, client, False, sent), daemon=True).start()
+        threading.Thread(target=pipe, args=(client, server, True, sent), daemon=True).start()
+        threading.Thread(target=pipe, args=(server, client, False, sent), daemon=True).start()
 
     def close(self) -> None:
         self.sock.close()
 
 
-__all__ = ["USER", "CuttingProxy", "SSHServer", "keygen", "os"]
+def _shut(*socks: socket.socket) -> None:
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
+class SlowProxy(CuttingProxy):
+    """Forwards 127.0.0.1:<port> to a server, the client's bytes at ``rate`` bytes/s per
+    connection (a slow link: an upload that lasts); ``forwarded``: the client's bytes so far."""
+
+    def __init__(self, target_port: int, rate: int) -> None:
+        self.rate, self.forwarded = rate, 0
+        super().__init__(target_port, limit=0)
+
+    def _forward(self, client: socket.socket, server: socket.socket) -> None:
+        threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+        threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+
+    def _pipe(self, a, b, slow: bool) -> None:
+        start, sent = time.monotonic(), 0
+        try:
+            while data := a.recv(16384):
+                b.sendall(data)
+                if slow:
+                    sent += len(data)
+                    self.forwarded += len(data)
+                    time.sleep(max(0.0, start + sent / self.rate - time.monotonic()))
+        except OSError:
+            pass
+        _shut(a, b)
+
+
+__all__ = ["USER", "CuttingProxy", "SSHServer", "SlowProxy", "keygen", "os"]
 
 
 def board_command(command: str, port: int, key, known_hosts, root, *extra: str) -> list[str]:

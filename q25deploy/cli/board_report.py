@@ -64,7 +64,8 @@ def render_results(results: list, command: str) -> str:
         detail = r.error or "; ".join(r.warnings)
         if command == "smoke" and r.smoke is not None:
             detail = "; ".join(r.warnings)  # why it failed: the FAIL lines under the row
-        ok, release = "yes" if r.ok else "NO", r.release or "-"
+        ok = "yes" if r.ok else ("stop" if getattr(r, "interrupted", False) else "NO")
+        release = r.release or "-"
         if command == "smoke":
             row = f"{r.host:<28} {ok:<4} {release:<17} {_smoke_word(r):<6} {_counts(r):<20} {_seconds(r):>7} {detail}"
         elif command == "deploy":
@@ -76,8 +77,13 @@ def render_results(results: list, command: str) -> str:
             row = f"{r.host:<28} {ok:<4} {release:<17} {r.previous or '-':<17} {_seconds(r):>7} {detail}"
         lines.append(printable(row.rstrip()))
         lines += check_lines(r.smoke)
-    failed = sum(1 for r in results if not r.ok)
-    lines.append(f"{len(results) - failed} of {len(results)} host(s) ok" + (f", {failed} failed" if failed else ""))
+    stopped = sum(1 for r in results if not r.ok and getattr(r, "interrupted", False))
+    failed = sum(1 for r in results if not r.ok) - stopped
+    lines.append(
+        f"{len(results) - failed - stopped} of {len(results)} host(s) ok"
+        + (f", {failed} failed" if failed else "")
+        + (f", {stopped} interrupted" if stopped else "")
+    )
     lines += release_notes(results)
     return "\n".join(lines)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from .. import phases
@@ -15,6 +16,7 @@ from .common import positive_int, report_failures
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
 #: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
 EXIT_DEPLOY = 13
+EXIT_INTERRUPTED = 130  # main.EXIT_INTERRUPTED: Ctrl-C
 DEFAULT_JOBS = 4  # --jobs' default
 TRANSFERS = ("auto", "openssh", "paramiko")  # --transfer's choices
 
@@ -318,6 +320,8 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
         print(json.dumps(results, indent=2) if a.json else render_status(results))
         _raise_bugs(fleet)
+        if fleet.interrupted:
+            return _interrupted()
         return EXIT_DEPLOY if any("error" in r or not r["consistent"] for r in results) else 0
     if a.json:
         print(json.dumps([r.as_json() for r in results], indent=2))
@@ -326,7 +330,15 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
         print(render_results(results, a.command))
     _raise_bugs(fleet)
+    if fleet.interrupted:
+        return _interrupted()
     return 0 if all(r.ok for r in results) else EXIT_DEPLOY
+
+
+def _interrupted() -> int:
+    """Ctrl-C stopped the command: each board's line said where; exit 130 (main.EXIT_INTERRUPTED)."""
+    print("q25deploy: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _raise_bugs(fleet) -> None:

@@ -24,6 +24,7 @@ from ..errors import (
     FitError,
     GGUFError,
     ImageError,
+    Interrupted,
     LicenseError,
     ModelSourceError,
     OutputError,
@@ -76,6 +77,7 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (LicenseError, 12),
     (DeployError, 13),
     (UnknownTargetError, 2),
+    (Interrupted, 130),
     (Q25Error, 1),
 ]
 EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE)

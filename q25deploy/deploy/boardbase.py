@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import DeployError, HostKeyError, UsageError
+from . import interrupt
 from .become import hint as become_hint
 from .become import prefix as become_prefix
 from .hosts import HostSpec
@@ -96,6 +97,9 @@ class BoardBase:
         self.notes: list[str] = []  # what the user should know about this session (a fallback)
         self.agent = None  # the session's agent (see attached)
         self.receiver: str | None = None  # a q25tok that receives uploads (see receiver.py), else the shell's
+        # Ctrl-C (see interrupt.py): True once this board's switch has begun (it completes), or while
+        # it removes what the run staged; its commands then run whatever was requested
+        self.shielded = False
 
     def command(self, argv: Sequence[str], timeout: int) -> str:
         """argv as the board's shell line: quoted, under ``timeout``, behind sudo/doas."""
@@ -151,6 +155,7 @@ class BoardBase:
         self, argv: Sequence[str], *, stdin: bytes = b"", timeout: int = COMMAND_TIMEOUT, check: bool = True
     ) -> tuple[int, bytes, bytes]:
         """Run argv on the board (quoted, under ``timeout``); returns (status, stdout, stderr)."""
+        interrupt.check(self)  # Ctrl-C: no further command, unless the board is shielded
         if self.agent is not None:
             status, out, err = self.agent.call(argv, stdin, timeout)
         else:

@@ -27,6 +27,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 READ = 'if [ -L "$1" ]; then echo "$1: a symlink" >&2; exit 1; fi; [ -e "$1" ] || exit 44; exec cat "$1"'
 # $1 state, $2 intent (and $5, when given): "file <size>" and its bytes, or "none", each; then
 # $4's reserved memory (reserved.LISTING: its lines and "end"); then $3's link target
+# $1 releases/: the staging directories an earlier deploy left (a cut, a second Ctrl-C), removed
+# under the lock (no run is staging), each name printed; never the OTA's (.incoming-ota)
+LEFTOVERS = (
+    'for d in "$1"/.incoming-*; do n=${d##*/}; case $n in .incoming-ota|".incoming-*") ;; '
+    '*) rm -rf "$d" && echo "$n" ;; esac; done; true'
+)
 SNAPSHOT = (
     'for f in "$1" "$2" ${5:+"$5"}; do if [ -L "$f" ]; then echo "$f: a symlink" >&2; exit 1; fi; '
     'if [ -e "$f" ]; then n=$(wc -c <"$f") && echo "file $n" && cat "$f" || exit 1; else echo none; fi; '
@@ -269,6 +275,10 @@ class BoardFiles:
             else:
                 warnings.append(f"dropped the switch to {intent['current']} that an earlier run was cut before")
             self.board.run(["rm", "-f", self.path(INTENT_NAME)])
+        _, out, _ = self.board.run(["sh", "-c", LEFTOVERS, "sh", self.path("releases")], check=False)
+        warnings += [
+            f"removed releases/{name}, which an earlier run left" for name in out.decode("utf-8", "replace").split()
+        ]
         cur = state.get("current")
         if cur and link is None and self.board.run(["test", "-d", self.release_dir(cur)], check=False)[0] == 0:
             warnings.extend(w for w in [self.switch(cur)] if w)

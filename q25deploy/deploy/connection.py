@@ -23,7 +23,7 @@ import paramiko
 from fabric import Connection
 
 from ..errors import DeployError, HostKeyError
-from . import openssh, reach
+from . import interrupt, openssh, reach
 from .boardbase import (
     COMMAND_TIMEOUT,
     HASH_FILES,
@@ -213,6 +213,7 @@ class Board(BoardBase):
         view = memoryview(buf)
         try:
             while sent < size:
+                interrupt.check(self)  # Ctrl-C: between chunks
                 n = src.readinto(view[: min(CHUNK, size - sent)])
                 if not n:
                     raise DeployError(f"{dest}: the local file ended early")

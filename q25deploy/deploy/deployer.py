@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import phases
-from ..errors import DeployError
+from ..errors import DeployError, Interrupted
 from ..packer.layout import RUNTIME_BIN
-from . import receiver
+from . import interrupt, receiver
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
 from .boardfiles import STATE_NAME, BoardFiles
@@ -63,6 +63,8 @@ class HostResult:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     seconds: float | None = None  # how long the board took (set by the fleet)
+    interrupted: bool = False  # Ctrl-C (interrupt.py): ``state`` says where this board stopped
+    state: str | None = None  # "not changed", "switched", "rolled back" (with ``interrupted``)
 
     def as_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -168,6 +170,7 @@ def deploy(
     if state is None:
         state, res.warnings = files.reconcile()
     res.previous = state.get("current")
+    staged = ""  # what this run staged, removed when it stops before the switch
     try:
         if (
             state.get("current") == release.id
@@ -180,16 +183,45 @@ def deploy(
         planned(sum(f.size for f in transfer.uploads))
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
+        staged = files.path(f"releases/.incoming-{release.id}")
         staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
         phases.mark("transfer")
         progress(f"switching to release {release.id}")
         kept = "kept" if release.id in {state.get("current"), state.get("previous")} else "new"
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id), kept], stdin=release.description)
+        if kept == "new" and release.id not in state.get("releases", {}):
+            staged = files.release_dir(release.id)  # promoted, not yet switched to: still this run's
         phases.mark("flush")
         return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
-    except DeployError as e:  # the result keeps what was sent before it failed
+    except (DeployError, Interrupted) as e:  # the result keeps what was sent before it failed
+        if interrupt.requested() and not board.shielded:  # Ctrl-C, or an ssh of ours that died of it
+            return stopped(board, files, res, staged)
+        if isinstance(e, Interrupted):
+            raise
         res.error = " ".join(str(e).split())
         return res
+
+
+def stopped(board: Board, files: BoardFiles | None, res: HostResult, staged: str = "") -> HostResult:
+    """A board that Ctrl-C stopped before its switch: what this run staged is removed (where the
+    session still answers; else the next run's preflight does) and the result says the board
+    is as it was."""
+    if staged and files is not None:
+        board.shielded = True
+        try:
+            if staged.startswith(files.path("releases/.incoming-")):
+                board.run(["rm", "-rf", staged], check=False)
+            else:
+                files.remove_release(posixpath.basename(staged))
+        except DeployError:
+            pass  # the session is gone: preflight removes it next time
+    res.ok, res.interrupted, res.state = False, True, "not changed"
+    res.error = (
+        f"interrupted: not changed: still on {res.previous}"
+        if res.previous
+        else ("interrupted: not changed: no release deployed")
+    )
+    return res
 
 
 def _check_deployed(res: HostResult, state: dict, smoke, load, progress) -> HostResult:
@@ -305,6 +337,8 @@ def _switch_and_test(
 ) -> HostResult:
     """Switch to the release, load and smoke-test it; prune older releases when it passed, go
     back to exactly the state before this deploy (older rollback point included) when not."""
+    interrupt.check(files.board)  # the last point a Ctrl-C stops at: from here the switch completes
+    files.board.shielded = True
     old_current = state.get("current")
     keep = {release.id, old_current} - {None}
     new_state: dict[str, Any] = {
@@ -381,6 +415,8 @@ def rollback(
         "previous": None,
         "releases": {prev: state["releases"][prev]},
     }
+    interrupt.check(board)  # Ctrl-C stops a rollback up to here; its switch, once begun, completes
+    board.shielded = True
     warning = files.commit(new_state)
     if warning:
         res.warnings.append(warning)

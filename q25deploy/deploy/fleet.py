@@ -15,12 +15,12 @@ from typing import Protocol
 from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256
-from ..errors import DeployError, Q25Error
+from ..errors import DeployError, Interrupted, Q25Error
 from ..model.record_compare import first_prompts
 from ..packer.layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
-from . import board_release, openssh, owners, reach, sshboard
+from . import board_release, interrupt, openssh, owners, reach, sshboard
 from .become import check as check_become
 from .become import prefix as become_prefix
 from .boardbase import BoardBase as Board
@@ -75,6 +75,8 @@ class Fleet:
         become_prefix(self.become)  # a bad --become is a usage error before any board is contacted
         self.watch: Watch = NoWatch()  # each board's phases, planned and sent bytes, end (the CLI's progress)
         self.bugs: list[str] = []  # "host: error" of each board whose run raised an unexpected exception
+        self.interrupted = False  # Ctrl-C stopped the run (interrupt.py): the CLI exits 130
+        self.past_switch: set[str] = set()  # boards whose switch had begun: they completed it
 
     # -- shared by all hosts, read once (through the schema: a tampered build is refused) ------
     @property
@@ -243,8 +245,17 @@ class Fleet:
             return None
         return first_prompts(record, n)
 
+    @contextmanager
+    def _switching(self, spec: HostSpec, board: Board) -> Iterator[None]:
+        """Records ``spec`` in :attr:`past_switch` when its board's switch began (it is shielded)."""
+        try:
+            yield
+        finally:
+            if board.shielded:
+                self.past_switch.add(spec.name)
+
     def deploy_one(self, spec: HostSpec, release: Release) -> HostResult:
-        with self._connect(spec) as board:
+        with self._connect(spec) as board, self._switching(spec, board):
             files = self._files(board)
             # one deploy per board; what a cut left is settled first. One owner (root's alone where root
             # installs): checked by the lock's holder before it takes the lock (which makes the install dir)
@@ -289,7 +300,7 @@ class Fleet:
                     )
 
                 res = run(self.opts.verify_board)
-                if not res.ok and not self.opts.verify_board and _mismatch(res):
+                if not res.ok and not self.opts.verify_board and _mismatch(res) and not interrupt.requested():
                     # a region read back differs from its partition: a kept file the plan linked may
                     # have rotted on the board; hash what is linked and send again what differs
                     first = res
@@ -380,7 +391,7 @@ class Fleet:
         return None if isinstance(self.watch, NoWatch) else BoardFlows(self.watch, spec.name)
 
     def rollback_one(self, spec: HostSpec) -> HostResult:
-        with self._connect(spec) as board:
+        with self._connect(spec) as board, self._switching(spec, board):
             files = self._files(board)
             with files.lock(first=self._owners(board, files)):
                 self.watch.phase(spec.name, "switching back and loading the regions")
@@ -422,18 +433,51 @@ class Fleet:
             self.expected.warm()
 
         self.watch.add(*(h.name for h in self.hosts))
+        interrupt.reset()
 
         def one(spec: HostSpec):
             start = time.monotonic()
             result = run_one(spec)
+            if interrupt.requested() and spec.name in self.past_switch:
+                completed(result)
             ok = result.ok if isinstance(result, HostResult) else "error" not in result
             if isinstance(result, HostResult):
                 result.seconds = round(time.monotonic() - start, 1)  # the board's time, login to its report
             self.watch.finish(spec.name, ok)
             return result
 
+        def completed(res) -> None:
+            """A board Ctrl-C met past its switch: it completed it (and the steps that make it safe)."""
+            if not isinstance(res, HostResult) or res.interrupted:
+                return
+            res.interrupted = True
+            if action == "rollback":
+                res.state = "switched"
+                res.warnings.insert(0, f"switched back to {res.release}: completed the switch before stopping")
+            elif res.rolled_back:
+                res.state = "rolled back"
+                res.warnings.insert(
+                    0, f"still on {res.previous}: the switch completed, then rolled back, before stopping"
+                )
+            else:
+                res.state = "switched"
+                res.warnings.insert(0, f"switched to {res.release}: completed the switch before stopping")
+
+        def stopped(spec: HostSpec):
+            """A board Ctrl-C stopped before anything changed on it."""
+            what = {"status": "not read", "smoke": "not tested"}.get(action, "not changed")
+            if action == "status":
+                return {"host": spec.name, "error": f"interrupted: {what}", "interrupted": True, "state": what}
+            return HostResult(
+                spec.name,
+                error=f"interrupted: not changed ({what})" if action == "smoke" else "interrupted: not changed",
+                interrupted=True,
+                state="not changed",
+            )
+
         def run_one(spec: HostSpec):
             try:
+                interrupt.check()  # a board not started when Ctrl-C came is not contacted
                 self.watch.phase(spec.name, "connecting")
                 if action == "deploy":
                     assert release is not None
@@ -443,7 +487,11 @@ class Fleet:
                 if action == "rollback":
                     return self.rollback_one(spec)
                 return self.status_one(spec)
+            except Interrupted:
+                return stopped(spec)
             except Q25Error as e:
+                if interrupt.requested() and spec.name not in self.past_switch:  # an ssh that died of Ctrl-C
+                    return stopped(spec)
                 return failed(spec, " ".join(str(e).split()))
             except Exception as e:  # a bug, not the board's answer: that board's failure, the others
                 if os.environ.get("Q25DEPLOY_DEBUG"):  # still run and print; the CLI then exits 70
@@ -456,10 +504,17 @@ class Fleet:
         def failed(spec: HostSpec, error: str):
             return {"host": spec.name, "error": error} if action == "status" else HostResult(spec.name, error=error)
 
+        pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
         try:
-            with ThreadPoolExecutor(max_workers=max(1, self.opts.jobs)) as pool:
-                return list(pool.map(one, self.hosts))
+            futures = [pool.submit(one, spec) for spec in self.hosts]
+            try:
+                return [f.result() for f in futures]
+            except KeyboardInterrupt:  # the first Ctrl-C: every board stops where it may (a second: exit)
+                self.interrupted = True
+                interrupt.request()
+                return [f.result() for f in futures]
         finally:
+            pool.shutdown(wait=False)
             self.close_pending()
 
     def close_pending(self) -> None:

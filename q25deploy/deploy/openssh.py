@@ -43,6 +43,7 @@ from functools import cache
 from typing import BinaryIO
 
 from ..common import cache_dir, write_atomic
+from . import interrupt
 from .identity import encrypted
 from .limits import MAX_ANSWER, MAX_LINE, keep_tail
 
@@ -125,7 +126,7 @@ def _ask_algorithms(client: str) -> dict[str, frozenset[str]]:
     for kind in _QUERIES:
         try:
             procs[kind] = subprocess.Popen(
-                [client, "-Q", kind], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                [client, "-Q", kind], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **interrupt.CHILD
             )
         except OSError:
             pass
@@ -239,6 +240,7 @@ def _feed(src: BinaryIO, size: int, out: int, progress: Callable[[int], None] | 
     except (AttributeError, OSError, ValueError):
         fd = None
     while sent < size:
+        interrupt.check()  # Ctrl-C: between chunks (an upload is always before the switch)
         want = min(CHUNK, size - sent)
         n = 0
         if fd is not None:
@@ -315,16 +317,23 @@ class Arrivals(threading.Condition):
 class _Login:
     """One ``ssh`` process; the board's shell prints :data:`READY` once it is logged in."""
 
-    def __init__(self, argv: list[str], gate: SessionGate | None = None) -> None:
+    def __init__(self, argv: list[str], gate: SessionGate | None = None, killable: bool = False) -> None:
+        """``killable``: an upload's, killed at once on Ctrl-C (:func:`.interrupt.request`)."""
         self.gate = gate  # the connection's, where sessions share one (see SessionGate)
         self._started = gate.enter("start") if gate else lambda: None
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                **interrupt.CHILD,
             )
         except BaseException:
             self._started()
             raise
+        interrupt.track(self.proc, killable)
         stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
         if stdin is None or stdout is None or stderr is None:  # all three are PIPE: never
             raise OSError(f"{argv[0]}: no pipes to the process")
@@ -364,6 +373,10 @@ class _Login:
             _feed(src, size, stdin, progress)
         except BrokenPipeError:
             pass  # ssh or the receiver ended early: its status and message say why
+        except interrupt.Interrupted:
+            self.proc.kill()  # Ctrl-C: the receiver's file is cut short, the staging dropped
+            self.close()
+            raise
         ended = self.gate.enter("end") if self.gate else lambda: None  # EOF ends the receiver
         try:
             try:
@@ -390,6 +403,7 @@ class _Login:
             t.join(timeout=5)
         for f in (self.stdout, self.stderr):
             f.close()
+        interrupt.untrack(self.proc)
         self._started()
 
 
@@ -440,7 +454,7 @@ class Bulk:
         argv = ssh_argv(self.client, self.login, ANNOUNCE + 'IFS= read -r c && eval "$c"')
         with self._lock:
             if argv is not None and self._waiting is None:
-                self._waiting = _Login(argv, self.gate)
+                self._waiting = _Login(argv, self.gate, killable=True)
 
     def upload(self, command: str, src: BinaryIO, size: int, progress, timeout: float) -> tuple[int, bytes, bytes]:
         """``command`` (a quoted shell command line) on the board with ``size`` bytes of ``src``
@@ -455,7 +469,7 @@ class Bulk:
             argv = ssh_argv(self.client, self.login, ANNOUNCE + command)
             if argv is None:
                 raise Unavailable("ssh cannot be given this session's key, known_hosts or algorithms")
-            login, line = _Login(argv, self.gate), b""
+            login, line = _Login(argv, self.gate, killable=True), b""
         login.wait_ready(self.login.connect_timeout + 30)
         return login.send(line, src, size, progress, timeout)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import DeployError, HostKeyError, Q25Error
-from . import openssh, reach
+from . import interrupt, openssh, reach
 from .agent import PLAIN
 from .algorithms import CIPHERS, MACS
 from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, known_hosts_path, unknown_key
@@ -58,7 +58,10 @@ class ProcessChannel:
     ``Channel`` that the agent and the board lock use."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **interrupt.CHILD
+        )
+        interrupt.track(self.proc)
         assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
         self._in, self._out, self._errf = self.proc.stdin, self.proc.stdout, self.proc.stderr
         self._err = bytearray()
@@ -124,6 +127,7 @@ class ProcessChannel:
         self._reader.join(timeout=5)
         self._out.close()
         self._errf.close()
+        interrupt.untrack(self.proc)
 
 
 def _login_error(spec: HostSpec, known_hosts: str, said: str) -> Q25Error | openssh.Unavailable:

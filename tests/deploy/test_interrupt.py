@@ -1,0 +1,196 @@
+"""Ctrl-C as a terminal sends it (SIGINT to the whole process group) during a real deploy:
+``q25deploy deploy`` runs as a child in its own process group on a pty, to a real sshd behind
+a slow link (:class:`sshd.SlowProxy`: the upload lasts), and the SIGINT goes to the group,
+its ``ssh`` children included, while the release is being sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from deploy_helpers import INSTALL, board_argv, deploy, wrapped_board
+from sshd import SlowProxy
+
+REPO = Path(__file__).resolve().parents[2]
+# bytes/s per connection: B's release (> 3 MiB) takes > 3 s to send. Where the session is one ssh
+# master (auto) the files share its connection, and what is in flight on it (up to the channel's
+# window, 2 MiB) goes before the clean-up's command: at 256 KiB/s that alone was 8 s
+RATE = 1 << 20
+
+
+class Child:
+    """``q25deploy ARGV`` in a process group of its own (as a terminal's foreground job), its
+    output on a pty; ``text`` what it printed."""
+
+    def __init__(self, argv: list[str], home: Path) -> None:
+        master, slave = pty.openpty()
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(home), "COLUMNS": "160"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "q25deploy", *argv],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=home,
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.master, self.out = master, bytearray()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while data := os.read(self.master, 65536):
+                self.out += data
+        except OSError:
+            pass
+
+    @property
+    def text(self) -> str:
+        return self.out.decode("utf-8", "replace")
+
+    def interrupt(self) -> None:
+        """What a terminal's Ctrl-C does: SIGINT to the foreground process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            time.sleep(0.2)  # the last output off the pty
+
+
+def _figure(line: str) -> None:
+    """A measured time, also into $Q25_INTERRUPT_TIMES (the notes' figures)."""
+    print(line)
+    if os.environ.get("Q25_INTERRUPT_TIMES"):
+        with open(os.environ["Q25_INTERRUPT_TIMES"], "a") as f:
+            f.write(line + "\n")
+
+
+def _slow_deploy(tmp_path: Path, ssh, server, root: Path, build: Path, *extra: str) -> tuple[Child, SlowProxy]:
+    proxy = SlowProxy(server.port, RATE)
+    kh = tmp_path / "kh_slow"
+    kh.write_text(server.host_line.replace(f"]:{server.port}", f"]:{proxy.port}") + "\n")
+    argv = board_argv("deploy", ssh, server, root, "--build", str(build), "--allow-unreserved", *extra, known_hosts=kh)
+    argv[argv.index("--host") + 1] = argv[argv.index("--host") + 1].replace(f":{server.port}", f":{proxy.port}")
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return Child(argv, home), proxy
+
+
+def _while_sending(child: Child, proxy: SlowProxy, base: Path) -> None:
+    """Until the release is on its way: a staging directory, and 512 KiB through the link."""
+    deadline = time.monotonic() + 60
+    while not (proxy.forwarded > (512 << 10) and list((base / "releases").glob(".incoming-*"))):
+        assert child.proc.poll() is None, child.text
+        assert time.monotonic() < deadline, child.text
+        time.sleep(0.05)
+
+
+def _ctrl_c_while_sending(child: Child, proxy: SlowProxy, base: Path) -> tuple[int, float]:
+    """Ctrl-C once the release is on its way: the exit status, and the seconds to it."""
+    try:
+        _while_sending(child, proxy, base)
+        t0 = time.monotonic()
+        child.interrupt()
+        rc = child.wait()
+        return rc, time.monotonic() - t0
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+        proxy.close()
+
+
+@pytest.mark.parametrize("transfer", ["auto", "openssh"])
+def test_ctrl_c_during_the_upload_leaves_the_board_on_its_release_and_says_so(
+    tmp_path, capsys, ssh, models, q25tok, transfer
+):
+    """The acceptance: the board stays on A with nothing staged, each board's line says so, and
+    the command ends in 130 within 5 s of the SIGINT; the ``ssh`` children that the group's SIGINT
+    reaches are the interrupt, not a lost connection (exit 13). ``auto``: the session is one
+    ``ssh`` master; ``openssh``: paramiko's session, the files through ``ssh``."""
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    code, res, err = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0, err
+    release_a, base = res[0]["release"], root / INSTALL
+    child, proxy = _slow_deploy(
+        tmp_path, ssh, srv, root, models["B"], "--runtime-bin", str(q25tok), "--transfer", transfer
+    )
+    rc, took = _ctrl_c_while_sending(child, proxy, base)
+    _figure(f"SIGINT to exit, --transfer {transfer}: {took:.2f} s")
+    assert rc == 130, child.text
+    assert took <= 5, (took, child.text)
+    assert f"not changed: still on {release_a}" in child.text, child.text
+    assert "connection lost" not in child.text and "exited with 255" not in child.text, child.text
+    assert os.readlink(base / "current") == f"releases/{release_a}"
+    assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_a
+    assert sorted(p.name for p in (base / "releases").iterdir()) == [release_a]  # nothing staged is left
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], action="status")
+    assert code == 0 and res[0]["current"] == release_a and res[0]["consistent"]
+
+
+def test_ctrl_c_as_json_says_per_board_it_was_not_changed(tmp_path, capsys, ssh, models, q25tok):
+    srv, root = ssh["servers"][2], tmp_path / "board"
+    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    base = root / INSTALL
+    child, proxy = _slow_deploy(tmp_path, ssh, srv, root, models["B"], "--runtime-bin", str(q25tok), "--json")
+    rc, _ = _ctrl_c_while_sending(child, proxy, base)
+    assert rc == 130, child.text
+    start = child.text.index("[")
+    (r,) = json.loads(child.text[start : child.text.rindex("]") + 1])
+    assert r["interrupted"] is True and r["state"] == "not changed" and not r["ok"], r
+
+
+# a board whose rm of a staging directory hangs once the test says so: the first Ctrl-C's
+# clean-up then lasts, and the second Ctrl-C must end the command at once
+SLOW_RM = 'case "$*" in *.incoming-*) [ -e "$SLOW_RM_FLAG" ] && sleep 30 ;; esac\nexec /bin/rm "$@"\n'
+
+
+def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsys, ssh, models, q25tok):
+    flag = tmp_path / "slow-rm"
+    board = wrapped_board(tmp_path, ssh, "slowrm", {"rm": SLOW_RM.replace("$SLOW_RM_FLAG", str(flag))})
+    root = tmp_path / "board"
+    try:
+        code, res, err = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
+        assert code == 0, err
+        release_a, base = res[0]["release"], root / INSTALL
+        child, proxy = _slow_deploy(tmp_path, ssh, board, root, models["B"], "--runtime-bin", str(q25tok))
+        try:
+            _while_sending(child, proxy, base)
+            flag.touch()
+            child.interrupt()
+            deadline = time.monotonic() + 10
+            while "Ctrl-C again" not in child.text:  # the first is being acted on: the clean-up hangs
+                assert child.proc.poll() is None and time.monotonic() < deadline, child.text
+                time.sleep(0.02)
+            t0 = time.monotonic()
+            child.interrupt()
+            rc = child.wait()
+            took = time.monotonic() - t0
+        finally:
+            if child.proc.poll() is None:
+                child.proc.kill()
+            proxy.close()
+        _figure(f"second SIGINT to exit: {took:.2f} s")
+        assert rc == 130 and took < 1.5, (rc, took, child.text)
+        assert os.readlink(base / "current") == f"releases/{release_a}"
+        assert list((base / "releases").glob(".incoming-*")), "the hung clean-up left the staging directory"
+        flag.unlink()
+        # the next run, even one with nothing to send (A is current), removes what was left
+        code, res, err = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
+        assert code == 0 and res[0]["ok"], (err, res)
+        assert not list((base / "releases").glob(".incoming-*"))
+        assert any("which an earlier run left" in w for w in res[0]["warnings"]), res[0]["warnings"]
+        code, res, err = deploy(capsys, ssh, board, root, models["B"], runtime=q25tok)
+        assert code == 0 and res[0]["ok"] and res[0]["previous"] == release_a, (err, res)
+    finally:
+        board.stop()
