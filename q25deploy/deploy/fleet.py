@@ -494,6 +494,8 @@ class Fleet:
                     return stopped(spec)
                 return failed(spec, " ".join(str(e).split()))
             except Exception as e:  # a bug, not the board's answer: that board's failure, the others
+                if interrupt.requested() and spec.name not in self.past_switch:  # a read cut by Ctrl-C
+                    return stopped(spec)
                 if os.environ.get("Q25DEPLOY_DEBUG"):  # still run and print; the CLI then exits 70
                     raise
                 self.bugs.append(f"{spec.name}: {type(e).__name__}: {e}")
@@ -511,7 +513,7 @@ class Fleet:
                 return [f.result() for f in futures]
             except KeyboardInterrupt:  # the first Ctrl-C: every board stops where it may (a second: exit)
                 self.interrupted = True
-                interrupt.request()
+                interrupt.request(everything=action in ("smoke", "status"))  # these change nothing
                 return [f.result() for f in futures]
         finally:
             pool.shutdown(wait=False)

@@ -61,12 +61,13 @@ def untrack(proc: subprocess.Popen) -> None:
         _children.discard(proc)
 
 
-def request(message: str = "stopping: Ctrl-C again ends at once") -> None:
-    """The first Ctrl-C (from the main thread): stop, kill the uploads, and make a second
-    SIGINT end the process at once with exit 130."""
+def request(everything: bool = False, message: str = "stopping: Ctrl-C again ends at once") -> None:
+    """The first Ctrl-C (from the main thread): stop, kill the uploads (``everything``: every
+    ssh of ours, for a command that changes nothing: smoke, status), and make a second SIGINT
+    end the process at once with exit 130."""
     _stop.set()
     with _lock:
-        for proc in _killable:
+        for proc in _children if everything else _killable:
             if proc.poll() is None:
                 proc.kill()
     if threading.current_thread() is threading.main_thread():

@@ -194,3 +194,42 @@ def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsy
         assert code == 0 and res[0]["ok"] and res[0]["previous"] == release_a, (err, res)
     finally:
         board.stop()
+
+
+# a board whose every command hangs once the test says so (its `timeout`, which runs each one)
+SLOW_COMMANDS = '[ -e "$FLAG" ] && { touch "$FLAG.blocked"; sleep 30; }\nexec /usr/bin/timeout "$@"\n'
+
+
+def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tested(
+    tmp_path, capsys, ssh, models, q25tok
+):
+    """smoke changes nothing: Ctrl-C ends its board commands at once (on main the dying ssh
+    children were a lost connection, exit 13)."""
+    flag = tmp_path / "slow"
+    board = wrapped_board(tmp_path, ssh, "slowcmd", {"timeout": SLOW_COMMANDS.replace("$FLAG", str(flag))})
+    root = tmp_path / "board"
+    try:
+        code, res, err = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
+        assert code == 0, err
+        home = tmp_path / "home"
+        home.mkdir()
+        flag.touch()
+        child = Child(board_argv("smoke", ssh, board, root, "--build", str(models["A"])), home)
+        try:
+            deadline = time.monotonic() + 60
+            while not Path(f"{flag}.blocked").exists():
+                assert child.proc.poll() is None and time.monotonic() < deadline, child.text
+                time.sleep(0.05)
+            t0 = time.monotonic()
+            child.interrupt()
+            rc = child.wait()
+            took = time.monotonic() - t0
+        finally:
+            if child.proc.poll() is None:
+                child.proc.kill()
+        _figure(f"SIGINT to exit, smoke with a board command in progress: {took:.2f} s")
+        assert rc == 130 and took <= 5, (rc, took, child.text)
+        assert "interrupted: not changed (not tested)" in child.text, child.text
+        assert "connection lost" not in child.text, child.text
+    finally:
+        board.stop()
