@@ -87,13 +87,27 @@ def _slow_deploy(tmp_path: Path, ssh, server, root: Path, build: Path, *extra: s
     return Child(argv, home), proxy
 
 
+def _until(ready, child: Child, step: float = 0.02) -> None:
+    """Wait (60 s at most) for ``ready()``, the child still running."""
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert child.proc.poll() is None and time.monotonic() < deadline, child.text
+        time.sleep(step)
+
+
+def _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, name: str, scripts: dict):
+    """A wrapped board (``scripts``) that runs A: (its sshd, the remote root, A's id, the install dir)."""
+    board = wrapped_board(tmp_path, ssh, name, scripts)
+    root = tmp_path / "board"
+    code, res, err = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
+    assert code == 0, err
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return board, root, res[0]["release"], root / INSTALL
+
+
 def _while_sending(child: Child, proxy: SlowProxy, base: Path) -> None:
     """Until the release is on its way: a staging directory, and 512 KiB through the link."""
-    deadline = time.monotonic() + 60
-    while not (proxy.forwarded > (512 << 10) and list((base / "releases").glob(".incoming-*"))):
-        assert child.proc.poll() is None, child.text
-        assert time.monotonic() < deadline, child.text
-        time.sleep(0.05)
+    _until(lambda: proxy.forwarded > (512 << 10) and list((base / "releases").glob(".incoming-*")), child)
 
 
 def _ctrl_c_while_sending(child: Child, proxy: SlowProxy, base: Path) -> tuple[int, float]:
@@ -157,12 +171,9 @@ SLOW_RM = 'case "$*" in *.incoming-*) [ -e "$SLOW_RM_FLAG" ] && sleep 30 ;; esac
 
 def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsys, ssh, models, q25tok):
     flag = tmp_path / "slow-rm"
-    board = wrapped_board(tmp_path, ssh, "slowrm", {"rm": SLOW_RM.replace("$SLOW_RM_FLAG", str(flag))})
-    root = tmp_path / "board"
+    scripts = {"rm": SLOW_RM.replace("$SLOW_RM_FLAG", str(flag))}
+    board, root, release_a, base = _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, "slowrm", scripts)
     try:
-        code, res, err = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
-        assert code == 0, err
-        release_a, base = res[0]["release"], root / INSTALL
         child, proxy = _slow_deploy(tmp_path, ssh, board, root, models["B"], "--runtime-bin", str(q25tok))
         try:
             _while_sending(child, proxy, base)
@@ -206,20 +217,13 @@ def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tes
     """smoke changes nothing: Ctrl-C ends its board commands at once (on main the dying ssh
     children were a lost connection, exit 13)."""
     flag = tmp_path / "slow"
-    board = wrapped_board(tmp_path, ssh, "slowcmd", {"timeout": SLOW_COMMANDS.replace("$FLAG", str(flag))})
-    root = tmp_path / "board"
+    scripts = {"timeout": SLOW_COMMANDS.replace("$FLAG", str(flag))}
+    board, root, _, _ = _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, "slowcmd", scripts)
     try:
-        code, res, err = deploy(capsys, ssh, board, root, models["A"], runtime=q25tok)
-        assert code == 0, err
-        home = tmp_path / "home"
-        home.mkdir()
         flag.touch()
-        child = Child(board_argv("smoke", ssh, board, root, "--build", str(models["A"])), home)
+        child = Child(board_argv("smoke", ssh, board, root, "--build", str(models["A"])), tmp_path / "home")
         try:
-            deadline = time.monotonic() + 60
-            while not Path(f"{flag}.blocked").exists():
-                assert child.proc.poll() is None and time.monotonic() < deadline, child.text
-                time.sleep(0.05)
+            _until(Path(f"{flag}.blocked").exists, child)
             t0 = time.monotonic()
             child.interrupt()
             rc = child.wait()
@@ -231,5 +235,38 @@ def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tes
         assert rc == 130 and took <= 5, (rc, took, child.text)
         assert "interrupted: not changed (not tested)" in child.text, child.text
         assert "connection lost" not in child.text, child.text
+    finally:
+        board.stop()
+
+
+# a board whose next command, once the test says so, takes 2 s (one command: the flag is taken)
+ONE_SLOW_COMMAND = (
+    '[ -e "$FLAG" ] && /bin/rm "$FLAG" 2>/dev/null && { touch "$FLAG.blocked"; sleep 2; }\nexec /usr/bin/timeout "$@"\n'
+)
+
+
+def test_ctrl_c_after_the_switch_completes_that_board_and_says_so(tmp_path, capsys, ssh, models, q25tok):
+    """Once the switch to B has begun the board completes it (and its load and smoke test, which
+    roll back a bad release) rather than stop between them, and its line says so."""
+    flag = tmp_path / "slow"
+    scripts = {"timeout": ONE_SLOW_COMMAND.replace("$FLAG", str(flag))}
+    board, root, release_a, base = _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, "oneslow", scripts)
+    try:
+        argv = board_argv("deploy", ssh, board, root, "--build", str(models["B"]), "--allow-unreserved")
+        child = Child([*argv, "--runtime-bin", str(q25tok)], tmp_path / "home")
+        try:
+            _until(lambda: os.readlink(base / "current") != f"releases/{release_a}", child, 0.005)
+            flag.touch()  # switched: the next command lasts, and Ctrl-C comes during it
+            _until(Path(f"{flag}.blocked").exists, child, 0.01)
+            child.interrupt()
+            rc = child.wait()
+        finally:
+            if child.proc.poll() is None:
+                child.proc.kill()
+        release_b = os.readlink(base / "current").split("/")[-1]
+        assert rc == 130, child.text
+        assert f"switched to {release_b}: completed the switch before stopping" in child.text, child.text
+        assert json.loads((base / ".q25deploy-state.json").read_text())["current"] == release_b
+        assert not (base / ".q25deploy-intent.json").exists()
     finally:
         board.stop()
