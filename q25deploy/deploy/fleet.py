@@ -439,41 +439,12 @@ class Fleet:
             start = time.monotonic()
             result = run_one(spec)
             if interrupt.requested() and spec.name in self.past_switch:
-                completed(result)
+                interrupt.completed(result, action)
             ok = result.ok if isinstance(result, HostResult) else "error" not in result
             if isinstance(result, HostResult):
                 result.seconds = round(time.monotonic() - start, 1)  # the board's time, login to its report
             self.watch.finish(spec.name, ok)
             return result
-
-        def completed(res) -> None:
-            """A board Ctrl-C met past its switch: it completed it (and the steps that make it safe)."""
-            if not isinstance(res, HostResult) or res.interrupted:
-                return
-            res.interrupted = True
-            if action == "rollback":
-                res.state = "switched"
-                res.warnings.insert(0, f"switched back to {res.release}: completed the switch before stopping")
-            elif res.rolled_back:
-                res.state = "rolled back"
-                res.warnings.insert(
-                    0, f"still on {res.previous}: the switch completed, then rolled back, before stopping"
-                )
-            else:
-                res.state = "switched"
-                res.warnings.insert(0, f"switched to {res.release}: completed the switch before stopping")
-
-        def stopped(spec: HostSpec):
-            """A board Ctrl-C stopped before anything changed on it."""
-            what = {"status": "not read", "smoke": "not tested"}.get(action, "not changed")
-            if action == "status":
-                return {"host": spec.name, "error": f"interrupted: {what}", "interrupted": True, "state": what}
-            return HostResult(
-                spec.name,
-                error=f"interrupted: not changed ({what})" if action == "smoke" else "interrupted: not changed",
-                interrupted=True,
-                state="not changed",
-            )
 
         def run_one(spec: HostSpec):
             try:
@@ -488,14 +459,14 @@ class Fleet:
                     return self.rollback_one(spec)
                 return self.status_one(spec)
             except Interrupted:
-                return stopped(spec)
+                return interrupt.stopped(spec.name, action)
             except Q25Error as e:
                 if interrupt.requested() and spec.name not in self.past_switch:  # an ssh that died of Ctrl-C
-                    return stopped(spec)
+                    return interrupt.stopped(spec.name, action)
                 return failed(spec, " ".join(str(e).split()))
             except Exception as e:  # a bug, not the board's answer: that board's failure, the others
                 if interrupt.requested() and spec.name not in self.past_switch:  # a read cut by Ctrl-C
-                    return stopped(spec)
+                    return interrupt.stopped(spec.name, action)
                 if os.environ.get("Q25DEPLOY_DEBUG"):  # still run and print; the CLI then exits 70
                     raise
                 self.bugs.append(f"{spec.name}: {type(e).__name__}: {e}")

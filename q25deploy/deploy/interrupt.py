@@ -22,7 +22,7 @@ import threading
 
 from ..errors import Interrupted
 
-__all__ = ["CHILD", "Interrupted", "check", "request", "requested", "reset", "track", "untrack"]
+__all__ = ["CHILD", "Interrupted", "check", "completed", "request", "requested", "reset", "stopped", "track", "untrack"]
 
 #: keyword arguments of every ``subprocess.Popen`` of an ``ssh``: a terminal's SIGINT is ours
 CHILD: dict = {"start_new_session": True}
@@ -72,7 +72,8 @@ def request(everything: bool = False, message: str = "stopping: Ctrl-C again end
                 proc.kill()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _at_once)
-    print(f"\nq25deploy: {message}", file=sys.stderr, flush=True)
+    sys.stderr.flush()
+    os.write(2, f"\nq25deploy: {message}\n".encode())  # one write: not cut by the progress display
 
 
 def _at_once(signum, frame) -> None:
@@ -92,3 +93,30 @@ def reset() -> None:
     _stop.clear()
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _at_once:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def stopped(host: str, action: str):
+    """The result of a board Ctrl-C stopped before anything changed on it (status: its dict)."""
+    from .deployer import HostResult  # deployer checks the stop: imported once both are loaded
+
+    what = {"status": "not read", "smoke": "not tested"}.get(action, "not changed")
+    if action == "status":
+        return {"host": host, "error": f"interrupted: {what}", "interrupted": True, "state": what}
+    error = f"interrupted: not changed ({what})" if action == "smoke" else "interrupted: not changed"
+    return HostResult(host, error=error, interrupted=True, state="not changed")
+
+
+def completed(res, action: str) -> None:
+    """``res`` of a board Ctrl-C met past its switch: it completed it (and the steps that make it safe)."""
+    from .deployer import HostResult
+
+    if not isinstance(res, HostResult) or res.interrupted:
+        return
+    res.interrupted, res.state = True, "switched"
+    if action == "rollback":
+        res.warnings.insert(0, f"switched back to {res.release}: completed the switch before stopping")
+    elif res.rolled_back:
+        res.state = "rolled back"
+        res.warnings.insert(0, f"still on {res.previous}: the switch completed, then rolled back, before stopping")
+    else:
+        res.warnings.insert(0, f"switched to {res.release}: completed the switch before stopping")
