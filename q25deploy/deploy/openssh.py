@@ -184,7 +184,7 @@ def ssh_argv(client: str, login: Login, command: str, *, master: bool = False) -
     }
     if identity:  # the key alone; an encrypted one through the agent that holds it (identity.py)
         opts.update(IdentityFile=identity, IdentitiesOnly="yes")
-        if not encrypted(login.identity):
+        if not encrypted(login.identity or ""):
             opts.update(IdentityAgent="none")
     if control:  # a master of our own only: never one a user's ssh left running
         opts.update(ControlPath=control, ControlMaster="yes" if master else "no", ControlPersist="no")
