@@ -184,10 +184,14 @@ def deploy(
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staged = files.path(f"releases/.incoming-{release.id}")
-        staging = _stage(board, files, release, transfer, res, progress, verify_links, sent, receivers, sending)
+        staging, repaired = _stage(
+            board, files, release, transfer, res, progress, verify_links, sent, receivers, sending
+        )
         phases.mark("transfer")
         progress(f"switching to release {release.id}")
-        kept = "kept" if release.id in {state.get("current"), state.get("previous")} else "new"
+        # a kept release whose damaged copy was sent again is replaced by the staging (verified
+        # whole): nothing writes through the kept release's links, so its own copy is still damaged
+        kept = "kept" if release.id in {state.get("current"), state.get("previous")} and not repaired else "new"
         board.run(["sh", "-c", PROMOTE, "sh", staging, files.release_dir(release.id), kept], stdin=release.description)
         if kept == "new" and release.id not in state.get("releases", {}):
             staged = files.release_dir(release.id)  # promoted, not yet switched to: still this run's
@@ -252,9 +256,10 @@ def _stage(
     sent,
     receivers: Sequence[str],
     sending,
-) -> str:
+) -> tuple[str, bool]:
     """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded and
-    hashed as they are written; a digest that differs fails the deploy (``current`` untouched)."""
+    hashed as they are written; a digest that differs fails the deploy (``current`` untouched).
+    Also whether a kept copy was damaged and sent again."""
     staging = files.path(f"releases/.incoming-{release.id}")
 
     def staged(rel: str) -> str:  # every path checked: a release file never leaves the staging directory
@@ -303,7 +308,7 @@ def _stage(
             f"{board.spec.name}: verify failed on the board ({', '.join(bad)}: the bytes written "
             "differ from the build's sha256); the current release is unchanged"
         )
-    return staging
+    return staging, bool(repair)
 
 
 def _drop(board: Board, staging: str) -> None:

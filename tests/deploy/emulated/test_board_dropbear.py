@@ -118,7 +118,9 @@ def test_uploads_in_parallel_survive_dropbears_early_channel_close(board, transp
         for round_ in range(16):
             b.expect_upload(len(data))
             with ThreadPoolExecutor(max_workers=3) as pool:
-                jobs = [pool.submit(b.upload, io.BytesIO(data), len(data), f"/tmp/gate/f{k}") for k in range(6)]
+                # a new name each time: a receiver writes only a new file (docs/security.md)
+                names = [f"/tmp/gate/{round_}-{k}" for k in range(6)]
+                jobs = [pool.submit(b.upload, io.BytesIO(data), len(data), name) for name in names]
                 digests = [j.result() for j in jobs]  # a DeployError fails the test here
             assert len(set(digests)) == 1, round_
         b.run(["rm", "-rf", "/tmp/gate"])
