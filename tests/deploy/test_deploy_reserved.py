@@ -155,5 +155,6 @@ def test_a_flipped_bit_in_a_region_names_the_tensor_and_its_bytes(tmp_path, caps
     code = main(board_argv("smoke", ssh, srv, root, "--build", str(build), *here, "--forward", "0"))
     out = capsys.readouterr().out
     assert code == 13, out
-    want = f"residency: {reg['node']}: MISMATCH: differs in blk.1.ffn_up.weight bytes 1000-1000 of {t['bytes']}"
-    assert want in out, out
+    # the default output: the failed check's line under the board, first, naming tensor and bytes
+    want = f"FAIL residency  {reg['node']}: MISMATCH: differs in blk.1.ffn_up.weight bytes 1000-1000 of {t['bytes']}"
+    assert out.splitlines()[2].strip() == want, out
