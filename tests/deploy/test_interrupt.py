@@ -67,6 +67,13 @@ class Child:
         finally:
             time.sleep(0.2)  # the last output off the pty
 
+    def stop(self) -> tuple[int, float]:
+        """Ctrl-C, then wait: the exit status and the seconds from the SIGINT to the exit."""
+        t0 = time.monotonic()
+        self.interrupt()
+        rc = self.wait()
+        return rc, time.monotonic() - t0
+
 
 def _figure(line: str) -> None:
     """A measured time, also into $Q25_INTERRUPT_TIMES (the notes' figures)."""
@@ -114,10 +121,7 @@ def _ctrl_c_while_sending(child: Child, proxy: SlowProxy, base: Path) -> tuple[i
     """Ctrl-C once the release is on its way: the exit status, and the seconds to it."""
     try:
         _while_sending(child, proxy, base)
-        t0 = time.monotonic()
-        child.interrupt()
-        rc = child.wait()
-        return rc, time.monotonic() - t0
+        return child.stop()
     finally:
         if child.proc.poll() is None:
             child.proc.kill()
@@ -183,10 +187,7 @@ def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsy
             flag.touch()
             child.interrupt()
             _until(Path(f"{flag}.blocked").exists, child)  # the first is acted on: its clean-up hangs
-            t0 = time.monotonic()
-            child.interrupt()
-            rc = child.wait()
-            took = time.monotonic() - t0
+            rc, took = child.stop()
         finally:
             if child.proc.poll() is None:
                 child.proc.kill()
@@ -224,10 +225,7 @@ def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tes
         child = Child(board_argv("smoke", ssh, board, root, "--build", str(models["A"])), tmp_path / "home")
         try:
             _until(Path(f"{flag}.blocked").exists, child)
-            t0 = time.monotonic()
-            child.interrupt()
-            rc = child.wait()
-            took = time.monotonic() - t0
+            rc, took = child.stop()
         finally:
             if child.proc.poll() is None:
                 child.proc.kill()
