@@ -551,11 +551,9 @@ def _forward_step(st: Any, where: str, f: str, n_layers: int | None) -> int:
 def parse_forward_record(doc: Any, where: str) -> dict:
     """A build's ``forward_record.json`` (docs/forward.md): per smoke prompt, the ids fed, the
     greedy tokens and per step the top logits and the states' summaries."""
-    from .packer.forward_record import FORMAT
-
     d = obj(doc, where)
-    if d.get("format") != FORMAT:
-        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {FORMAT}")
+    if d.get("format") != layout.FORWARD_RECORD_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {layout.FORWARD_RECORD_FORMAT}")
     hex64(d.get("model_sha256"), where, "model_sha256")
     steps = d.get("steps")
     _expect(type(steps) is int and 1 <= steps <= 64, steps, where, "steps", "a step count (1..64)")

@@ -27,8 +27,9 @@ from ..model.hparams import HParams, hparams_text, runnable
 from ..model.weights import Weights
 from ..numerics import kernels
 from ..tokenizer.prompts import SMOKE_PROMPTS
+from . import layout
 
-FORMAT = "q25deploy-forward-record/1"
+FORMAT = layout.FORWARD_RECORD_FORMAT
 RECORD_KIND = "forward-record"
 HPARAMS_KIND = "model-hparams"
 

@@ -18,6 +18,7 @@ SVG = "memory-map.svg"
 SMOKE_IDS = "smoke_ids.json"  # the smoke prompts' ids for this image (deploy's smoke test compares the board with them)
 PROBE_DIGESTS = "probe_digests.json"  # what `q25tok probe` must print on the board (packer/probe.py)
 FORWARD_RECORD = "forward_record.json"  # the host reference's greedy steps on the smoke prompts (docs/forward.md)
+FORWARD_RECORD_FORMAT = "q25deploy-forward-record/1"  # its "format" (schema.parse_forward_record)
 HPARAMS = "model_hparams.txt"  # the model's hyperparameters for the C runtime's forward pass (docs/forward.md)
 UBOOT_SCRIPT = "uboot/q25-regions.cmd"  # loads the partitions into their regions from U-Boot (boot.scr)
 TOKENIZER_DIR = "tokenizer"
