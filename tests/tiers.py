@@ -5,6 +5,9 @@
   the quick tier, the developer's loop.
 - Each tier has its time limit (pytest-timeout, :data:`LIMITS`): a hang is that test's failure;
   the fixtures' teardown still stops its boards and servers.
+- Under pytest-xdist (``-n``, ``--dist loadgroup``: pyproject.toml's addopts), every BitBake test
+  runs in one worker (the workspace: parse caches, sstate) and every other tier's test with its
+  module (its module-scoped fixtures); a quick test runs wherever a worker is free.
 - At the end: each tier's time, and any process the run left behind (found by the marker in its
   environment, so a daemonized QEMU is found too) is stopped and named.
 """
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -42,33 +44,56 @@ def tier_of(item: pytest.Item) -> str:
     return QUICK
 
 
+def group_of(item: pytest.Item, tier: str) -> str | None:
+    """The item's xdist group: one for BitBake, the module for another tier, none for a quick test."""
+    if tier == "bitbake":
+        return "bitbake"
+    return None if tier == QUICK else item.nodeid.split("::", 1)[0]
+
+
+def _worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")  # an xdist worker; its controller reports and cleans up
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    os.environ[SESSION_VAR] = uuid.uuid4().hex  # a fresh one: an inner pytest run must not stop ours
+    if not (_worker(config) and os.environ.get(SESSION_VAR)):  # a worker keeps its controller's
+        os.environ[SESSION_VAR] = uuid.uuid4().hex  # a fresh one: an inner pytest run must not stop ours
     config.stash[_times] = defaultdict(float)
     config.stash[_counts] = defaultdict(int)
+    config.pluginmanager.register(_Tally(config), "q25-tier-times")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for tier, fixtures in TIERS.items():
             if used.intersection(fixtures):
                 item.add_marker(tier)
+        tier = tier_of(item)
         if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(LIMITS[tier_of(item)]))
+            item.add_marker(pytest.mark.timeout(LIMITS[tier]))
+        group = group_of(item, tier)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        item.user_properties.append(("tier", tier))  # the report carries it to xdist's controller
 
 
 _times = pytest.StashKey[dict]()
 _counts = pytest.StashKey[dict]()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    t0 = time.monotonic()
-    yield
-    tier = tier_of(item)
-    item.config.stash[_times][tier] += time.monotonic() - t0
-    item.config.stash[_counts][tier] += 1
+class _Tally:
+    """Each phase's time, added to its tier, in the process that reports (xdist's controller)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tier = dict(report.user_properties).get("tier", QUICK)
+        self.config.stash[_times][tier] += report.duration
+        if report.when == "teardown":
+            self.config.stash[_counts][tier] += 1
 
 
 def leftovers(marker: str) -> list[tuple[int, str]]:
@@ -96,8 +121,9 @@ def stop_leftovers(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has stopped its workers
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if os.environ.get(SESSION_VAR):
+    if os.environ.get(SESSION_VAR) and not _worker(session.config):  # the workers' processes too
         session.config.stash[_stopped] = stop_leftovers(os.environ[SESSION_VAR])
 
 

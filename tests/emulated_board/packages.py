@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -95,7 +96,15 @@ def _resolve_kernel() -> str:
 def fetch_packages(cache: Path, flavours=FLAVOURS) -> Path:
     """Download (``apt-get download``) and extract (``dpkg-deb -x``) the arm64 packages of the
     board into ``cache``; returns the extracted root. A cache that holds them is used as is,
-    without asking apt (the second run is offline)."""
+    without asking apt (the second run is offline). One process at a time fills the cache
+    (``flock`` on ``cache/.lock``: the workers of a parallel test run share it)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetch_packages(cache, flavours)
+
+
+def _fetch_packages(cache: Path, flavours) -> Path:
     names = sorted({*BASE_PACKAGES, *USER_PACKAGES, *(p for f in flavours for p in FLAVOUR_PACKAGES[f])})
     key = hashlib.sha256(json.dumps(names).encode()).hexdigest()[:12]
     cache.mkdir(parents=True, exist_ok=True)

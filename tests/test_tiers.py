@@ -1,0 +1,63 @@
+"""tests/tiers.py in a pytest run of its own, on two xdist workers as CI runs the suite: tiers
+from the fixtures a test uses, each tier's xdist group, the time per tier in the controller's
+summary, and a process a test left behind stopped and named."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+CONFTEST = """
+import pytest
+
+pytest_plugins = ["tiers"]
+
+
+@pytest.fixture(scope="session")
+def ws():
+    return "a BitBake workspace"
+
+
+@pytest.fixture(scope="module")
+def llama_reference():
+    return "llama.cpp's child"
+"""
+
+TESTS = """
+import subprocess
+import sys
+
+
+def group(request):
+    mark = request.node.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else None
+
+
+def test_quick(request):
+    assert not any(request.node.get_closest_marker(t) for t in ("board", "bitbake", "reference", "campaign"))
+    assert group(request) is None
+
+
+def test_bitbake(ws, request):
+    assert request.node.get_closest_marker("bitbake") and group(request) == "bitbake"
+
+
+def test_reference(llama_reference, request):
+    assert request.node.get_closest_marker("reference") and group(request) == "test_inner.py"
+
+
+def test_leaves_a_process_behind():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # left behind"], start_new_session=True)
+"""
+
+
+def test_tiers_groups_and_cleanup_on_two_workers(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # tiers.py, as the suite's conftest loads it
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_inner=TESTS)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", timeout=120)
+    r.assert_outcomes(passed=4)
+    out = r.stdout.str()
+    assert re.search(r"s  quick \(2 tests\)", out) and "s  bitbake (1 test)" in out, out
+    assert "s  reference (1 test)" in out, out
+    assert "processes the tests left running, stopped" in out and "# left behind" in out, out
