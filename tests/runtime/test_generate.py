@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,7 @@ def parse(stdout: str) -> list[dict]:
 
 def run_all(exe: list, b: Path, prompts, tmp: Path, *args, env=SAN_ENV) -> list[tuple[list[int], np.ndarray]]:
     out = []
+    tmp = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))  # q25tok writes only a new file: one folder per run
     for i, ids in enumerate(prompts):
         lf = tmp / f"logits{i}.f32"
         r = generate(exe, b, ids, "--files", "--logits", lf, *args, env=env)

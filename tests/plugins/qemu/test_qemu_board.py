@@ -135,7 +135,7 @@ def assert_status_svg_shows_residency(capsys, conn: list, build: Path, tmp_path:
     table = [str(a) for a in ["status", *conn, "--svg", tmp_path / "table.svg"] if a != "--json"]
     assert main(table) == 0
     head, row = capsys.readouterr().out.splitlines()[:2]  # status's table: a header, a row per board
-    assert head.split() == ["host", "ok", "current", "previous", "reserved", "regions", "detail"]
+    assert head.split() == ["host", "ok", "current", "previous", "reserved", "residency", "detail"]
     assert re.search(rf"\byes +resident +map {re.escape(str(tmp_path / 'table.svg'))}$", row), row
     import paramiko
 
