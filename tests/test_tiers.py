@@ -1,4 +1,4 @@
-"""tests/tiers.py in a pytest run of its own, on two xdist workers as CI runs the suite: tiers
+"""tests/tiers.py in a pytest run of its own, on two xdist workers (``-n 2 --dist loadgroup``): tiers
 from the fixtures a test uses, each tier's xdist group, the time per tier in the controller's
 summary, and a process a test left behind stopped and named."""
 

@@ -5,7 +5,7 @@
   the quick tier, the developer's loop.
 - Each tier has its time limit (pytest-timeout, :data:`LIMITS`): a hang is that test's failure;
   the fixtures' teardown still stops its boards and servers.
-- Under pytest-xdist (``-n``, ``--dist loadgroup``: pyproject.toml's addopts), every BitBake test
+- Under pytest-xdist (``-n 2 --dist loadgroup``, docs/contributing.md), every BitBake test
   runs in one worker (the workspace: parse caches, sstate) and every other tier's test with its
   module (its module-scoped fixtures); a quick test runs wherever a worker is free.
 - At the end: each tier's time, and any process the run left behind (found by the marker in its

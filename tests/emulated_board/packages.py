@@ -107,7 +107,6 @@ def fetch_packages(cache: Path, flavours=FLAVOURS) -> Path:
 def _fetch_packages(cache: Path, flavours) -> Path:
     names = sorted({*BASE_PACKAGES, *USER_PACKAGES, *(p for f in flavours for p in FLAVOUR_PACKAGES[f])})
     key = hashlib.sha256(json.dumps(names).encode()).hexdigest()[:12]
-    cache.mkdir(parents=True, exist_ok=True)
     index = cache / f"packages-{key}.json"
     debs_dir = cache / "debs"
     if index.is_file():
