@@ -13,6 +13,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from sparse_files import read_at, zero_between
+
 from q25deploy.cli import main
 from q25deploy.ota.mender import read_members
 from q25deploy.ota.scripts import SCRIPT
@@ -93,12 +95,12 @@ def reserve(device_tree: Path, regions: list[dict], no_map: bool = True) -> None
 
 def resident(mem: Path, build: Path) -> bool:
     """Every region of ``build`` in the memory file holds its partition, zeros after it."""
-    with open(mem, "rb") as f:
-        for r in json.loads((build / "partition_map.json").read_text())["regions"]:
-            f.seek(r["base"])
-            part = (build / r["file"]).read_bytes()
-            if f.read(r["size"]) != part + bytes(r["size"] - len(part)):
-                return False
+    for r in json.loads((build / "partition_map.json").read_text())["regions"]:
+        part = (build / r["file"]).read_bytes()
+        if read_at(mem, r["base"], len(part)) != part or not zero_between(
+            mem, r["base"] + len(part), r["base"] + r["size"]
+        ):
+            return False
     return True
 
 

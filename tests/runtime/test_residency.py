@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from requirements import need_program
+from sparse_files import read_at, written, zero_between
 
 from q25deploy.packer.region_table import TABLE, region_table
 
@@ -54,11 +55,10 @@ def test_load_then_verify_then_a_flipped_bit(tmp_path, builds, q25tok):
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.count(" loaded\n") == len(pmap["regions"])
-    data = mem.read_bytes()
     for reg in pmap["regions"]:
         part = (b / reg["file"]).read_bytes()
-        assert data[reg["base"] : reg["base"] + len(part)] == part
-        assert data[reg["base"] + len(part) : reg["base"] + reg["size"]] == bytes(reg["size"] - len(part))
+        assert read_at(mem, reg["base"], len(part)) == part
+        assert zero_between(mem, reg["base"] + len(part), reg["base"] + reg["size"])
         assert f"sha256 {reg['sha256']} loaded" in r.stdout
     r = run(q25tok, "verify", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 0 and r.stdout.count(" resident\n") == len(pmap["regions"])
@@ -78,14 +78,14 @@ def test_load_refuses_a_range_the_running_tree_does_not_reserve(tmp_path, builds
     mem, dt = fake_board(tmp_path, pmap, reserve=False)
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 6 and "REFUSED the running device tree has no" in r.stdout
-    assert not mem.read_bytes().strip(b"\0")  # nothing written
+    assert not written(mem)  # nothing written
     node = dt / "reserved-memory" / pmap["regions"][0]["node"]
     reg = pmap["regions"][0]
     (node / "reg").write_bytes((reg["base"] + 0x200000).to_bytes(8, "big") + reg["size"].to_bytes(8, "big"))
     (node / "no-map").write_bytes(b"")
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, b / TABLE)
     assert r.returncode == 6 and "reserves another range" in r.stdout
-    assert not mem.read_bytes().strip(b"\0")
+    assert not written(mem)
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_names_in_the_table_are_plain_names(tmp_path, q25tok, field, value):
     mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 6 and "not a region table" in r.stderr, r.stdout + r.stderr
-    assert not mem.read_bytes().strip(b"\0")
+    assert not written(mem)
 
 
 def test_a_missing_partition_is_reported_as_missing(tmp_path, q25tok):
@@ -165,7 +165,7 @@ def test_a_missing_partition_is_reported_as_missing(tmp_path, q25tok):
     mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 1 and "region_00.bin: No such file or directory" in r.stdout, r.stdout
-    assert not mem.read_bytes().strip(b"\0")
+    assert not written(mem)
     valgrind = need_program("valgrind", "Debian: valgrind")
     v = subprocess.run(
         [valgrind, "-q", "--error-exitcode=99", str(q25tok), "load", "--mem", str(mem), "--dt", str(dt), str(table)],
@@ -194,7 +194,7 @@ def test_a_fifo_where_a_file_should_be_never_blocks_load(tmp_path, q25tok, what)
     mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)  # run()'s timeout: a block fails the test
     assert r.returncode == 1 and "not a regular file" in r.stdout + r.stderr, r.stdout + r.stderr
-    assert not mem.read_bytes().strip(b"\0")
+    assert not written(mem)
 
 
 def test_a_symlinked_partition_is_not_followed(tmp_path, q25tok):
@@ -205,7 +205,7 @@ def test_a_symlinked_partition_is_not_followed(tmp_path, q25tok):
     mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})
     r = run(q25tok, "load", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 1 and "a symlink: not followed" in r.stdout, r.stdout + r.stderr
-    assert not mem.read_bytes().strip(b"\0")
+    assert not written(mem)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_load_writes_only_regions_that_are_ours_by_name_and_place(tmp_path, q25t
     for command in ("load", "verify"):
         r = run(q25tok, command, "--mem", mem, "--dt", dt, table)
         assert r.returncode == 6 and f"region {node} " in r.stdout and " FOREIGN " in r.stdout, r.stdout
-    assert not mem.read_bytes().strip(b"\0")
+    assert not written(mem)
 
 
 @pytest.mark.parametrize("what", ["symlink", "fifo"])
@@ -245,7 +245,7 @@ def test_the_memory_device_is_opened_without_following_a_link(tmp_path, q25tok, 
     # load writes through the link; verify opens read-only, which blocked on the FIFO
     r = run(q25tok, "load" if what == "symlink" else "verify", "--mem", mem, "--dt", dt, table)
     assert r.returncode == 1 and f"cannot map {mem}" in r.stdout, r.stdout + r.stderr
-    assert not target.read_bytes().strip(b"\0")
+    assert not written(target)
 
 
 def test_verify_diff_names_the_tensor_and_byte_range_of_a_flipped_bit(tmp_path, builds, q25tok):
