@@ -61,3 +61,45 @@ def test_tiers_groups_and_cleanup_on_two_workers(pytester, monkeypatch):
     assert re.search(r"s  quick \(2 tests\)", out) and "s  bitbake (1 test)" in out, out
     assert "s  reference (1 test)" in out, out
     assert "processes the tests left running, stopped" in out and "# left behind" in out, out
+
+
+SOLO = """
+import time
+
+import pytest
+
+
+def span(name):
+    t0 = time.monotonic()
+    time.sleep(0.4)
+    with open("spans.txt", "a") as f:
+        f.write(f"{name} {t0} {time.monotonic()}\\n")
+
+
+@pytest.mark.solo
+def test_solo():
+    span("solo")
+
+
+@pytest.mark.parametrize("i", range(8))
+def test_other(i):
+    span(f"other{i}")
+"""
+
+
+def test_a_solo_test_runs_while_no_other_test_does(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    pytester.makeconftest('pytest_plugins = ["tiers"]\n')
+    pytester.makeini("[pytest]\nmarkers =\n    solo: bounds a time\n")
+    pytester.makepyfile(test_solo=SOLO)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=120)
+    r.assert_outcomes(passed=9)
+    spans = {
+        n: (float(a), float(b))
+        for n, a, b in (line.split() for line in (pytester.path / "spans.txt").read_text().splitlines())
+    }
+    s0, s1 = spans.pop("solo")
+    assert all(b <= s0 or a >= s1 for a, b in spans.values()), (s0, s1, spans)
+    # the others did run side by side: the lock is shared between them
+    others = sorted(spans.values())
+    assert any(nxt[0] < cur[1] for cur, nxt in zip(others, others[1:])), others

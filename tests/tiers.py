@@ -8,14 +8,20 @@
 - Under pytest-xdist (``-n 2 --dist loadgroup``, docs/contributing.md), every BitBake test
   runs in one worker (the workspace: parse caches, sstate) and every other tier's test with its
   module (its module-scoped fixtures); a quick test runs wherever a worker is free.
+- A test marked ``solo`` (one that bounds how long something takes) runs while no other
+  test does, under xdist too: every test holds a shared lock on the session's lock file, a
+  solo test the exclusive one (:class:`_Solo`), so the other worker waits between its tests.
 - At the end: each tier's time, and any process the run left behind (found by the marker in its
   environment, so a daemonized QEMU is found too) is stopped and named.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import signal
+import tempfile
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -61,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_times] = defaultdict(float)
     config.stash[_counts] = defaultdict(int)
     config.pluginmanager.register(_Tally(config), "q25-tier-times")
+    if _worker(config):
+        config.pluginmanager.register(_Solo(config), "q25-solo")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
@@ -96,6 +104,39 @@ class _Tally:
             self.config.stash[_counts][tier] += 1
 
 
+def solo_dir(marker: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"q25-solo-{marker}"
+
+
+class _Solo:
+    """Under xdist, each test in the run holds the run's lock file shared, a ``solo`` test holds
+    it exclusively. A solo test first takes the turnstile, which every test passes through
+    before its shared lock: the other worker's next test waits behind it, never ahead of it."""
+
+    def __init__(self, config: pytest.Config):
+        self.dir = solo_dir(os.environ[SESSION_VAR])
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+
+    def _open(self, name: str) -> int:
+        return os.open(self.dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item):
+        solo = item.get_closest_marker("solo") is not None
+        gate, lock = self._open("turnstile"), self._open("lock")
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            if solo:  # hold the turnstile until the others' tests have ended
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            else:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+                fcntl.flock(lock, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(lock)  # closing drops the locks
+            os.close(gate)
+
+
 def leftovers(marker: str) -> list[tuple[int, str]]:
     """Processes other than this one whose environment carries ``marker`` (pid, command)."""
     found = []
@@ -125,6 +166,7 @@ def stop_leftovers(marker: str) -> list[tuple[int, str]]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if os.environ.get(SESSION_VAR) and not _worker(session.config):  # the workers' processes too
         session.config.stash[_stopped] = stop_leftovers(os.environ[SESSION_VAR])
+        shutil.rmtree(solo_dir(os.environ[SESSION_VAR]), ignore_errors=True)
 
 
 _stopped = pytest.StashKey[list]()
