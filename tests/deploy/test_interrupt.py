@@ -19,6 +19,10 @@ import pytest
 from deploy_helpers import INSTALL, board_argv, deploy, wrapped_board
 from sshd import SlowProxy
 
+# each test races a SIGINT against a real transfer or command and bounds the time to the exit:
+# alone, under two workers too (the other worker's load let an upload finish before its Ctrl-C)
+pytestmark = pytest.mark.solo
+
 REPO = Path(__file__).resolve().parents[2]
 # bytes/s per connection: B's release (> 3 MiB) takes > 3 s to send. Where the session is one ssh
 # master (auto) the files share its connection, and what is in flight on it (up to the channel's
@@ -128,7 +132,6 @@ def _ctrl_c_while_sending(child: Child, proxy: SlowProxy, base: Path) -> tuple[i
         proxy.close()
 
 
-@pytest.mark.solo
 @pytest.mark.parametrize("transfer", ["auto", "openssh"])
 def test_ctrl_c_during_the_upload_leaves_the_board_on_its_release_and_says_so(
     tmp_path, capsys, ssh, models, q25tok, transfer
@@ -178,7 +181,6 @@ SLOW_RM = (
 )
 
 
-@pytest.mark.solo
 def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsys, ssh, models, q25tok):
     flag = tmp_path / "slow-rm"
     scripts = {"rm": SLOW_RM.replace("$SLOW_RM_FLAG", str(flag))}
@@ -215,7 +217,6 @@ def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsy
 SLOW_COMMANDS = '[ -e "$FLAG" ] && { touch "$FLAG.blocked"; sleep 30; }\nexec /usr/bin/timeout "$@"\n'
 
 
-@pytest.mark.solo
 def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tested(
     tmp_path, capsys, ssh, models, q25tok
 ):
