@@ -25,26 +25,9 @@ def extents(fd: int) -> list[tuple[int, int]]:
     return spans
 
 
-def written(path: Path) -> list[tuple[int, int]]:
-    """The byte ranges of ``path`` that are not zero (merged per extent, first and last nonzero
-    byte of each): ``[]`` when the file reads as zeros everywhere."""
-    found = []
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for start, end in extents(fd):
-            first = last = None
-            for off in range(start, end, CHUNK):
-                block = os.pread(fd, min(CHUNK, end - off), off)
-                if block.strip(b"\0"):
-                    lo = off + len(block) - len(block.lstrip(b"\0"))
-                    hi = off + len(block.rstrip(b"\0"))
-                    first = lo if first is None else first
-                    last = hi
-            if first is not None:
-                found.append((first, last))
-    finally:
-        os.close(fd)
-    return found
+def written(path: Path) -> bool:
+    """Whether any byte of ``path`` is not zero."""
+    return not zero_between(path, 0, os.stat(path).st_size)
 
 
 def zero_between(path: Path, start: int, end: int) -> bool:

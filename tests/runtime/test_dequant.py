@@ -75,10 +75,8 @@ def check_model(exe: list, model: Path, tmp: Path, batch: int = 8 << 20, ends_on
         kinds: dict[tuple, list] = {}
         for t in tensors:  # sorted by type and offset already
             kinds.setdefault((t.type_name, tuple(t.shape)), []).append(t)
-        tensors = sorted(
-            {id(k[i]): k[i] for k in kinds.values() for i in (0, -1)}.values(),
-            key=lambda t: (t.type_name, t.data_offset),
-        )
+        ends = {id(k[i]) for k in kinds.values() for i in (0, -1)}
+        tensors = [t for t in tensors if id(t) in ends]
     runs: list[tuple[str, list[tuple[str, int, int]]]] = []  # (type, [(tensor, offset, bytes)])
     for t in tensors:
         step = batch // GGML_QUANT_SIZES[Q[t.type_name]][1] * GGML_QUANT_SIZES[Q[t.type_name]][1]
