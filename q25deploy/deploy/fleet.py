@@ -481,11 +481,11 @@ class Fleet:
         try:
             futures = [pool.submit(one, spec) for spec in self.hosts]
             try:
-                return [f.result() for f in futures]
+                return interrupt.results(futures)
             except KeyboardInterrupt:  # the first Ctrl-C: every board stops where it may (a second: exit)
                 self.interrupted = True
                 interrupt.request(everything=action in ("smoke", "status"))  # these change nothing
-                return [f.result() for f in futures]
+                return interrupt.results(futures)
         finally:
             pool.shutdown(wait=False)
             self.close_pending()

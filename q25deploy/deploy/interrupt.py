@@ -19,10 +19,23 @@ import signal
 import subprocess
 import sys
 import threading
+from concurrent.futures import Future, wait
 
 from ..errors import Interrupted
 
-__all__ = ["CHILD", "Interrupted", "check", "completed", "request", "requested", "reset", "stopped", "track", "untrack"]
+__all__ = [
+    "CHILD",
+    "Interrupted",
+    "check",
+    "completed",
+    "request",
+    "requested",
+    "reset",
+    "results",
+    "stopped",
+    "track",
+    "untrack",
+]
 
 #: keyword arguments of every ``subprocess.Popen`` of an ``ssh``: a terminal's SIGINT is ours
 CHILD: dict = {"start_new_session": True}
@@ -42,6 +55,21 @@ def check(board=None) -> None:
     switch has begun, or it is removing what this run staged)."""
     if _stop.is_set() and not getattr(board, "shielded", False):
         raise Interrupted("interrupted")
+
+
+#: seconds the main thread waits for the boards between two looks at a SIGINT
+SLICE = 0.1
+
+
+def results(futures: list[Future]) -> list:
+    """Every future's result, in order, waited for a slice at a time. The kernel may hand a
+    process's SIGINT to any of its threads; Python runs the handler in the main thread, and a
+    main thread blocked in a wait with no timeout runs it only when that wait ends (the last
+    board done: a Ctrl-C during a single board's upload was acted on after the deploy)."""
+    pending = set(futures)
+    while pending:
+        pending = wait(pending, timeout=SLICE).not_done
+    return [f.result() for f in futures]
 
 
 def track(proc: subprocess.Popen, killable: bool = False) -> None:

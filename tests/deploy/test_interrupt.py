@@ -132,6 +132,44 @@ def _ctrl_c_while_sending(child: Child, proxy: SlowProxy, base: Path) -> tuple[i
         proxy.close()
 
 
+# a board's worker takes the SIGINT (the kernel may give it to any thread), then works on for 5 s
+SIGINT_ON_A_WORKER = """
+import os, signal, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from q25deploy.deploy import interrupt
+
+def board():
+    time.sleep(0.3)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    time.sleep(5)
+
+pool = ThreadPoolExecutor(1)
+futures = [pool.submit(board)]
+t0 = time.monotonic()
+try:
+    interrupt.results(futures)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - t0:.2f} s", flush=True)
+os._exit(0)  # not waiting for the board's thread
+"""
+
+
+def test_a_sigint_that_lands_on_a_board_thread_stops_the_wait_at_once():
+    """The main thread's wait for the boards looks at a pending SIGINT every slice: in the
+    fresh-clone run a Ctrl-C during one board's upload was acted on once the deploy had ended."""
+    out = subprocess.run(
+        [sys.executable, "-c", SIGINT_ON_A_WORKER],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    words = out.stdout.split()
+    assert out.returncode == 0 and words[0] == "interrupted", (out.stdout, out.stderr)
+    assert float(words[2]) < 0.3 + 1, out.stdout
+
+
 @pytest.mark.parametrize("transfer", ["auto", "openssh"])
 def test_ctrl_c_during_the_upload_leaves_the_board_on_its_release_and_says_so(
     tmp_path, capsys, ssh, models, q25tok, transfer
