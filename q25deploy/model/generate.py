@@ -16,7 +16,10 @@ TOP = 5
 def top(logits: np.ndarray, k: int = TOP) -> list[tuple[int, float]]:
     """The ``k`` largest logits, descending, the lower id first on a tie (NaN ranks last)."""
     clean = np.where(np.isnan(logits), -np.inf, logits)
-    order = np.lexsort((np.arange(len(clean)), -clean.astype(np.float64)))[:k]
+    n = len(clean)
+    # every id at or above the k-th largest value (ties included), then only those sorted
+    ids = np.flatnonzero(clean >= np.partition(clean, n - k)[n - k]) if n > k else np.arange(n)
+    order = ids[np.lexsort((ids, -clean[ids].astype(np.float64)))][:k]
     return [(int(i), float(logits[i])) for i in order]
 
 
