@@ -281,23 +281,19 @@ def boot_board(_boards):
 @pytest.fixture(scope="session")
 def q25tok_aarch64(tmp_path_factory) -> Path:
     """``q25deploy runtime build --cross aarch64``: glibc-dynamic, as a Yocto image would have it."""
-    from q25deploy.packer.runtime import build_runtime
+    from shared_builds import runtime
 
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
-    out = tmp_path_factory.mktemp("rt-aarch64") / "rt"
-    build_runtime(out, cross="aarch64")
-    return out / "q25tok"
+    return runtime(tmp_path_factory, cross="aarch64") / "q25tok"
 
 
 @pytest.fixture(scope="session")
 def q25tok_aarch64_static(tmp_path_factory) -> Path:
     """``q25deploy runtime build --cross aarch64 --static``."""
-    from q25deploy.packer.runtime import build_runtime
+    from shared_builds import runtime
 
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
-    out = tmp_path_factory.mktemp("rt-aarch64-static") / "rt"
-    build_runtime(out, cross="aarch64", static=True)
-    return out / "q25tok"
+    return runtime(tmp_path_factory, cross="aarch64", static=True) / "q25tok"
 
 
 def wait_until(predicate, timeout: float = 30.0, step: float = 0.25) -> bool:

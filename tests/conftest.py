@@ -120,12 +120,9 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def q25tok(tmp_path_factory) -> Path:
-    """The C runtime's q25tok built for this machine (once per run)."""
+    """The C runtime's q25tok built for this machine (once per run, shared by the workers)."""
     from requirements import need_program
-
-    from q25deploy.packer.runtime import build_runtime
+    from shared_builds import runtime
 
     need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt") / "rt"
-    build_runtime(out)
-    return out / "q25tok"
+    return runtime(tmp_path_factory) / "q25tok"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from release_builds import qemu_builds
 from requirements import need_program
+from shared_builds import runtime
 
 from q25deploy.cli import main
 
@@ -107,7 +108,7 @@ def bb(busybox_path) -> str:
 
 @pytest.fixture(scope="session")
 def q25tok_bin(tmp_path_factory) -> Path:
+    """The host's q25tok (the ``q25tok`` fixture's build; some OTA tests have a parameter of
+    that name; tests/packer/test_runtime_build.py runs the ``runtime build`` command itself)."""
     need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("ota-rt") / "rt"
-    assert main(["runtime", "build", "--out", str(out)]) == 0
-    return out / "q25tok"
+    return runtime(tmp_path_factory) / "q25tok"

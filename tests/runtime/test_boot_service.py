@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from requirements import need_program
+from shared_builds import runtime
 from sparse_files import written
 
 from q25deploy.resources import runtime_sources
@@ -25,12 +26,8 @@ DATA = bytes((i * 13 + 5) & 0xFF for i in range(5000))
 
 @pytest.fixture(scope="module")
 def static_q25tok(tmp_path_factory) -> Path:
-    from q25deploy.packer.runtime import build_runtime
-
     need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt") / "static"
-    build_runtime(out, static=True)
-    return out / "q25tok"
+    return runtime(tmp_path_factory, static=True) / "q25tok"
 
 
 def chroot_board(root: Path, q25tok: Path) -> Path:

@@ -13,8 +13,9 @@ import pytest
 from corpus import CORPUS
 from fuzzing import fuzz
 from requirements import need_program
+from shared_builds import runtime
 
-from q25deploy.packer.runtime import SANITIZE_FLAGS, build_runtime
+from q25deploy.packer.runtime import SANITIZE_FLAGS
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 HERE = Path(__file__).parent
@@ -25,18 +26,14 @@ SAN_ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBS
 @pytest.fixture(scope="session")
 def san_q25tok(tmp_path_factory) -> Path:
     need_program("cc", "Debian: gcc")
-    out = tmp_path_factory.mktemp("rt") / "san"
-    build_runtime(out, sanitize=True)
-    return out / "q25tok"
+    return runtime(tmp_path_factory, sanitize=True) / "q25tok"
 
 
 @pytest.fixture(scope="session")
 def arm_q25tok(tmp_path_factory) -> Path:
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
     need_program("qemu-aarch64", "Debian: qemu-user")
-    out = tmp_path_factory.mktemp("rt") / "arm"
-    build_runtime(out, cross="aarch64")
-    return out / "q25tok"
+    return runtime(tmp_path_factory, cross="aarch64") / "q25tok"
 
 
 @pytest.fixture(scope="session")

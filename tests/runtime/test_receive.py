@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from deploy_user import SWAPS, as_user, install_fixture  # noqa: F401 (a fixture)
 from requirements import need_program
+from shared_builds import runtime
 
-from q25deploy.packer.runtime import build_runtime
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 QEMU = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", "/usr/aarch64-linux-gnu"]
@@ -51,10 +51,8 @@ def builds(tmp_path_factory) -> dict[str, Path]:
     need_program("cc", "Debian: gcc")
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
     need_program("qemu-aarch64", "Debian: qemu-user")
-    d = tmp_path_factory.mktemp("rt")
-    build_runtime(d / "host")
-    build_runtime(d / "arm", cross="aarch64")
-    return {"host": d / "host" / "q25tok", "arm": d / "arm" / "q25tok"}
+    host, arm = runtime(tmp_path_factory), runtime(tmp_path_factory, cross="aarch64")
+    return {"host": host / "q25tok", "arm": arm / "q25tok"}
 
 
 def receiver(builds, where: str, impl: str) -> tuple[list[str], dict]:

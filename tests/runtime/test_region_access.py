@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from requirements import need_program
+from shared_builds import runtime
 
-from q25deploy.packer.runtime import SANITIZE_FLAGS, build_runtime
+from q25deploy.packer.runtime import SANITIZE_FLAGS
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 HERE = Path(__file__).parent
@@ -61,9 +62,7 @@ def holders(funcs: dict[str, list[str]]) -> dict[str, set[str]]:
 @pytest.fixture(scope="session")
 def aarch64_runtime(tmp_path_factory) -> Path:
     need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross")
-    out = tmp_path_factory.mktemp("rt-disasm") / "rt"
-    build_runtime(out, cross="aarch64")
-    return out
+    return runtime(tmp_path_factory, cross="aarch64")
 
 
 def test_no_dc_zva_and_no_string_calls_where_a_mapping_is_touched(aarch64_runtime):
