@@ -119,6 +119,40 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def content_caches(tmp_path_factory, qwen25_tiny) -> Path:
+    """The caches of content (tokenizer assets, forward record, smoke ids) that a first build of
+    the tiny model fills, for a test that wants a cold plan, stamp or digest cache without paying
+    for the tokenizer's export and the reference pass again: see :func:`seed_content_caches`."""
+    import os
+
+    from q25deploy.cli.main import main
+
+    d = tmp_path_factory.mktemp("content-caches")
+    before = os.environ["XDG_CACHE_HOME"]
+    os.environ["XDG_CACHE_HOME"] = str(d)
+    try:
+        assert (
+            main(["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(d / "out"), "--quiet"]) == 0
+        )
+    finally:
+        os.environ["XDG_CACHE_HOME"] = before
+    return d / "q25deploy"
+
+
+@pytest.fixture
+def seed_content_caches(content_caches):
+    """``seed(xdg_cache_home)``: copies the tiny model's content caches there (only those: the
+    plan, payload and digest caches stay empty)."""
+    import shutil
+
+    def seed(xdg: Path) -> None:
+        for name in ("tokenizer", "forward", "smoke"):
+            shutil.copytree(content_caches / name, xdg / "q25deploy" / name)
+
+    return seed
+
+
+@pytest.fixture(scope="session")
 def q25tok(tmp_path_factory) -> Path:
     """The C runtime's q25tok built for this machine (once per run, shared by the workers)."""
     from requirements import need_program

@@ -28,8 +28,9 @@ def forget_plans(tmp_path) -> None:
     shutil.rmtree(tmp_path / "cache" / "q25deploy" / "plans", ignore_errors=True)
 
 
-def test_a_model_built_before_is_written_without_hashing(tmp_path, qwen25_tiny, monkeypatch):
+def test_a_model_built_before_is_written_without_hashing(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     a = build("kv260", model=str(qwen25_tiny), out=tmp_path / "a")
     assert a.payload and a.payload["digests"] == {"tensors": "computed", "partitions": "computed"}
     assert a.payload["hashed"] >= a.payload["bytes"] > 0  # every byte read once (the file's digest too)
@@ -45,8 +46,9 @@ def test_a_model_built_before_is_written_without_hashing(tmp_path, qwen25_tiny, 
     assert digests(tmp_path / "c")["tensors"] == digests(tmp_path / "a")["tensors"]
 
 
-def test_a_damaged_cache_entry_is_a_miss(tmp_path, qwen25_tiny, monkeypatch):
+def test_a_damaged_cache_entry_is_a_miss(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     a = build("kv260", model=str(qwen25_tiny), out=tmp_path / "a")
     (entry,) = (tmp_path / "cache" / "q25deploy" / "payload").iterdir()
     doc = json.loads(entry.read_text())
@@ -72,8 +74,11 @@ def test_a_damaged_cache_entry_is_a_miss(tmp_path, qwen25_tiny, monkeypatch):
     assert json.loads(entry.read_text()) == doc and a.payload
 
 
-def test_the_summary_and_json_say_how_the_partitions_were_made(tmp_path, qwen25_tiny, monkeypatch, capsys):
+def test_the_summary_and_json_say_how_the_partitions_were_made(
+    tmp_path, qwen25_tiny, monkeypatch, capsys, seed_content_caches
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     out = tmp_path / "a"
     assert main(["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(out), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)["payload"]

@@ -43,8 +43,10 @@ def _leftovers(d: Path) -> list[str]:
 
 
 @pytest.fixture
-def cold(tmp_path, qwen25_tiny, monkeypatch) -> Path:
-    """A cold build, which left the plan-cache entry and the request record of this process."""
+def cold(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches) -> Path:
+    """A cold build (but for the content caches), which left the plan-cache entry and the
+    request record of this process."""
+    seed_content_caches(tmp_path / "cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     build("kv260", model=str(qwen25_tiny), out=tmp_path / "cold")
     return tmp_path / "cold"

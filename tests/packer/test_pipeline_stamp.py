@@ -29,8 +29,9 @@ def _stamp(out: Path) -> dict:
 
 
 @pytest.fixture
-def built(tmp_path, qwen25_tiny, monkeypatch) -> Path:
+def built(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     out = tmp_path / "out"
     assert _build(qwen25_tiny, out) == 0
     return out

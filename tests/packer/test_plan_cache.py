@@ -40,8 +40,10 @@ def plans(tmp_path) -> Path:
 
 
 @pytest.fixture
-def cold(tmp_path, qwen25_tiny, monkeypatch):
-    """A cold build (every cache empty) into ``cold``, which wrote the plan-cache entry."""
+def cold(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches):
+    """A cold build (the plan, payload and digest caches empty) into ``cold``, which wrote the
+    plan-cache entry."""
+    seed_content_caches(tmp_path / "cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     r = build("kv260", model=str(qwen25_tiny), out=tmp_path / "cold")
     assert r.payload and r.payload["digests"]["tensors"] == "computed"

@@ -16,8 +16,11 @@ from q25deploy.resources import data_dir
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another user (chown)")
-def test_a_file_another_user_owns_is_not_linked_into_the_new_build(tmp_path, qwen25_tiny, monkeypatch):
+def test_a_file_another_user_owns_is_not_linked_into_the_new_build(
+    tmp_path, qwen25_tiny, monkeypatch, seed_content_caches
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     out = tmp_path / "b"
     argv = ["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(out), "--quiet"]
     assert main(argv) == 0

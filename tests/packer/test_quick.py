@@ -36,8 +36,9 @@ def test_an_unchanged_rebuild_loads_no_plugin(tmp_path, qwen25_tiny):
     assert doc["model"]["sha256"] == json.loads((tmp_path / "b" / "build.json").read_text())["model"]["sha256"]
 
 
-def test_anything_the_last_build_read_that_changed_is_seen(tmp_path, qwen25_tiny, monkeypatch):
+def test_anything_the_last_build_read_that_changed_is_seen(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     board = tmp_path / "board.toml"
     board.write_text((data_dir("targets") / "kv260.toml").read_text())
     model = tmp_path / "m.gguf"
@@ -70,10 +71,11 @@ def test_anything_the_last_build_read_that_changed_is_seen(tmp_path, qwen25_tiny
     assert not again(layer_release=3)
 
 
-def test_a_damaged_quick_record_is_no_stamp(tmp_path, qwen25_tiny, monkeypatch):
+def test_a_damaged_quick_record_is_no_stamp(tmp_path, qwen25_tiny, monkeypatch, seed_content_caches):
     """The stamp is read through its schema (issue 44, item 5): a damaged quick record makes
     it no stamp, so the build is made again (never a traceback), and the next is up to date."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seed_content_caches(tmp_path / "cache")  # the content caches warm: not what is tested
     out = tmp_path / "b"
     assert not build("kv260", model=str(qwen25_tiny), out=out).up_to_date
     path = out / ".q25deploy-stamp.json"
