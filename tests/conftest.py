@@ -34,6 +34,17 @@ DATA = Path(__file__).parent / "data"
 VOCAB_GGUF = DATA / "ggml-vocab-qwen2.gguf"
 
 
+def pytest_configure(config):
+    """A run started in the background of a shell without job control (``cmd &``, nohup)
+    inherits SIGINT ignored, and so would every child the Ctrl-C tests interrupt (Python installs
+    no KeyboardInterrupt handler where SIGINT is ignored at its start): Python's handler here
+    makes every child start with SIGINT's default."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
     """Digest and tokenizer caches of the test run, never the user's ~/.cache."""
