@@ -326,6 +326,23 @@ def layer_readme(
     return LayerFile("README.md", text.encode())
 
 
+def layer_security(summary: dict, *, pv: str, maintainer: str | None = None) -> LayerFile:
+    """The layer's SECURITY.md (yocto-check-layer's test_security, styhead and later): whom to
+    report a vulnerability to, what runs as root, how a fix ships."""
+    tpl = (template_root() / f"SECURITY.md{TEMPLATE_SUFFIX}").read_text()
+    text = render(
+        tpl,
+        {
+            "MAINTAINER": maintainer
+            or ("not named (`q25deploy build --layer-maintainer 'Name <address>'` names whom to report to)"),
+            "PV": pv,
+            "MODEL_SHA256": summary["model"]["sha256"],
+            "INSTALL_DIR": summary["image"]["install_dir"],
+        },
+    )
+    return LayerFile("SECURITY.md", text.encode())
+
+
 def merge_hook_results(results: list[dict | None]) -> dict[str, bytes | None]:
     """``q25deploy_layer_files`` results, core default first so plugins override it."""
     merged: dict[str, bytes | None] = {}

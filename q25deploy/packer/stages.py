@@ -29,6 +29,7 @@ from .layer import (
     Licence,
     assets_recipe_pv,
     layer_readme,
+    layer_security,
     merge_hook_results,
     model_assets_files,
     model_license,
@@ -246,5 +247,7 @@ def layer(
         else:
             by_path[path] = LayerFile(path, data)
     has_dt = any(path.startswith(f"{DEVICE_TREE_DIR}/") for path in by_path)
-    by_path["README.md"] = layer_readme(summary_, board, has_dt, pv=assets_recipe_pv(files), maintainer=maintainer)
+    pv = assets_recipe_pv(files)
+    by_path["README.md"] = layer_readme(summary_, board, has_dt, pv=pv, maintainer=maintainer)
+    by_path["SECURITY.md"] = layer_security(summary_, pv=pv, maintainer=maintainer)
     return list(by_path.values())

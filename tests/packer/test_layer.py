@@ -238,6 +238,10 @@ def test_layer_release_and_maintainer(tmp_path, layers, qwen25_tiny):
     assert "README" not in readme  # else yocto-check-layer's test_readme checks nothing
     default = (layers["qemu"] / LAYER / "README.md").read_text()
     assert "Maintainer: not named" in default and "@" not in default
+    # SECURITY.md (yocto-check-layer's test_security, styhead and later) says whom to report to
+    security = (out / LAYER / "SECURITY.md").read_text()
+    assert "Ada Board <ada@example.org>" in security and bb.name.split("_")[1][: -len(".bb")] in security
+    assert "not named" in (layers["qemu"] / LAYER / "SECURITY.md").read_text()
     for bad in (["--layer-release", "-1"], ["--layer-release", "\u00b2"], ["--layer-maintainer", "a\nb"]):
         with pytest.raises(SystemExit) as e:
             main(["build", "--target", "qemu", "--model", str(qwen25_tiny), "--out", str(tmp_path / "x"), *bad])
