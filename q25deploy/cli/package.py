@@ -64,13 +64,21 @@ def _signer(a: argparse.Namespace):
 def _write(a: argparse.Namespace, plan: OtaPlan, settings: dict, out: Path) -> dict:
     from ..ota import mender, swupdate
 
+    if a.compression is not None and a.format != "mender":
+        raise UsageError("--compression is for --format mender (an .swu carries its files as they are)")
     sign = _signer(a)
     try:
         with atomic_file(out) as f, tempfile.TemporaryDirectory(dir=out.parent) as scratch:
             if a.format == "mender":
                 types = tuple(a.device_type or [settings["mender_device_type"]])
-                h = mender.write_artifact(f, plan, types, scratch=Path(scratch), sign=sign)
-                info = {"device_types": list(h.device_types), "provides": h.provides, "depends": h.depends}
+                packed = mender.compression_for(plan.mode, a.compression)
+                h = mender.write_artifact(f, plan, types, scratch=Path(scratch), sign=sign, compression=packed)
+                info = {
+                    "device_types": list(h.device_types),
+                    "provides": h.provides,
+                    "depends": h.depends,
+                    "compression": packed,
+                }
             else:
                 revs = tuple(a.hw_revision or [settings["swupdate_hw_revision"]])
                 swupdate.write_swu(f, plan, revs, sign=sign)
@@ -163,6 +171,12 @@ def add_commands(sub) -> None:
         action="append",
         metavar="TYPE",
         help="Mender device type (repeatable; default the board file's [ota] mender_device_type)",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("gzip", "none"),  # ota/mender.py's COMPRESSIONS (not imported at start-up)
+        help="Mender payload compression, as mender-artifact's (default: gzip for --tokenizer-only, "
+        "none for a full release: GGUF quant blocks do not compress)",
     )
     p.add_argument(
         "--hw-revision",

@@ -1,10 +1,12 @@
 """Mender artifacts, format version 3 (mender-artifact's Documentation/artifact-format-v3.md).
 
 Outer tar, in this order: ``version``, ``manifest`` (``sha256  name`` lines of the payload
-files as ``data/0000/<file>``, ``header.tar.gz`` and ``version``, sorted by name, as
-mender-artifact writes it), ``manifest.sig`` when signed, ``header.tar.gz``
-(``header-info``, ``headers/0000/type-info``, ``headers/0000/meta-data``) and
-``data/0000.tar.gz`` with the payload files. One module-image payload of type
+files as ``data/0000/<file>``, the header and ``version``, sorted by name, as
+mender-artifact writes it), ``manifest.sig`` when signed, the header (``header-info``,
+``headers/0000/type-info``, ``headers/0000/meta-data``) and ``data/0000`` with the payload
+files. Both inner tars are compressed as mender-artifact's ``--compression`` does:
+``gzip`` gives ``header.tar.gz`` and ``data/0000.tar.gz``, ``none`` gives ``header.tar`` and
+``data/0000.tar`` (what a payload that does not compress wants). One module-image payload of type
 ``q25-release``: the update module ``q25-ota.sh`` installed as
 ``/usr/share/mender/modules/v3/q25-release`` handles it.
 
@@ -28,6 +30,16 @@ from .plan import OtaPlan, check_name
 
 MODULE_TYPE = "q25-release"
 FORMAT_VERSION = 3
+COMPRESSIONS = {"gzip": ".tar.gz", "none": ".tar"}  # mender-artifact's names and suffixes
+
+
+def compression_for(mode: str, choice: str | None) -> str:
+    """``package --compression``'s default (None): gzip for a tokenizer-only artifact (its image
+    compresses), none for a full release (its tensors are GGUF quant blocks, which gzip does not
+    shrink: it would only cost the packaging and the board's install a pass of deflate)."""
+    if choice is not None:
+        return choice
+    return "gzip" if mode == "tokenizer" else "none"
 
 
 @dataclass(frozen=True)
@@ -87,31 +99,51 @@ def _entries(plan: OtaPlan) -> list[Entry]:
     return [Entry(f.name, f.data, f.path) for f in plan.files]
 
 
-def manifest_text(version: bytes, header_gz: bytes, plan: OtaPlan) -> bytes:
+def manifest_text(version: bytes, header: bytes, plan: OtaPlan, compression: str = "gzip") -> bytes:
     sums = {f"data/0000/{f.name}": f.sha256 for f in plan.files}
-    sums["header.tar.gz"] = hashlib.sha256(header_gz).hexdigest()
+    sums["header" + COMPRESSIONS[compression]] = hashlib.sha256(header).hexdigest()
     sums["version"] = hashlib.sha256(version).hexdigest()
     return "".join(f"{sums[n]}  {n}\n" for n in sorted(sums)).encode()
 
 
 def write_artifact(
-    out: BinaryIO, plan: OtaPlan, device_types: tuple[str, ...], *, scratch: Path, sign=None
+    out: BinaryIO,
+    plan: OtaPlan,
+    device_types: tuple[str, ...],
+    *,
+    scratch: Path,
+    sign=None,
+    compression: str = "gzip",
 ) -> MenderHeader:
-    """Write the artifact onto ``out``; ``scratch`` holds the compressed payload meanwhile;
+    """Write the artifact onto ``out``; ``scratch`` holds the payload's tar meanwhile;
     ``sign(manifest) -> manifest.sig`` signs when given."""
+    suffix = COMPRESSIONS[compression]
     h = header_for(plan, device_types)
     version = _json({"format": "mender", "version": FORMAT_VERSION})
-    header_gz = gzip_bytes(header_tar(h))
-    manifest = manifest_text(version, header_gz, plan)
-    data_gz = scratch / "0000.tar.gz"
-    with open(data_gz, "wb") as raw, gzip_open(raw) as gz:
-        write_tar(gz, _entries(plan))
+    header = gzip_bytes(header_tar(h)) if compression == "gzip" else header_tar(h)
+    manifest = manifest_text(version, header, plan, compression)
     head = [Entry("version", version, mode=0o600), Entry("manifest", manifest, mode=0o600)]
     if sign is not None:
         head.append(Entry("manifest.sig", sign(manifest), mode=0o600))
-    head += [Entry("header.tar.gz", header_gz, mode=0o600), Entry("data/0000.tar.gz", path=data_gz, mode=0o600)]
-    write_tar(out, head)
+    head.append(Entry("header" + suffix, header, mode=0o600))
+    data = scratch / ("0000" + suffix)
+    with open(data, "wb") as raw:
+        if compression == "gzip":
+            with gzip_open(raw) as gz:
+                write_tar(gz, _entries(plan))
+        else:
+            write_tar(raw, _entries(plan))
+    write_tar(out, [*head, Entry("data/0000" + suffix, path=data, mode=0o600)])
     return h
+
+
+def payload_tar(members: dict[str, bytes]) -> bytes:
+    """The payload's tar (``data/0000``) out of :func:`read_members`, uncompressed."""
+    if "data/0000.tar.gz" in members:
+        import gzip
+
+        return gzip.decompress(members["data/0000.tar.gz"])
+    return members["data/0000.tar"]
 
 
 def read_members(path: Path) -> dict[str, bytes]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from sparse_files import read_at, zero_between
 
 from q25deploy.cli import main
-from q25deploy.ota.mender import read_members
+from q25deploy.ota.mender import payload_tar, read_members
 from q25deploy.ota.scripts import SCRIPT
 
 
@@ -117,7 +117,7 @@ def mender_tree(art: Path, tree: Path) -> Path:
     (tree / "files").mkdir(parents=True)
     (tree / "tmp").mkdir()
     members = read_members(art)
-    with tarfile.open(fileobj=io.BytesIO(members["data/0000.tar.gz"]), mode="r:gz") as t:
+    with tarfile.open(fileobj=io.BytesIO(payload_tar(members)), mode="r:") as t:
         t.extractall(tree / "files", filter="data")
     return tree
 

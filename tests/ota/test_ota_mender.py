@@ -13,7 +13,7 @@ from ota_helpers import package, run
 from requirements import need_program
 
 from q25deploy.cli import main
-from q25deploy.ota.mender import read_members
+from q25deploy.ota.mender import payload_tar, read_members
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_full_release_validates_and_reads_back(tmp_path, mender_artifact, ota_bu
 
 
 def _payload(art, name: str) -> bytes:
-    data = tarfile.open(fileobj=io.BytesIO(read_members(art)["data/0000.tar.gz"]), mode="r:gz")
+    data = tarfile.open(fileobj=io.BytesIO(payload_tar(read_members(art))), mode="r:")
     return data.extractfile(name).read()
 
 
@@ -97,10 +97,11 @@ def flip_image_byte(members: dict[str, bytes], fix_manifest: bool) -> bytes:
     the manifest's digest of it updated)."""
     import hashlib
 
-    inner = tarfile.open(fileobj=io.BytesIO(members["data/0000.tar.gz"]), mode="r:gz")
+    inner = tarfile.open(fileobj=io.BytesIO(payload_tar(members)), mode="r:")
+    data_name = next(n for n in members if n.startswith("data/0000"))
     buf = io.BytesIO()
     manifest = members["manifest"]
-    with tarfile.open(fileobj=buf, mode="w:gz") as out:
+    with tarfile.open(fileobj=buf, mode="w:gz" if data_name.endswith(".gz") else "w:") as out:
         for m in inner.getmembers():
             body = bytearray(inner.extractfile(m).read())
             if m.name == "tokenizer.q25tokrt":
@@ -112,7 +113,7 @@ def flip_image_byte(members: dict[str, bytes], fix_manifest: bool) -> bytes:
     outer = io.BytesIO()
     with tarfile.open(fileobj=outer, mode="w", format=tarfile.USTAR_FORMAT) as t:
         for name, body in members.items():
-            body = {"data/0000.tar.gz": buf.getvalue(), "manifest": manifest}.get(name, body)
+            body = {data_name: buf.getvalue(), "manifest": manifest}.get(name, body)
             info = tarfile.TarInfo(name)
             info.size = len(body)
             t.addfile(info, io.BytesIO(body))
@@ -125,6 +126,36 @@ def test_a_changed_payload_fails_validation(tmp_path, mender_artifact, ota_build
     bad.write_bytes(flip_image_byte(read_members(art), fix_manifest=False))
     r = run([mender_artifact, "validate", str(bad)])
     assert r.returncode != 0 and "checksum" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "compressed"),
+    [
+        ((), False),
+        (("--tokenizer-only",), True),
+        (("--compression", "gzip"), True),
+        (("--tokenizer-only", "--compression", "none"), False),
+    ],
+)
+def test_payload_compression_as_mender_artifact_names_it(tmp_path, mender_artifact, ota_builds, extra, compressed):
+    """A full release's payload is stored (quant blocks do not compress), a tokenizer-only one is
+    gzipped, --compression says otherwise; mender-artifact reads either and the files are the same."""
+    art = package(ota_builds["A"], "mender", tmp_path / "a.mender", *extra)
+    members = read_members(art)
+    suffix = ".tar.gz" if compressed else ".tar"
+    assert {"header" + suffix, "data/0000" + suffix} <= set(members), sorted(members)
+    assert not any(n.startswith(("header.", "data/")) and not n.endswith(suffix) for n in members), sorted(members)
+    assert f"header{suffix}" in members["manifest"].decode()
+    assert run([mender_artifact, "validate", str(art)]).returncode == 0
+    image = (ota_builds["A"] / "tokenizer").glob("*.q25tokrt")
+    assert _payload(art, "tokenizer.q25tokrt") == next(image).read_bytes()
+
+
+def test_compression_is_a_mender_option(tmp_path, capsys, ota_builds):
+    rc = main(["package", "--target", "qemu", "--build", str(ota_builds["A"]), "--format", "swupdate",
+               "--compression", "none", "--out", str(tmp_path / "a.swu")])  # fmt: skip
+    assert rc == 2 and "--compression is for --format mender" in capsys.readouterr().err
+    assert not (tmp_path / "a.swu").exists()
 
 
 def test_reproducible(tmp_path, ota_builds, keys):

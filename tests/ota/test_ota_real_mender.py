@@ -18,7 +18,7 @@ from real_clients import ClientBoard, break_q25tok, current_release, need_client
 from release_modes import wrong_modes
 from sparse_files import written
 
-from q25deploy.ota.mender import read_members
+from q25deploy.ota.mender import payload_tar, read_members
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_a_plan_the_running_device_tree_does_not_reserve_is_refused(
 def tampered(art: Path, out: Path) -> Path:
     """``art`` with one byte of its tokenizer image changed (the manifest left as it was)."""
     members = read_members(art)
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(members["data/0000.tar.gz"])), mode="r:") as t:
+    with tarfile.open(fileobj=io.BytesIO(payload_tar(members)), mode="r:") as t:
         files = [(m, t.extractfile(m).read()) for m in t.getmembers()]  # type: ignore[union-attr]
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w:") as t:
@@ -113,7 +113,10 @@ def tampered(art: Path, out: Path) -> Path:
             if m.name == "tokenizer.q25tokrt":
                 body = body[:4096] + bytes([body[4096] ^ 1]) + body[4097:]
             t.addfile(m, io.BytesIO(body))
-    members["data/0000.tar.gz"] = gzip.compress(data.getvalue(), mtime=0)
+    if "data/0000.tar.gz" in members:
+        members["data/0000.tar.gz"] = gzip.compress(data.getvalue(), mtime=0)
+    else:
+        members["data/0000.tar"] = data.getvalue()
     with tarfile.open(out, "w:") as t:
         for name, body in members.items():
             info = tarfile.TarInfo(name)

@@ -23,7 +23,7 @@ from requirements import need_program
 from q25deploy.cli import main
 from q25deploy.deploy.release import release_from_build
 from q25deploy.model.synthetic import write_model
-from q25deploy.ota.mender import read_members
+from q25deploy.ota.mender import payload_tar, read_members
 from q25deploy.ota.scripts import SCRIPT
 
 VOCAB = Path(__file__).parents[2] / "data" / "ggml-vocab-qwen2.gguf"
@@ -89,8 +89,8 @@ def mender_state(board, state: str) -> tuple[int, str]:
 def mender_tree(board, art: Path) -> None:
     """The module and the artifact's files on the board, laid out as the Mender client does."""
     board.put(MODULE, SCRIPT.read_bytes(), "0755")
-    board.put(f"{TREE}.tar.gz", read_members(art)["data/0000.tar.gz"])
-    board.sh(f"rm -rf {TREE} && mkdir -p {TREE}/files {TREE}/tmp && tar -xzf {TREE}.tar.gz -C {TREE}/files")
+    board.put(f"{TREE}.tar", payload_tar(read_members(art)))
+    board.sh(f"rm -rf {TREE} && mkdir -p {TREE}/files {TREE}/tmp && tar -xf {TREE}.tar -C {TREE}/files")
 
 
 def mender_update(board, art: Path, tmp_path: Path, *, before_commit=None) -> list[tuple[str, int, str]]:
