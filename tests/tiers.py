@@ -8,9 +8,10 @@
 - Under pytest-xdist (``-n 2 --dist loadgroup``, docs/contributing.md), every BitBake test
   runs in one worker (the workspace: parse caches, sstate) and every other tier's test with its
   module (its module-scoped fixtures); a quick test runs wherever a worker is free.
-- A test marked ``solo`` (one that bounds how long something takes) runs while no other
-  test does, under xdist too: every test holds a shared lock on the session's lock file, a
-  solo test the exclusive one (:class:`_Solo`), so the other worker waits between its tests.
+- A test marked ``solo`` (one that bounds how long something takes) runs its body while no
+  other test runs, under xdist too: every test holds a shared lock on the session's lock file,
+  a solo test's call the exclusive one (:class:`_Solo`), so the other worker waits between its
+  tests; the solo test's fixtures are set up and torn down beside the other worker's tests.
 - At the end: each tier's time, and any process the run left behind (found by the marker in its
   environment, so a daemonized QEMU is found too) is stopped and named.
 """
@@ -24,6 +25,7 @@ import signal
 import tempfile
 import uuid
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -110,8 +112,9 @@ def solo_dir(marker: str) -> Path:
 
 class _Solo:
     """Under xdist, each test in the run holds the run's lock file shared, a ``solo`` test holds
-    it exclusively. A solo test first takes the turnstile, which every test passes through
-    before its shared lock: the other worker's next test waits behind it, never ahead of it."""
+    it exclusively while its body runs (its fixtures' setup and teardown are not what it times,
+    so they share the machine). A solo test first takes the turnstile, which every test passes
+    through before its shared lock: the other worker's next test waits behind it, never ahead."""
 
     def __init__(self, config: pytest.Config):
         self.dir = solo_dir(os.environ[SESSION_VAR])
@@ -120,9 +123,8 @@ class _Solo:
     def _open(self, name: str) -> int:
         return os.open(self.dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item):
-        solo = item.get_closest_marker("solo") is not None
+    @contextmanager
+    def _held(self, solo: bool):
         gate, lock = self._open("turnstile"), self._open("lock")
         try:
             fcntl.flock(gate, fcntl.LOCK_EX)
@@ -135,6 +137,22 @@ class _Solo:
         finally:
             os.close(lock)  # closing drops the locks
             os.close(gate)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item):
+        if item.get_closest_marker("solo") is not None:
+            yield
+            return
+        with self._held(solo=False):
+            yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        if item.get_closest_marker("solo") is None:
+            yield
+            return
+        with self._held(solo=True):
+            yield
 
 
 def leftovers(marker: str) -> list[tuple[int, str]]:
