@@ -42,6 +42,7 @@ from . import interrupt, receiver
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
 from .boardfiles import STATE_NAME, BoardFiles
+from .forward_known import recorded
 from .release import STATE_FORMAT, Release, plan_transfer
 
 __all__ = ["STATE_NAME", "BoardFiles", "HostResult", "deploy", "rollback", "status"]
@@ -178,7 +179,7 @@ def deploy(
             and board.run(["test", "-d", files.release_dir(release.id)], check=False)[0] == 0
         ):
             progress("already deployed: nothing to send")
-            return _check_deployed(res, state, smoke, load, progress)
+            return _check_deployed(files, res, state, smoke, load, progress)
         transfer = plan_transfer(release, state)
         planned(sum(f.size for f in transfer.uploads))
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
@@ -228,9 +229,9 @@ def stopped(board: Board, files: BoardFiles | None, res: HostResult, staged: str
     return res
 
 
-def _check_deployed(res: HostResult, state: dict, smoke, load, progress) -> HostResult:
+def _check_deployed(files: BoardFiles, res: HostResult, state: dict, smoke, load, progress) -> HostResult:
     """The release is already current: load its regions again if this boot has not (a reboot
-    empties them) and smoke-test it."""
+    empties them) and smoke-test it (a forward pass it passed is recorded)."""
     if load:
         progress("loading the partitions into reserved memory")
         res.residency = load()
@@ -240,6 +241,8 @@ def _check_deployed(res: HostResult, state: dict, smoke, load, progress) -> Host
     phases.mark("smoke")
     res.ok = res.smoke["ok"]
     res.previous = state.get("previous")
+    if (with_forward := recorded(state, state["current"], res.smoke)) is not None:
+        files.write_state(with_forward)
     if not res.ok:
         res.error = f"smoke test failed on the deployed release: {failure_reason(res.smoke)}"
     return res
@@ -367,8 +370,10 @@ def _switch_and_test(
     if res.smoke["ok"]:
         res.ok = True
         prune = sorted(set(new_state["releases"]) - keep)
-        if prune:  # older releases go (never the one current points at)
-            files.write_state({**new_state, "releases": {r: i for r, i in new_state["releases"].items() if r in keep}})
+        passed = recorded(new_state, release.id, res.smoke)  # the forward pass it passed, for the next deploy
+        if prune or passed:  # older releases go (never the one current points at)
+            kept = passed or new_state
+            files.write_state({**kept, "releases": {r: i for r, i in kept["releases"].items() if r in keep}})
             files.remove_release(*prune)
         return res
     if old_current and old_current != release.id and old_current in state.get("releases", {}):

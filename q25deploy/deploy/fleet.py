@@ -29,6 +29,7 @@ from .boardfiles import STATE_NAME
 from .boardlock import board_session
 from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
 from .expected import BuildIds
+from .forward_known import verified
 from .hosts import HostSpec
 from .options import Options, host_list
 from .release import Release, release_from_build, tokenizer_only
@@ -212,8 +213,11 @@ class Fleet:
                         raise
             yield q25tok
 
-    def _smoke(self, board, files, image: str, expected, quick: bool, residency=None, listed=None, own=None) -> dict:
-        """The smoke test with the q25tok :meth:`_q25tok` chooses; one it may not run fails it."""
+    def _smoke(
+        self, board, files, image: str, expected, quick: bool, residency=None, listed=None, own=None, known=None
+    ) -> dict:
+        """The smoke test with the q25tok :meth:`_q25tok` chooses; one it may not run fails it.
+        ``known``: the forward passes the board's state records (a deploy's; None: always run)."""
         pmap = board_release.partition_map(
             files, self.partition_map if self.opts.build_dir else None, board=self.target.board
         )
@@ -233,6 +237,7 @@ class Fleet:
                     residency=residency,
                     probe=self.build.probe_digests if self.opts.build_dir else None,
                     forward=self._forward_record(),
+                    known=known,
                 )
         except Unverified as e:
             return {"ok": False, "checks": [{"name": "q25tok", "ok": False, "detail": str(e)}], "warnings": []}
@@ -295,7 +300,7 @@ class Fleet:
                         receivers=[self.runtime],  # the image's only: never a q25tok of the install dir
                         sending=self.expected.warm,
                         smoke=lambda quick, resident: self._smoke(
-                            board, files, rel.image, self.expected.get(), quick, resident, listed, own
+                            board, files, rel.image, self.expected.get(), quick, resident, listed, own, verified(state)
                         ),
                     )
 

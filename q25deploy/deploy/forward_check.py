@@ -18,9 +18,11 @@ import posixpath
 import shlex
 from typing import Protocol
 
+from ..common import is_sha256
 from ..model.record_compare import first_difference, parse_dump
 from ..packer.layout import REGION_TABLE, TENSOR_TABLE
 from .boardbase import BoardBase as Board
+from .forward_known import forward_key
 
 EXIT_USAGE = 2  # q25tok: an unknown command (an image older than generate)
 GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
@@ -43,11 +45,49 @@ def generate_script(q25tok: str, source: list[str], tables: list[str], steps: in
     return "\n".join(lines)
 
 
+def forward_step(
+    board: Board,
+    report: Report,
+    cur: str,
+    q25tok: str,
+    record: dict,
+    residency: dict,
+    paths: dict[str, str],
+    *,
+    partition_map: dict,
+    known: dict[str, str] | None,
+) -> dict | None:
+    """The smoke test's forward pass, or, given ``known`` (the board state's passed passes:
+    :func:`.forward_known.verified`), not where the same key passed: one check says so. Returns
+    the state's ``forward`` entry for a pass that passed (or was known to), else None; without
+    ``known`` (``q25deploy smoke``: nothing is recorded) the pass always runs."""
+    if known is None:
+        check_forward(board, report, cur, q25tok, record, residency, paths)
+        return None
+    source = "mem" if residency.get("state") in ("resident", "failed") else "files"
+    status, out, _ = board.run(["sh", "-c", 'sha256sum "$(command -v "$1")"', "sh", q25tok], check=False)
+    sha = out.decode("ascii", "replace").split()[0] if status == 0 and out.split() else ""
+    key = forward_key(partition_map, sha, record, source) if is_sha256(sha) else None
+    n = len(record["prompts"])
+    at = known.get(key) if key and residency.get("state") != "failed" else None
+    if at:
+        report.check(
+            "forward pass",
+            True,
+            f"not run: these weights, this q25tok and this record passed it at release {at} "
+            f"({n} prompt{'' if n == 1 else 's'}; q25deploy smoke runs it)",
+        )
+        return {"key": key, "prompts": n, "release": at}
+    passed = check_forward(board, report, cur, q25tok, record, residency, paths)
+    return {"key": key, "prompts": n} if passed and key else None
+
+
 def check_forward(
     board: Board, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
-) -> None:
+) -> bool:
     """Runs the forward pass on the board and adds one check per smoke prompt to ``report``
-    (``record``: the build's forward record, already known to be of the board's model)."""
+    (``record``: the build's forward record, already known to be of the board's model); True
+    when it ran and every prompt passed clear of a near tie."""
     tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
     if residency.get("state") in ("resident", "failed"):
         source, where = ["--mem", paths["memory"], "--dt", paths["device_tree"]], "from the reserved regions"
@@ -60,34 +100,39 @@ def check_forward(
     text, why = out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
     if status == EXIT_USAGE and "usage" in why and MARK not in text:
         report.warn("forward pass", f"forward pass not run: this q25tok has no generate ({why[-80:]})")
-        return
+        return False
+    passed = True
     dumps = text.split(MARK + "\n")[: len(prompts)]  # each prompt's dump; a failed one's partial output last
     for i, prompt in enumerate(prompts):
         name = f"forward prompt {i}"
         if i >= len(dumps) or (i == len(dumps) - 1 and status != 0):
             report.check(name, False, f"q25tok generate failed (exit {status}): {why[-160:] or 'no output'}")
-            return
+            return False
         try:
             steps = parse_dump(dumps[i])
         except ValueError as e:
-            report.check(name, False, f"q25tok generate printed {e}")
+            passed = report.check(name, False, f"q25tok generate printed {e}")
             continue
         try:
             diff = first_difference(prompt, steps)
         except Exception as e:  # a record or dump the comparison cannot read: this board's failure
-            report.check(name, False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}")
+            passed = report.check(
+                name, False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}"
+            )
             continue
         got = [s["token"] for s in steps[: len(prompt["steps"])]]
         want = [s["token"] for s in prompt["steps"]]
         tokens = {"tokens": got, "expected": want}  # what the board generated, what the host did
         if diff is not None:
             detail = f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}"
-            report.check(name, False, f"{detail}; board tokens {_ids(got)}, host {_ids(want)}", **tokens)
+            passed = report.check(name, False, f"{detail}; board tokens {_ids(got)}, host {_ids(want)}", **tokens)
             continue
         tie = _near_tie(prompt, steps)
         if tie:
             report.warn(name, f"{name}: {tie}")
+            passed = False  # not recorded: the next deploy runs it and warns again
         report.check(name, True, f"{len(prompt['steps'])} steps as the host {where}: tokens {_ids(got)}", **tokens)
+    return passed
 
 
 def _ids(tokens: list[int]) -> str:

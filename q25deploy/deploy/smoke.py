@@ -23,7 +23,7 @@ from ..tokenizer.prompts import SMOKE_PROMPTS
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
 from .deployer import BoardFiles
-from .forward_check import check_forward
+from .forward_check import forward_step
 from .residency import differing_tensors, verify
 
 DETAIL = 200  # characters of a board's answer a check keeps
@@ -74,6 +74,7 @@ def smoke_test(
     residency: dict | None = None,
     probe: dict | None = None,
     forward: dict | None = None,
+    known: dict[str, str] | None = None,
 ) -> dict:
     """``expected``: the host codec's ids of each smoke prompt (:mod:`.expected`).
     ``board_paths``: ``device_tree`` and ``memory`` on the board (default /proc/device-tree,
@@ -81,7 +82,9 @@ def smoke_test(
     them), so the partitions are not hashed again; ``residency``: what a load just reported
     (read back and checked by it), used instead of reading the regions again; ``probe``: the
     build's ``probe_digests.json`` (none: no probe); ``forward``: the build's
-    ``forward_record.json`` (none: no forward pass, :mod:`.forward_check`)."""
+    ``forward_record.json`` (none: no forward pass, :mod:`.forward_check`); ``known``: the
+    passes the board's state records (:mod:`.forward_known`), whose key skips the pass, and the
+    result's ``forward`` is the entry to record (None: the pass always runs, nothing to record)."""
     board_paths = board_paths or {"device_tree": "/proc/device-tree", "memory": "/dev/mem"}
     report = _Report(strict)
     cur = files.cur()
@@ -99,10 +102,13 @@ def smoke_test(
     _check_residency(report, residency, partition_map)
     if probe is not None:
         _check_probe(board, report, cur, q25tok, probe, residency, board_paths, partition_map)
+    passed = None
     if forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256"):
-        check_forward(board, report, cur, q25tok, forward, residency, board_paths)  # not: another model's weights
+        passed = forward_step(  # not: another model's weights
+            board, report, cur, q25tok, forward, residency, board_paths, partition_map=partition_map, known=known
+        )
     run_plugin_checks(board, report, extra_checks)
-    return report.result(residency=residency)
+    return report.result(residency=residency, **({"forward": passed} if passed else {}))
 
 
 def plugin_checks(pm, target) -> list[tuple[str, str | None, str]]:

@@ -101,3 +101,4 @@ def test_the_status_header_sits_over_its_values(tmp_path, capsys, ssh, models, q
     assert head.split() == ["host", "ok", "current", "previous", "reserved", "residency", "detail"], lines
     assert starts(row)[:6] == starts(head)[:6], lines  # each value under its own header
     assert row.split()[5] in ("resident", "not-reserved", "unsupported", "failed"), lines
+    assert "forward pass passed (1 prompt)" in row, lines  # the deploy's, from the board's state: not run again

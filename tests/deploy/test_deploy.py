@@ -260,7 +260,11 @@ def test_unknown_and_changed_host_keys_are_refused(tmp_path, capsys, ssh, models
 
 def test_tokenizer_only_update(tmp_path, capsys, ssh, models, q25tok):
     srv, root = ssh["servers"][1], tmp_path / "board"
-    assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
+    code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
+    assert code == 0 and [c["name"] for c in res[0]["smoke"]["checks"] if c["name"].startswith("forward")] == [
+        "forward prompt 0"
+    ]
+    first = res[0]["release"]
     code, res, _ = deploy(capsys, ssh, srv, root, models["C"], "--tokenizer-only", runtime=q25tok)
     assert code == 13 and "vocabulary fingerprint" in res[0]["error"]
     # the same vocabulary laid out with another section alignment: a new image, same model
@@ -273,6 +277,10 @@ def test_tokenizer_only_update(tmp_path, capsys, ssh, models, q25tok):
     assert main(["build", "--target", "qemu", "--target-file", str(board), "--model", str(gguf), "--out", str(a2)]) == 0
     code, res, _ = deploy(capsys, ssh, srv, root, a2, "--tokenizer-only", runtime=q25tok)
     assert code == 0 and res[0]["ok"]
+    # the weights did not change, nor the prompts' ids: the pass that A passed is not run again
+    forward = [c for c in res[0]["smoke"]["checks"] if c["name"].startswith("forward")]
+    assert [c["name"] for c in forward] == ["forward pass"] and f"at release {first}" in forward[0]["detail"], res
+    assert res[0]["smoke"]["forward"]["release"] == first
     image = a2 / "tokenizer" / "tokenizer.q25tokrt"
     manifest = a2 / "tokenizer" / "tokenizer_runtime_image_manifest.json"
     assert res[0]["bytes_sent"] == image.stat().st_size + manifest.stat().st_size  # a few MB, no partitions

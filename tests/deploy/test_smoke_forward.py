@@ -8,6 +8,8 @@ the emulated board: tests/deploy/emulated/test_board_forward.py."""
 
 from __future__ import annotations
 
+import json
+
 from deploy_helpers import deploy
 from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale, with_scale
 from test_deploy_reserved import reserved_board
@@ -80,6 +82,35 @@ def test_smoke_runs_the_forward_pass_from_the_regions(tmp_path, capsys, ssh, mod
     assert all(c["ok"] and "from the partition files" in c["detail"] for c in forward_checks(res)), res
     code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, action="smoke")
     assert code == 13 and {"name": "forward pass", "ok": False, "detail": warning} in res[0]["smoke"]["checks"]
+
+
+def board_state(root) -> dict:
+    return json.loads((root / "lib" / "firmware" / "q25" / ".q25deploy-state.json").read_text())
+
+
+def test_a_deploy_of_weights_that_passed_does_not_run_the_pass_again(tmp_path, capsys, ssh, models, q25tok):
+    """The pass a release passed is in the board's state; a redeploy with the same weights,
+    q25tok and record says so instead of running it; another record (more prompts) runs it;
+    ``smoke`` always does."""
+    srv, root, build = ssh["servers"][2], tmp_path / "board", models["A"]
+    here, _, _ = reserved_board(tmp_path, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and [c["name"] for c in forward_checks(res)] == ["forward prompt 0"], res
+    release = res[0]["release"]
+    state = board_state(root)
+    fw = state["releases"][release]["forward"]
+    assert fw["prompts"] == 1 and len(fw["key"]) == 64 and "release" not in fw, fw
+    assert res[0]["smoke"]["forward"] == fw
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and [c["name"] for c in forward_checks(res)] == ["forward pass"], res
+    assert forward_checks(res)[0]["detail"].startswith(
+        f"not run: these weights, this q25tok and this record passed it at release {release} (1 prompt;"
+    ), res
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--forward", "2", *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and [c["name"] for c in forward_checks(res)] == ["forward prompt 0", "forward prompt 1"], res
+    assert board_state(root)["releases"][release]["forward"]["prompts"] == 2
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, action="smoke")
+    assert code == 0 and [c["name"] for c in forward_checks(res)] == ["forward prompt 0"], res
 
 
 def test_another_models_build_runs_no_forward_pass(tmp_path, capsys, ssh, models, q25tok):
