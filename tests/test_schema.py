@@ -115,6 +115,9 @@ def state(**over):
         state(releases={RID: {**state()["releases"][RID], "files": {"../../etc/shadow": [H, 1]}}}),
         state(releases={RID: {**state()["releases"][RID], "files": {"q25tok": ["x", 1]}}}),
         state(releases={RID: {**state()["releases"][RID], "image": "/etc/shadow"}}),
+        state(releases={RID: {**state()["releases"][RID], "forward": {"key": "x", "prompts": 1}}}),
+        state(releases={RID: {**state()["releases"][RID], "forward": {"key": H, "prompts": -1}}}),
+        state(releases={RID: {**state()["releases"][RID], "forward": {"key": H, "prompts": 1, "release": "../x"}}}),
         state(format="other"),
         [],
         "x",
@@ -122,6 +125,8 @@ def state(**over):
 )
 def test_tampered_state_files_are_refused(doc):
     assert schema.parse_state(state(), "s")["current"] == RID
+    passed = {"key": H, "prompts": 1, "release": RID}  # a forward pass a deploy recorded
+    assert schema.parse_state(state(releases={RID: {**state()["releases"][RID], "forward": passed}}), "s")
     with pytest.raises(SchemaError):
         schema.parse_state(doc, "s")
 

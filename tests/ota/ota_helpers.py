@@ -161,7 +161,9 @@ def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProc
 
 
 def layout(root: Path) -> dict:
-    """Everything under the install dir: files with their bytes, links, the state without times."""
+    """Everything under the install dir: files with their bytes, links, the state without times
+    and without the forward passes a deploy records (deploy/forward_known.py: the OTA commit runs
+    its pass every time and records none)."""
     base = root / INSTALL
     out = {}
     for p in sorted(base.rglob("*")):
@@ -174,6 +176,7 @@ def layout(root: Path) -> dict:
             state = json.loads(p.read_text())
             for r in state["releases"].values():
                 r.pop("deployed_at")
+                r.pop("forward", None)
             out[rel] = ("state", state)
         else:
             out[rel] = ("file", p.read_bytes())

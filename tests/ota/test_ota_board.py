@@ -39,16 +39,24 @@ def test_mender_module_full_then_tokenizer_only_matches_deploy(tmp_path, capsys,
     deployed = _deploy_sequence(tmp_path, capsys, q25tok_bin, ota_builds)
     if deployed is None:
         pytest.skip("sshd is needed to compare with a real deploy (CI runs it)")
-    assert after_tok == deployed[0]  # same release id, files, links, state as deploy --tokenizer-only
-    assert layout(board) == deployed[1]
+    layouts, deployed_root = deployed
+    assert after_tok == layouts[0]  # same release id, files, links, state as deploy --tokenizer-only
+    assert layout(board) == layouts[1]
     state = json.loads((board / INSTALL / ".q25deploy-state.json").read_text())
     assert (
         state["previous"] and len(state["releases"]) == 2 and all(r["deployed_at"] for r in state["releases"].values())
     )
+    # a board deploy updated (its state records the forward passes it passed) takes the engine's update
+    deployed_state = json.loads((deployed_root / INSTALL / ".q25deploy-state.json").read_text())
+    assert "forward" in deployed_state["releases"][deployed_state["current"]], deployed_state
+    runs = mender_install(bb, deployed_root, a, tmp_path / "tree")
+    assert all(r.returncode == 0 for r in runs), "\n".join(f"{r.args[-2]}: {r.stderr}" for r in runs)
+    assert "smoke test passed" in "".join(r.stderr for r in runs)
 
 
 def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
-    """deploy A, deploy --tokenizer-only A2, deploy B through a real sshd: layouts after 2 and 3."""
+    """deploy A, deploy --tokenizer-only A2, deploy B through a real sshd: layouts after 2 and 3,
+    and the board's root."""
     if not Path("/usr/sbin/sshd").exists() or os.geteuid() != 0:
         if os.environ.get("CI"):
             pytest.fail("CI must provide sshd and root for the deploy comparison")
@@ -96,7 +104,7 @@ def _deploy_sequence(tmp_path, capsys, q25tok_bin, builds):
             capsys.readouterr()
             assert main(argv) == 0, capsys.readouterr()
             out.append(layout(root))
-        return out[1:]
+        return out[1:], root
     finally:
         srv.stop()
 

@@ -310,10 +310,17 @@ state_valid() {  # FILE: a board state exactly as q25deploy writes it (keys sort
         } while (k == "        ],")
         if (L[i++] != "      },") fail()
     }
+    function forward(    v) {  # the forward pass a deploy recorded (q25deploy/deploy/forward_known.py)
+        v = take(I "  ", "key"); if (!hex(v, 64) || !comma) fail()
+        v = take(I "  ", "prompts"); if (v !~ /^[0-9]+$/) fail()
+        if (comma) { v = take(I "  ", "release"); if (!hex(v, 16) || comma) fail() }
+        if (L[i++] != "      },") fail()
+    }
     function record(id,    v) {
         if (at(I, "deployed_at")) { v = take(I, "deployed_at"); if (v !~ /^"[0-9TZ:.+-]*"$/ || !comma) fail() }
         v = take(I, "files")
         if (v == "{") files(id); else if (v != "{}" || !comma) fail()
+        if (at(I, "forward")) { if (take(I, "forward") != "{") fail(); forward() }
         if (at(I, "image")) { v = take(I, "image"); if (!(v == "null" || rel(v)) || !comma) fail() }
         if (at(I, "model_sha256")) { v = take(I, "model_sha256"); if (!(v == "null" || hex(v, 64)) || !comma) fail() }
         if (at(I, "target")) { v = take(I, "target"); if (!(v == "null" || plain(v)) || !comma) fail() }

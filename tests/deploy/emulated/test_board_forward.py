@@ -34,6 +34,13 @@ def test_deploy_runs_the_forward_pass_from_ddr_and_a_flipped_byte_names_its_laye
     assert len(forward) == len(record["prompts"]) and all(
         c["ok"] and "from the reserved regions" in c["detail"] for c in forward
     ), res
+    # the same deploy again: root's state records the pass, so it is not run again (deploy/forward_known.py)
+    release = res[0]["release"]
+    code, res = q25(
+        capsys, board.q25("deploy", b.path, "--strict", "--forward", "all", "--runtime-bin", str(q25tok_aarch64))
+    )
+    assert code == 0 and [n for n in checks(res) if n.startswith("forward")] == ["forward pass"], res
+    assert f"passed it at release {release} ({len(record['prompts'])} prompts;" in checks(res)["forward pass"]["detail"]
 
     # one byte of DDR: the scale's high byte of a middle block of a layer-1 tensor, in a copy of
     # its partition that q25tok load puts into the reserved region (the release is untouched)
