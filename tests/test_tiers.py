@@ -81,6 +81,12 @@ def test_solo():
     span("solo")
 
 
+def test_partly_alone(alone):
+    span("before")
+    with alone():
+        span("alone")
+
+
 @pytest.mark.parametrize("i", range(8))
 def test_other(i):
     span(f"other{i}")
@@ -93,13 +99,16 @@ def test_a_solo_test_runs_while_no_other_test_does(pytester, monkeypatch):
     pytester.makeini("[pytest]\nmarkers =\n    solo: bounds a time\n")
     pytester.makepyfile(test_solo=SOLO)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=120)
-    r.assert_outcomes(passed=9)
+    r.assert_outcomes(passed=10)
     spans = {
         n: (float(a), float(b))
         for n, a, b in (line.split() for line in (pytester.path / "spans.txt").read_text().splitlines())
     }
-    s0, s1 = spans.pop("solo")
-    assert all(b <= s0 or a >= s1 for a, b in spans.values()), (s0, s1, spans)
+    for name in ("solo", "alone"):
+        s0, s1 = spans[name]
+        others = {n: v for n, v in spans.items() if n != name}
+        assert all(b <= s0 or a >= s1 for a, b in others.values()), (name, s0, s1, spans)
+    spans = {n: v for n, v in spans.items() if n not in ("solo", "alone", "before")}
     # the others did run side by side: the lock is shared between them
     others = sorted(spans.values())
     assert any(nxt[0] < cur[1] for cur, nxt in zip(others, others[1:])), others

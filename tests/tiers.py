@@ -9,9 +9,10 @@
   runs in one worker (the workspace: parse caches, sstate) and every other tier's test with its
   module (its module-scoped fixtures); a quick test runs wherever a worker is free.
 - A test marked ``solo`` (one that bounds how long something takes) runs its body while no
-  other test runs, under xdist too: every test holds a shared lock on the session's lock file,
-  a solo test's call the exclusive one (:class:`_Solo`), so the other worker waits between its
-  tests; the solo test's fixtures are set up and torn down beside the other worker's tests.
+  other test runs, under xdist too, and a test that bounds a time in part of its body runs that
+  part in ``with alone():`` (the fixture): every test holds a shared lock on the session's lock
+  file, the solo body or block the exclusive one (:class:`_Solo`), so the other worker waits
+  between its tests; fixtures are set up and torn down beside the other worker's tests.
 - At the end: each tier's time, and any process the run left behind (found by the marker in its
   environment, so a daemonized QEMU is found too) is stopped and named.
 """
@@ -25,7 +26,7 @@ import signal
 import tempfile
 import uuid
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -111,48 +112,63 @@ def solo_dir(marker: str) -> Path:
 
 
 class _Solo:
-    """Under xdist, each test in the run holds the run's lock file shared, a ``solo`` test holds
-    it exclusively while its body runs (its fixtures' setup and teardown are not what it times,
-    so they share the machine). A solo test first takes the turnstile, which every test passes
-    through before its shared lock: the other worker's next test waits behind it, never ahead."""
+    """Under xdist, each test in the run holds the run's lock file shared; a ``solo`` test's body,
+    or a test's ``with alone():`` block, holds it exclusively (a test's fixtures' setup and
+    teardown are not what it times, so they share the machine). The exclusive holder first takes
+    the turnstile, which every test passes through before its shared lock: the other worker's
+    next test waits behind it, never ahead of it."""
 
     def __init__(self, config: pytest.Config):
         self.dir = solo_dir(os.environ[SESSION_VAR])
         self.dir.mkdir(mode=0o700, exist_ok=True)
+        self.fds: tuple[int, int] | None = None  # the running test's (turnstile, lock)
 
     def _open(self, name: str) -> int:
         return os.open(self.dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
     @contextmanager
-    def _held(self, solo: bool):
-        gate, lock = self._open("turnstile"), self._open("lock")
+    def alone(self):
+        """The running test's shared lock made exclusive for the block, then shared again."""
+        assert self.fds is not None, "alone() outside a test"
+        gate, lock = self.fds
+        fcntl.flock(lock, fcntl.LOCK_UN)  # one's own shared lock would block one's exclusive one
+        fcntl.flock(gate, fcntl.LOCK_EX)
         try:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            if solo:  # hold the turnstile until the others' tests have ended
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            else:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-                fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # waits for the other worker's test to end
             yield
         finally:
-            os.close(lock)  # closing drops the locks
-            os.close(gate)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item):
-        if item.get_closest_marker("solo") is not None:
+        gate, lock = self._open("turnstile"), self._open("lock")
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # behind a test that waits to be alone
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            self.fds = (gate, lock)
             yield
-            return
-        with self._held(solo=False):
-            yield
+        finally:
+            self.fds = None
+            os.close(lock)  # closing drops the locks
+            os.close(gate)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
         if item.get_closest_marker("solo") is None:
             yield
             return
-        with self._held(solo=True):
+        with self.alone():
             yield
+
+
+@pytest.fixture
+def alone(request: pytest.FixtureRequest):
+    """``with alone(): ...``: the block runs while no other test runs (what a ``solo`` test's
+    whole body does), for a test that bounds a time in part of its body only."""
+    solo = request.config.pluginmanager.get_plugin("q25-solo")
+    return solo.alone if solo is not None else nullcontext
 
 
 def leftovers(marker: str) -> list[tuple[int, str]]:

@@ -20,8 +20,8 @@ from deploy_helpers import INSTALL, board_argv, deploy, wrapped_board
 from sshd import SlowProxy
 
 # each test races a SIGINT against a real transfer or command and bounds the time to the exit:
-# alone, under two workers too (the other worker's load let an upload finish before its Ctrl-C)
-pytestmark = pytest.mark.solo
+# that part alone, under two workers too (the other worker's load let an upload finish before its
+# Ctrl-C); the deploys that set a board up and check it after share the machine
 
 REPO = Path(__file__).resolve().parents[2]
 # bytes/s per connection: B's release (> 3 MiB) takes > 3 s to send. Where the session is one ssh
@@ -155,6 +155,7 @@ os._exit(0)  # not waiting for the board's thread
 """
 
 
+@pytest.mark.solo
 def test_a_sigint_that_lands_on_a_board_thread_stops_the_wait_at_once():
     """The main thread's wait for the boards looks at a pending SIGINT every slice: in the
     fresh-clone run a Ctrl-C during one board's upload was acted on once the deploy had ended."""
@@ -172,7 +173,7 @@ def test_a_sigint_that_lands_on_a_board_thread_stops_the_wait_at_once():
 
 @pytest.mark.parametrize("transfer", ["auto", "openssh"])
 def test_ctrl_c_during_the_upload_leaves_the_board_on_its_release_and_says_so(
-    tmp_path, capsys, ssh, models, q25tok, transfer
+    tmp_path, capsys, ssh, models, q25tok, transfer, alone
 ):
     """The acceptance: the board stays on A with nothing staged, each board's line says so, and
     the command ends in 130 within 5 s of the SIGINT; the ``ssh`` children that the group's SIGINT
@@ -182,10 +183,11 @@ def test_ctrl_c_during_the_upload_leaves_the_board_on_its_release_and_says_so(
     code, res, err = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
     assert code == 0, err
     release_a, base = res[0]["release"], root / INSTALL
-    child, proxy = _slow_deploy(
-        tmp_path, ssh, srv, root, models["B"], "--runtime-bin", str(q25tok), "--transfer", transfer
-    )
-    rc, took = _ctrl_c_while_sending(child, proxy, base)
+    with alone():
+        child, proxy = _slow_deploy(
+            tmp_path, ssh, srv, root, models["B"], "--runtime-bin", str(q25tok), "--transfer", transfer
+        )
+        rc, took = _ctrl_c_while_sending(child, proxy, base)
     _figure(f"SIGINT to exit, --transfer {transfer}: {took:.2f} s")
     assert rc == 130, child.text
     assert took <= 5, (took, child.text)
@@ -198,12 +200,13 @@ def test_ctrl_c_during_the_upload_leaves_the_board_on_its_release_and_says_so(
     assert code == 0 and res[0]["current"] == release_a and res[0]["consistent"]
 
 
-def test_ctrl_c_as_json_says_per_board_it_was_not_changed(tmp_path, capsys, ssh, models, q25tok):
+def test_ctrl_c_as_json_says_per_board_it_was_not_changed(tmp_path, capsys, ssh, models, q25tok, alone):
     srv, root = ssh["servers"][2], tmp_path / "board"
     assert deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)[0] == 0
     base = root / INSTALL
-    child, proxy = _slow_deploy(tmp_path, ssh, srv, root, models["B"], "--runtime-bin", str(q25tok), "--json")
-    rc, _ = _ctrl_c_while_sending(child, proxy, base)
+    with alone():
+        child, proxy = _slow_deploy(tmp_path, ssh, srv, root, models["B"], "--runtime-bin", str(q25tok), "--json")
+        rc, _ = _ctrl_c_while_sending(child, proxy, base)
     assert rc == 130, child.text
     start = child.text.index("[")
     (r,) = json.loads(child.text[start : child.text.rindex("]") + 1])
@@ -219,22 +222,23 @@ SLOW_RM = (
 )
 
 
-def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsys, ssh, models, q25tok):
+def test_a_second_ctrl_c_ends_at_once_and_the_next_run_cleans_up(tmp_path, capsys, ssh, models, q25tok, alone):
     flag = tmp_path / "slow-rm"
     scripts = {"rm": SLOW_RM.replace("$SLOW_RM_FLAG", str(flag))}
     board, root, release_a, base = _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, "slowrm", scripts)
     try:
-        child, proxy = _slow_deploy(tmp_path, ssh, board, root, models["B"], "--runtime-bin", str(q25tok))
-        try:
-            _while_sending(child, proxy, base)
-            flag.touch()
-            child.interrupt()
-            _until(Path(f"{flag}.blocked").exists, child)  # the first is acted on: its clean-up hangs
-            rc, took = child.stop()
-        finally:
-            if child.proc.poll() is None:
-                child.proc.kill()
-            proxy.close()
+        with alone():
+            child, proxy = _slow_deploy(tmp_path, ssh, board, root, models["B"], "--runtime-bin", str(q25tok))
+            try:
+                _while_sending(child, proxy, base)
+                flag.touch()
+                child.interrupt()
+                _until(Path(f"{flag}.blocked").exists, child)  # the first is acted on: its clean-up hangs
+                rc, took = child.stop()
+            finally:
+                if child.proc.poll() is None:
+                    child.proc.kill()
+                proxy.close()
         _figure(f"second SIGINT to exit: {took:.2f} s")
         assert rc == 130 and took < 1.5, (rc, took, child.text)
         assert os.readlink(base / "current") == f"releases/{release_a}"
@@ -256,7 +260,7 @@ SLOW_COMMANDS = '[ -e "$FLAG" ] && { touch "$FLAG.blocked"; sleep 30; }\nexec /u
 
 
 def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tested(
-    tmp_path, capsys, ssh, models, q25tok
+    tmp_path, capsys, ssh, models, q25tok, alone
 ):
     """smoke changes nothing: Ctrl-C ends its board commands at once (on main the dying ssh
     children were a lost connection, exit 13)."""
@@ -265,13 +269,14 @@ def test_ctrl_c_during_smoke_stops_a_command_in_progress_and_says_it_was_not_tes
     board, root, _, _ = _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, "slowcmd", scripts)
     try:
         flag.touch()
-        child = Child(board_argv("smoke", ssh, board, root, "--build", str(models["A"])), tmp_path / "home")
-        try:
-            _until(Path(f"{flag}.blocked").exists, child)
-            rc, took = child.stop()
-        finally:
-            if child.proc.poll() is None:
-                child.proc.kill()
+        with alone():
+            child = Child(board_argv("smoke", ssh, board, root, "--build", str(models["A"])), tmp_path / "home")
+            try:
+                _until(Path(f"{flag}.blocked").exists, child)
+                rc, took = child.stop()
+            finally:
+                if child.proc.poll() is None:
+                    child.proc.kill()
         _figure(f"SIGINT to exit, smoke with a board command in progress: {took:.2f} s")
         assert rc == 130 and took <= 5, (rc, took, child.text)
         assert "interrupted: not changed (not tested)" in child.text, child.text
@@ -286,7 +291,7 @@ ONE_SLOW_COMMAND = (
 )
 
 
-def test_ctrl_c_after_the_switch_completes_that_board_and_says_so(tmp_path, capsys, ssh, models, q25tok):
+def test_ctrl_c_after_the_switch_completes_that_board_and_says_so(tmp_path, capsys, ssh, models, q25tok, alone):
     """Once the switch to B has begun the board completes it (and its load and smoke test, which
     roll back a bad release) rather than stop between them, and its line says so."""
     flag = tmp_path / "slow"
@@ -294,16 +299,17 @@ def test_ctrl_c_after_the_switch_completes_that_board_and_says_so(tmp_path, caps
     board, root, release_a, base = _wrapped_on_a(tmp_path, capsys, ssh, models, q25tok, "oneslow", scripts)
     try:
         argv = board_argv("deploy", ssh, board, root, "--build", str(models["B"]), "--allow-unreserved")
-        child = Child([*argv, "--runtime-bin", str(q25tok)], tmp_path / "home")
-        try:
-            _until(lambda: os.readlink(base / "current") != f"releases/{release_a}", child, 0.005)
-            flag.touch()  # switched: the next command lasts, and Ctrl-C comes during it
-            _until(Path(f"{flag}.blocked").exists, child, 0.01)
-            child.interrupt()
-            rc = child.wait()
-        finally:
-            if child.proc.poll() is None:
-                child.proc.kill()
+        with alone():
+            child = Child([*argv, "--runtime-bin", str(q25tok)], tmp_path / "home")
+            try:
+                _until(lambda: os.readlink(base / "current") != f"releases/{release_a}", child, 0.005)
+                flag.touch()  # switched: the next command lasts, and Ctrl-C comes during it
+                _until(Path(f"{flag}.blocked").exists, child, 0.01)
+                child.interrupt()
+                rc = child.wait()
+            finally:
+                if child.proc.poll() is None:
+                    child.proc.kill()
         release_b = os.readlink(base / "current").split("/")[-1]
         assert rc == 130, child.text
         assert f"switched to {release_b}: completed the switch before stopping" in child.text, child.text
