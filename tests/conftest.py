@@ -83,9 +83,12 @@ def qwen2_vocab():
 @pytest.fixture(scope="session")
 def qwen25_tiny(tmp_path_factory) -> Path:
     """A tiny Qwen2.5-shaped model with the real Qwen2.5 tokenizer (written once per run)."""
-    p = tmp_path_factory.mktemp("models") / "qwen25-tiny.gguf"
-    write_model(p, "tiny", str(VOCAB_GGUF))
-    return p
+    from shared_builds import shared_in_place
+
+    d = shared_in_place(
+        tmp_path_factory, "qwen25-tiny", lambda d: write_model(d / "qwen25-tiny.gguf", "tiny", str(VOCAB_GGUF))
+    )
+    return d / "qwen25-tiny.gguf"
 
 
 @pytest.fixture(scope="session")
@@ -119,14 +122,18 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
     """`q25deploy build` of the tiny Qwen2.5 model for each built-in target (read-only)."""
     # the function from its module: once a test imported q25deploy.cli.main (test_docs does),
     # the package's lazy name ``main`` is that submodule, not the function
+    from shared_builds import shared_in_place
+
     from q25deploy.cli.main import main
 
-    out = {}
-    for t in ("kv260", "zcu104", "qemu"):
-        d = tmp_path_factory.mktemp("build") / t
-        assert main(["build", "--target", t, "--model", str(qwen25_tiny), "--out", str(d)]) == 0
-        out[t] = d
-    return out
+    targets = ("kv260", "zcu104", "qemu")
+
+    def make(d: Path) -> None:
+        for t in targets:
+            assert main(["build", "--target", t, "--model", str(qwen25_tiny), "--out", str(d / t)]) == 0
+
+    d = shared_in_place(tmp_path_factory, "tiny-builds", make)
+    return {t: d / t for t in targets}
 
 
 @pytest.fixture(scope="session")
@@ -136,18 +143,20 @@ def content_caches(tmp_path_factory, qwen25_tiny) -> Path:
     for the tokenizer's export and the reference pass again: see :func:`seed_content_caches`."""
     import os
 
+    from shared_builds import shared_in_place
+
     from q25deploy.cli.main import main
 
-    d = tmp_path_factory.mktemp("content-caches")
-    before = os.environ["XDG_CACHE_HOME"]
-    os.environ["XDG_CACHE_HOME"] = str(d)
-    try:
-        assert (
-            main(["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(d / "out"), "--quiet"]) == 0
-        )
-    finally:
-        os.environ["XDG_CACHE_HOME"] = before
-    return d / "q25deploy"
+    def make(d: Path) -> None:
+        before = os.environ["XDG_CACHE_HOME"]
+        os.environ["XDG_CACHE_HOME"] = str(d)
+        try:
+            argv = ["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(d / "out"), "--quiet"]
+            assert main(argv) == 0
+        finally:
+            os.environ["XDG_CACHE_HOME"] = before
+
+    return shared_in_place(tmp_path_factory, "content-caches", make) / "q25deploy"
 
 
 @pytest.fixture

@@ -11,6 +11,14 @@ from q25deploy.model.synthetic import qwen25_tokenizer, write_model
 VOCAB = Path(__file__).resolve().parent / "data" / "ggml-vocab-qwen2.gguf"
 
 
+def shared_qemu_builds(tmp_path_factory) -> dict[str, Path]:
+    """:func:`qemu_builds`, made once per test run (tests/shared_builds.py)."""
+    from shared_builds import shared_in_place
+
+    d = shared_in_place(tmp_path_factory, "qemu-builds", qemu_builds)
+    return {name: d / name for name in "ABC"}
+
+
 def qemu_builds(d: Path) -> dict[str, Path]:
     """Writes A.gguf, B.gguf, C.gguf into ``d`` and builds each into ``d/A`` ... for qemu."""
     tok = qwen25_tokenizer(str(VOCAB))

@@ -1,7 +1,8 @@
 """Builds that a session fixture makes once per test run, not once per pytest-xdist worker: the
-C runtime's builds, which several modules on either worker read (read-only, like every session
-fixture's output). The first worker to ask builds under a lock in the run's common temporary
-directory and renames the result into place; the others wait for the lock and take it."""
+C runtime's builds, the test models and their builds, which modules on either worker read
+(read-only, like every session fixture's output). The first worker to ask builds under a lock
+in the run's common temporary directory (renamed into place, or, for builds that record their
+own paths, made in place and marked complete); the others wait for the lock and take it."""
 
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ def shared(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
             shutil.rmtree(work, ignore_errors=True)
             make(work)
             work.rename(done)
+    return done
+
+
+def shared_in_place(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
+    """The directory ``make(path)`` fills where it stays (a build records its model's and its
+    own paths), made by the first caller of this run; a half-made one is made again."""
+    root = run_dir(tmp_path_factory) / "shared-builds"
+    root.mkdir(exist_ok=True)
+    done, complete = root / name, root / f"{name}.complete"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not complete.exists():
+            shutil.rmtree(done, ignore_errors=True)
+            done.mkdir()
+            make(done)
+            complete.touch()
     return done
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from release_builds import qemu_builds
+from release_builds import shared_qemu_builds
 from requirements import need_program
 from sshd import SSHServer, keygen
 
@@ -30,4 +30,4 @@ def ssh(tmp_path_factory):
 @pytest.fixture(scope="package")
 def models(tmp_path_factory) -> dict[str, Path]:
     """Three builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary)."""
-    return qemu_builds(tmp_path_factory.mktemp("models"))
+    return shared_qemu_builds(tmp_path_factory)

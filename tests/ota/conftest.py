@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from release_builds import qemu_builds
+from release_builds import shared_qemu_builds
 from requirements import need_program
-from shared_builds import runtime
+from shared_builds import runtime, shared_in_place
 
 from q25deploy.cli import main
 
@@ -20,31 +20,20 @@ VOCAB = Path(__file__).resolve().parent.parent / "data" / "ggml-vocab-qwen2.gguf
 def ota_builds(tmp_path_factory) -> dict[str, Path]:
     """Builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary), A2 (A's
     model with another image alignment: a new tokenizer image for the same model)."""
-    d = tmp_path_factory.mktemp("ota-models")
-    out = qemu_builds(d)
-    board = d / "qemu-align.toml"
-    board.write_text(
-        (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml")
-        .read_text()
-        .replace("image_alignment = 4096", "image_alignment = 65536")
-    )
-    assert (
-        main(
-            [
-                "build",
-                "--target",
-                "qemu",
-                "--target-file",
-                str(board),
-                "--model",
-                str(d / "A.gguf"),
-                "--out",
-                str(d / "A2"),
-            ]
+    out = shared_qemu_builds(tmp_path_factory)
+    model = out["A"].parent / "A.gguf"
+
+    def a2(d: Path) -> None:
+        board = d / "qemu-align.toml"
+        board.write_text(
+            (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml")
+            .read_text()
+            .replace("image_alignment = 4096", "image_alignment = 65536")
         )
-        == 0
-    )
-    out["A2"] = d / "A2"
+        argv = ["build", "--target", "qemu", "--target-file", str(board), "--model", str(model), "--out", str(d / "A2")]
+        assert main(argv) == 0
+
+    out["A2"] = shared_in_place(tmp_path_factory, "qemu-build-a2", a2) / "A2"
     return out
 
 
