@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..common import gc_paused
 from ..errors import TokenizerError
 from ..model.gguf import GGUFFile, StringArray
 from .bytelevel import decode_mapped
@@ -165,6 +166,11 @@ def _opt_id(f: GGUFFile, key: str, n: int) -> int:
 
 def vocab_from_gguf(f: GGUFFile) -> Vocab:
     """The byte-level BPE vocabulary of ``f``, checked to be one this tool can run."""
+    with gc_paused():
+        return _vocab(f)
+
+
+def _vocab(f: GGUFFile) -> Vocab:
     model = _req(f, "tokenizer.ggml.model")
     if model != "gpt2":
         raise TokenizerError(f"{f.path}: tokenizer model {model!r} is not supported (need byte-level BPE 'gpt2')")
