@@ -133,7 +133,8 @@ class Board(BoardBase):
             pass
 
     # -- commands ---------------------------------------------------------------------------
-    def _channel(self, argv: Sequence[str], timeout: int):
+    def _channel(self, argv: Sequence[str], timeout: int, doing: str = ""):
+        """``doing``: what the command is for, in the message when the connection is lost."""
         cmd = self.command(argv, timeout)
         started = self.gate.enter("start")  # until the board answers the exec: its command runs
         try:
@@ -141,7 +142,7 @@ class Board(BoardBase):
             chan.settimeout(timeout + 30)
             chan.exec_command(cmd)
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as e:
-            raise DeployError(f"{self.spec.name}: connection lost: {e}") from None
+            raise DeployError(f"{self.spec.name}: connection lost{doing}: {e}") from None
         finally:
             started()
         return chan
@@ -207,7 +208,8 @@ class Board(BoardBase):
         return status, out, err
 
     def _upload_paramiko(self, argv, src, size: int, dest: str, progress) -> tuple[int, bytes, bytes]:
-        chan = self._channel(argv, UPLOAD_TIMEOUT)
+        # a cut that another upload's channel met first fails this one's opening: the same words
+        chan = self._channel(argv, UPLOAD_TIMEOUT, f" while uploading {os.path.basename(dest)}")
         sent = 0
         buf = bytearray(CHUNK)
         view = memoryview(buf)
