@@ -21,7 +21,10 @@ from sshd import SlowProxy
 
 # each test races a SIGINT against a real transfer or command and bounds the time to the exit:
 # that part alone, under two workers too (the other worker's load let an upload finish before its
-# Ctrl-C); the deploys that set a board up and check it after share the machine
+# Ctrl-C); the deploys that set a board up and check it after share the machine. Waiting to be
+# alone lasts up to the other worker's test (a BitBake or board test in the full run): the board
+# tier's limit, not the quick tier's
+pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
 # bytes/s per connection: B's release (> 3 MiB) takes > 3 s to send. Where the session is one ssh
