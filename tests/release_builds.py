@@ -1,5 +1,6 @@
 """Builds for the qemu target that deploy and OTA tests share: A, B (other weights, the same
-vocabulary) and C (another vocabulary), from tiny Qwen2.5-shaped models."""
+vocabulary) and C (another vocabulary), from tiny Qwen2.5-shaped models, and A2 (A's model with
+another image alignment: a new tokenizer image for the same weights)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from q25deploy.cli import main
 from q25deploy.model.synthetic import qwen25_tokenizer, write_model
+from q25deploy.resources import data_dir
 
 VOCAB = Path(__file__).resolve().parent / "data" / "ggml-vocab-qwen2.gguf"
 
@@ -31,3 +33,21 @@ def qemu_builds(d: Path) -> dict[str, Path]:
         assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
         out[name] = d / name
     return out
+
+
+def shared_a2_build(tmp_path_factory) -> Path:
+    """A's model built for a qemu board file whose image alignment is 64 KiB: the tokenizer
+    image changes, the partitions do not (made once per test run)."""
+    from shared_builds import shared_in_place
+
+    model = shared_qemu_builds(tmp_path_factory)["A"].parent / "A.gguf"
+
+    def a2(d: Path) -> None:
+        board = d / "qemu-align.toml"
+        board.write_text(
+            (data_dir("targets") / "qemu.toml").read_text().replace("image_alignment = 4096", "image_alignment = 65536")
+        )
+        argv = ["build", "--target", "qemu", "--target-file", str(board), "--model", str(model), "--out", str(d / "A2")]
+        assert main(argv) == 0
+
+    return shared_in_place(tmp_path_factory, "qemu-build-a2", a2) / "A2"

@@ -58,7 +58,8 @@ def forward_step(
     known: dict[str, str] | None,
 ) -> dict | None:
     """The smoke test's forward pass, or, given ``known`` (the board state's passed passes:
-    :func:`.forward_known.verified`), not where the same key passed: one check says so. Returns
+    :func:`.forward_known.verified`), not where the same key passed from resident regions: one
+    check says so. Returns
     the state's ``forward`` entry for a pass that passed (or was known to), else None; without
     ``known`` (``q25deploy smoke``: nothing is recorded) the pass always runs."""
     if known is None:
@@ -69,7 +70,9 @@ def forward_step(
     sha = out.decode("ascii", "replace").split()[0] if status == 0 and out.split() else ""
     key = forward_key(partition_map, sha, record, source) if is_sha256(sha) else None
     n = len(record["prompts"])
-    at = known.get(key) if key and residency.get("state") != "failed" else None
+    # only regions that ``q25tok verify`` has just proven to hold these partitions stand for the
+    # weights that passed; partition files a quick smoke did not hash again do not
+    at = known.get(key) if key and residency.get("state") == "resident" else None
     if at:
         report.check(
             "forward pass",

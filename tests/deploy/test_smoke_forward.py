@@ -12,6 +12,7 @@ import json
 
 from deploy_helpers import deploy
 from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale, with_scale
+from release_builds import shared_a2_build
 from test_deploy_reserved import reserved_board
 
 from q25deploy.builddir import BuildDir
@@ -111,6 +112,34 @@ def test_a_deploy_of_weights_that_passed_does_not_run_the_pass_again(tmp_path, c
     assert board_state(root)["releases"][release]["forward"]["prompts"] == 2
     code, res, _ = deploy(capsys, ssh, srv, root, build, *here, action="smoke")
     assert code == 0 and [c["name"] for c in forward_checks(res)] == ["forward prompt 0"], res
+
+
+def test_a_tokenizer_only_update_of_resident_weights_does_not_run_the_pass(
+    tmp_path, tmp_path_factory, capsys, ssh, models, q25tok
+):
+    """A new tokenizer image over weights that passed, resident in regions that ``q25tok
+    verify`` proves unchanged: the pass is not run again; on an unreserved board it is
+    (tests/deploy/test_deploy.py::test_tokenizer_only_update)."""
+    srv, root, build = ssh["servers"][2], tmp_path / "board", models["A"]
+    here, _, _ = reserved_board(tmp_path, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and [c["name"] for c in forward_checks(res)] == ["forward prompt 0"], res
+    first = res[0]["release"]
+    code, res, _ = deploy(
+        capsys,
+        ssh,
+        srv,
+        root,
+        shared_a2_build(tmp_path_factory),
+        "--tokenizer-only",
+        *here,
+        runtime=q25tok,
+        unreserved=False,
+    )
+    assert code == 0 and res[0]["ok"], res
+    forward = forward_checks(res)
+    assert [c["name"] for c in forward] == ["forward pass"] and f"at release {first}" in forward[0]["detail"], res
+    assert res[0]["smoke"]["forward"]["release"] == first
 
 
 def test_another_models_build_runs_no_forward_pass(tmp_path, capsys, ssh, models, q25tok):

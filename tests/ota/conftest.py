@@ -7,11 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from release_builds import shared_qemu_builds
+from release_builds import shared_a2_build, shared_qemu_builds
 from requirements import need_program
-from shared_builds import runtime, shared_in_place
-
-from q25deploy.cli import main
+from shared_builds import runtime
 
 VOCAB = Path(__file__).resolve().parent.parent / "data" / "ggml-vocab-qwen2.gguf"
 
@@ -21,19 +19,7 @@ def ota_builds(tmp_path_factory) -> dict[str, Path]:
     """Builds for qemu: A, B (other weights, same vocabulary), C (another vocabulary), A2 (A's
     model with another image alignment: a new tokenizer image for the same model)."""
     out = shared_qemu_builds(tmp_path_factory)
-    model = out["A"].parent / "A.gguf"
-
-    def a2(d: Path) -> None:
-        board = d / "qemu-align.toml"
-        board.write_text(
-            (Path(__file__).resolve().parents[2] / "targets" / "qemu.toml")
-            .read_text()
-            .replace("image_alignment = 4096", "image_alignment = 65536")
-        )
-        argv = ["build", "--target", "qemu", "--target-file", str(board), "--model", str(model), "--out", str(d / "A2")]
-        assert main(argv) == 0
-
-    out["A2"] = shared_in_place(tmp_path_factory, "qemu-build-a2", a2) / "A2"
+    out["A2"] = shared_a2_build(tmp_path_factory)
     return out
 
 
