@@ -4,8 +4,9 @@ wall time of a fresh process (cold Python start and SSH login included), ``q25de
 ``scp``/``ssh``, run interleaved (baseline, ours, baseline, ours...) so both see the same load.
 
 To one OpenSSH sshd on loopback (tests/sshd.py) with the 0.5B-shaped build for a kv260-like
-board (the kv260 board file with this machine's arch, its q25tok path in a directory of ours),
-in the board states a user has:
+board (the kv260 board file with this machine's arch, its q25tok path in a directory of ours, its device tree
+and /dev/mem stand-ins that reserve the build's regions: tests/reserved_standin.py), in the
+board states a user has:
 
 - ``deploy --tokenizer-only`` of a new image (the board file asks another image alignment
   every other run), smoke test included, vs ``scp`` of that image;
@@ -42,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from reserved_standin import boot_with, with_standins  # noqa: E402
 from shaped_link import shaped_link  # noqa: E402
 from sshd import SSHServer, keygen  # noqa: E402
 
@@ -88,8 +90,11 @@ class Board:
 
 
 class Runner:
-    def __init__(self, tmp: Path, board: Board, target_file: Path, runtime: Path, on_board: Callable) -> None:
+    def __init__(
+        self, tmp: Path, board: Board, target_file: Path, runtime: Path, on_board: Callable, memory: Path | None = None
+    ) -> None:
         self.tmp, self.board, self.target_file, self.runtime = tmp, board, target_file, runtime
+        self.memory = memory  # the stand-in /dev/mem of a device tree that reserves the build's regions
         self.on_board = on_board  # run a shell command on the board (setup, not timed)
         self.phase_file = tmp / "phases.json"
         # as installed: byte-compiled modules (pip compiles them; this environment may say not to
@@ -116,7 +121,7 @@ class Runner:
             b.remote_root,
             *extra,
         ]
-        if action == "deploy":  # this "board" has no device tree reserving the regions (the check still runs)
+        if action == "deploy" and self.memory is None:  # no device tree reserving the regions (the check still runs)
             argv.append("--allow-unreserved")
         self.phase_file.unlink(missing_ok=True)
         t0 = time.monotonic()
@@ -181,6 +186,10 @@ def rows_for(r: Runner, build: Path, other: Path, repeat: int, full_repeat: int 
     def fresh(with_q25tok: bool):
         def before(which: str) -> None:
             r.on_board(f"rm -rf {b.remote_root} {b.scp_dir} {b.runtime_path}; mkdir -p {b.scp_dir}")
+            if r.memory is not None:  # a board that booted: its regions hold nothing of ours
+                size = r.memory.stat().st_size
+                os.truncate(r.memory, 0)
+                os.truncate(r.memory, size)
             if with_q25tok:
                 r.on_board(runtime_copy)
 
@@ -249,13 +258,15 @@ def load_line() -> str:
 def make_builds(tmp: Path, runtime_path: str | None = None) -> tuple[Path, Path, Path]:
     """The 0.5B-shaped model built for the kv260 board file, and again for the same board asking
     another image alignment; with ``runtime_path``, for a kv260-like board file that is this
-    machine (its arch, q25tok at ``runtime_path``). Returns (board file, build, other build)."""
+    machine (its arch, q25tok at ``runtime_path``, a stand-in device tree and memory that reserve
+    the build's regions). Returns (board file, build, other build)."""
     model = tmp / "qwen25-0.5b.gguf"
     run = lambda *a: subprocess.run([sys.executable, "-m", *a], check=True, capture_output=True)  # noqa: E731
     if not model.exists():
         run("q25deploy.model.synthetic", "--preset", "0.5b", "--vocab", str(vocab_path()), str(model))
     text, tag = (ROOT / "targets" / "kv260.toml").read_text(), "kv260"
     if runtime_path is not None:
+        text = with_standins(text, tmp / "device-tree", tmp / "physmem")
         text = text.replace('arch = "aarch64"', f'arch = "{os.uname().machine}"')
         text = text.replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{runtime_path}"')
         tag = "kv260-here"
@@ -264,6 +275,8 @@ def make_builds(tmp: Path, runtime_path: str | None = None) -> tuple[Path, Path,
     other.write_text(text.replace("image_alignment = 4096", "image_alignment = 16384"))
     for target, out in ((board, f"build-{tag}"), (other, f"other-{tag}")):
         run("q25deploy", "build", "--target-file", str(target), "--model", str(model), "--out", str(tmp / out))
+    if runtime_path is not None:
+        boot_with(tmp / "device-tree", tmp / "physmem", tmp / f"build-{tag}")
     return board, tmp / f"build-{tag}", tmp / f"other-{tag}"
 
 
@@ -310,7 +323,8 @@ def main() -> None:
                 kh = srv.known_hosts(tmp / f"known_hosts-{address}")
                 board = local_board(tmp, key, kh, address, srv.port, runtime)
                 print(load_line(), "(before)", flush=True)
-                rows = rows_for(Runner(tmp, board, target_file, runtime, run_here), build, other, a.repeat)
+                runner = Runner(tmp, board, target_file, runtime, run_here, memory=tmp / "physmem")
+                rows = rows_for(runner, build, other, a.repeat)
                 print_table(
                     f"to one OpenSSH sshd {where}, 0.5B-shaped kv260 build, fresh processes, N={a.repeat}", rows
                 )

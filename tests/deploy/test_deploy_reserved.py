@@ -8,11 +8,11 @@ them at this test's stand-ins, a directory shaped like /proc/device-tree and a s
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
 from deploy_helpers import board_argv, deploy
+from reserved_standin import boot_with, with_standins
 
 from q25deploy.cli import main
 from q25deploy.model.synthetic import write_model
@@ -25,26 +25,9 @@ def board_file(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(board file, its device tree, its memory): the qemu board with stand-in system paths."""
     dt, mem = tmp_path / "live-dt", tmp_path / "physmem"
     f = tmp_path / "qemu-here.toml"
-    f.write_text(
-        (data_dir("targets") / "qemu.toml")
-        .read_text()
-        .replace('arch = "aarch64"', f'arch = "aarch64"\ndevice_tree = "{dt}"\nmemory_device = "{mem}"')
-    )
+    f.write_text(with_standins((data_dir("targets") / "qemu.toml").read_text(), dt, mem))
     (dt / "reserved-memory").mkdir(parents=True)
     return f, dt, mem
-
-
-def boot_with(dt: Path, mem: Path, build: Path) -> None:
-    """The device tree and memory of an image built with ``build``'s reserved-memory.dtsi."""
-    m = json.loads((build / "build.json").read_text())["memory"]
-    regions = [dict(r, index=i) for i, r in enumerate(m["regions"] + m.get("reservation", {}).get("spare", []))]
-    for r in regions:
-        node = dt / "reserved-memory" / f"q25-region{r['index']}@{r['base']:x}"
-        node.mkdir(parents=True)
-        (node / "reg").write_bytes(struct.pack(">QQ", r["base"], r["size"]))
-        (node / "no-map").write_bytes(b"")
-    with open(mem, "ab") as f:
-        f.truncate(max(r["base"] + r["size"] for r in regions))
 
 
 def reserved_board(tmp_path: Path, build: Path) -> tuple[tuple[str, str], Path, Path]:

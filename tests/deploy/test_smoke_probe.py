@@ -7,7 +7,8 @@ test_deploy_reserved.py's; on the emulated board: tests/deploy/emulated/test_boa
 from __future__ import annotations
 
 from deploy_helpers import deploy
-from test_deploy_reserved import board_file, boot_with
+from reserved_standin import boot_with
+from test_deploy_reserved import board_file
 
 from q25deploy.builddir import BuildDir
 
