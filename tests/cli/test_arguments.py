@@ -71,3 +71,18 @@ def test_targets_prints_a_header_row(capsys):
     names = [line.split()[0] for line in lines[1:]]
     assert {"kv260", "zcu104", "qemu"} <= set(names)
     assert all(re.match(r"\S+ +", line).end() == lines[0].index("PLUGIN") for line in lines[1:])  # aligned
+
+
+def test_package_compression_choices_are_the_mender_writers():
+    """``package --compression`` offers exactly what ota/mender.py writes (the parser does not
+    import it: start-up stays light)."""
+    from q25deploy.ota import mender
+
+    for choice in mender.COMPRESSIONS:
+        assert parse("package", "--format", "mender", "--compression", choice, "--build", "b").compression == choice
+    with pytest.raises(SystemExit):
+        parse("package", "--format", "mender", "--compression", "zstd", "--build", "b")
+    package = next(
+        a for a in build_parser()._subparsers._group_actions[0].choices["package"]._actions if a.dest == "compression"
+    )
+    assert tuple(package.choices) == tuple(mender.COMPRESSIONS)
