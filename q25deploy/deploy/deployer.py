@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import phases
@@ -43,32 +42,10 @@ from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
 from .boardfiles import STATE_NAME, BoardFiles
 from .forward_known import recorded
+from .host_result import HostResult
 from .release import STATE_FORMAT, Release, plan_transfer
 
 __all__ = ["STATE_NAME", "BoardFiles", "HostResult", "deploy", "rollback", "status"]
-
-
-@dataclass
-class HostResult:
-    host: str
-    ok: bool = False
-    bytes_sent: int = 0
-    files_sent: int = 0
-    files_linked: int = 0
-    release: str | None = None
-    build_release: str | None = None  # the build's release id (`package`'s artifact's): see Release.build_id
-    previous: str | None = None
-    smoke: dict | None = None
-    rolled_back: bool = False
-    residency: dict | None = None  # q25tok load after the switch (see residency.py)
-    error: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    seconds: float | None = None  # how long the board took (set by the fleet)
-    interrupted: bool = False  # Ctrl-C (interrupt.py): ``state`` says where this board stopped
-    state: str | None = None  # "not changed", "switched", "rolled back" (with ``interrupted``)
-
-    def as_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
 
 
 def _record(release: Release, when: str) -> dict:
@@ -372,8 +349,8 @@ def _switch_and_test(
         prune = sorted(set(new_state["releases"]) - keep)
         passed = recorded(new_state, release.id, res.smoke)  # the forward pass it passed, for the next deploy
         if prune or passed:  # older releases go (never the one current points at)
-            kept = passed or new_state
-            files.write_state({**kept, "releases": {r: i for r, i in kept["releases"].items() if r in keep}})
+            final = passed or new_state
+            files.write_state({**final, "releases": {r: i for r, i in final["releases"].items() if r in keep}})
             files.remove_release(*prune)
         return res
     if old_current and old_current != release.id and old_current in state.get("releases", {}):

@@ -27,9 +27,10 @@ from .boardbase import BoardBase as Board
 from .boardbase import known_hosts_path
 from .boardfiles import STATE_NAME
 from .boardlock import board_session
-from .deployer import BoardFiles, HostResult, deploy, failure_reason, rollback, status
+from .deployer import BoardFiles, deploy, failure_reason, rollback, status
 from .expected import BuildIds
 from .forward_known import verified
+from .host_result import HostResult
 from .hosts import HostSpec
 from .options import Options, host_list
 from .release import Release, release_from_build, tokenizer_only

@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import Future, wait
 
 from ..errors import Interrupted
+from .host_result import HostResult
 
 __all__ = [
     "CHILD",
@@ -125,8 +126,6 @@ def reset() -> None:
 
 def stopped(host: str, action: str):
     """The result of a board Ctrl-C stopped before anything changed on it (status: its dict)."""
-    from .deployer import HostResult  # deployer checks the stop: imported once both are loaded
-
     what = {"status": "not read", "smoke": "not tested"}.get(action, "not changed")
     if action == "status":
         return {"host": host, "error": f"interrupted: {what}", "interrupted": True, "state": what}
@@ -136,8 +135,6 @@ def stopped(host: str, action: str):
 
 def completed(res, action: str) -> None:
     """``res`` of a board Ctrl-C met past its switch: it completed it (and the steps that make it safe)."""
-    from .deployer import HostResult
-
     if not isinstance(res, HostResult) or res.interrupted:
         return
     res.interrupted, res.state = True, "switched"
