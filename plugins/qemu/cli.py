@@ -5,31 +5,9 @@ handlers import the machinery they use."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 STATE_HELP_DIR = "~/.local/state/q25deploy/qemu/TARGET"  # or under $XDG_STATE_HOME
-
-
-def state_home() -> Path:
-    """Where the emulated boards keep their state: ``$XDG_STATE_HOME`` (when absolute, as the
-    XDG base directory spec says), else ``~/.local/state``; then ``q25deploy/qemu``."""
-    base = os.environ.get("XDG_STATE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
-    return root / "q25deploy" / "qemu"
-
-
-def state_dir(a: argparse.Namespace) -> Path:
-    """The command's state directory: ``--state-dir``, else one per board name under
-    :func:`state_home` (outside any working tree)."""
-    if a.state_dir is not None:
-        return a.state_dir
-    name = a.target
-    if not name or "/" in name or name in (".", "..") or not name.isprintable():
-        from q25deploy.errors import UsageError
-
-        raise UsageError(f"--target {name!r}: not a board name")
-    return state_home() / name
 
 
 EPILOG = """\

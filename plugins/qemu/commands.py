@@ -12,11 +12,10 @@ from pathlib import Path
 from q25deploy.errors import BoardFileError, DeployError, UsageError
 
 from . import vm
-from .cli import state_dir as state_dir_of
-from .cli import state_home
 from .image import matching_identity, read_initramfs
 from .machine import Boot, Files, Machine, dtb_files, kernel_cmdline, make_dtb, need_tool
-from .state import STATE_FILE, State, read_state, remove_files, write_state
+from .state import STATE_FILE, State, read_state, remove_files, state_home, write_state
+from .state import state_dir as state_dir_of
 
 KNOWN_HOSTS = "known_hosts"  # the board's host key, recorded by the first deploy --trust-new-host
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL

@@ -4,17 +4,37 @@ stops that process only and removes those files only."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from q25deploy.errors import SchemaError
+from q25deploy.errors import SchemaError, UsageError
 
 from .vm import QemuBoard
 
 STATE_FILE = "state.json"
 VERSION = 1
+
+
+def state_home() -> Path:
+    """Where the emulated boards keep their state: ``$XDG_STATE_HOME`` (when absolute, as the
+    XDG base directory spec says), else ``~/.local/state``; then ``q25deploy/qemu``."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "q25deploy" / "qemu"
+
+
+def state_dir(a: argparse.Namespace) -> Path:
+    """The command's state directory: ``--state-dir``, else one per board name under
+    :func:`state_home` (outside any working tree)."""
+    if a.state_dir is not None:
+        return a.state_dir
+    name = a.target
+    if not name or "/" in name or name in (".", "..") or not name.isprintable():
+        raise UsageError(f"--target {name!r}: not a board name")
+    return state_home() / name
 
 
 @dataclass(frozen=True)

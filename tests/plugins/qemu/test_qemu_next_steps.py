@@ -14,9 +14,9 @@ import pytest
 from requirements import need_program
 
 from q25deploy.cli.main import build_parser
-from q25deploy_plugins.qemu.cli import state_home
 from q25deploy_plugins.qemu.commands import RUNTIME_OUT, image_needs, up_text
 from q25deploy_plugins.qemu.image import read_initramfs
+from q25deploy_plugins.qemu.state import state_home
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHq25deployTestKeyOnlyForTheImageCheck0000 me@host"
 
