@@ -10,9 +10,9 @@ import numpy as np
 from gguf import GGUFValueType
 
 from ..common import format_size, printable
-from ..tokenizer.vocab import CONTROL, TYPE_NAMES, UNKNOWN, USER_DEFINED
 from .gguf import GGUFFile, StringArray
 from .source import ModelSource
+from .token_types import CONTROL, TYPE_NAMES, UNKNOWN, USER_DEFINED
 
 _SHOWN_ARRAY = 16
 

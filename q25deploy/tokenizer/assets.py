@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..common import json_bytes
+from ..model.token_types import TYPE_NAMES
 from .image.format import (
     DEFAULT_ALIGNMENT,
     MAGIC,
@@ -23,7 +24,7 @@ from .image.format import (
     build_image,
     ps_bundle,
 )
-from .vocab import TYPE_NAMES, Vocab
+from .vocab import Vocab
 
 
 class AssetSink(Protocol):

@@ -13,9 +13,9 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from ..errors import CodecError
+from ..model.token_types import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
 from .image.reader import RuntimeImage
 from .pretokenize import ClassTable, decode_lenient, encode_cpts, split_qwen2
-from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
 
 _CACHE_LIMIT = 1 << 16
 _LONG_PIECE = 256  # bytes; longer pieces merge through a heap (the rescan is quadratic)

@@ -14,11 +14,9 @@ import numpy as np
 from ..common import gc_paused
 from ..errors import TokenizerError
 from ..model.gguf import GGUFFile, StringArray
+from ..model.token_types import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED
 from .bytelevel import decode_mapped
 
-# GGUF token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-TYPE_NAMES = {0: "UNDEFINED", 1: "NORMAL", 2: "UNKNOWN", 3: "CONTROL", 4: "USER_DEFINED", 5: "UNUSED", 6: "BYTE"}
 NO_TOKEN = 0xFFFFFFFF
 SUPPORTED_PRE = ("qwen2",)
 
