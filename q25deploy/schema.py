@@ -21,10 +21,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .packer import layout
 from .common import is_sha256
 from .errors import SchemaError
-from .packer import layout
-from .tokenizer.prompts import SMOKE_IDS_FORMAT
+
+# the formats of the files whose writers live above this module (they import these names)
+SMOKE_IDS_FORMAT = "q25deploy-smoke-ids/1"  # tokenizer/prompts.py: smoke_ids.json
+PROBE_FORMAT = "q25deploy-probe-digests-1"  # packer/probe.py: probe_digests.json
+PROBE_UNSUPPORTED = "unsupported"  # a probe digest of a ggml type q25_dequantize does not know
 
 MAX_JSON = 64 << 20  # a partition map of a 7B model is a few MB
 MAX_STAMP = 1 << 20  # a build's stamp: its inputs and what the quick check watches (a few KB)
@@ -485,11 +489,9 @@ def parse_probe_digests(doc: Any, where: str) -> dict:
     """A build's ``probe_digests.json`` (:mod:`q25deploy.packer.probe`): the token ids the board's
     probe is given and, per tensor, its ggml type name and digest (or ``unsupported``). Names
     and types are what the board prints, so they are held to the tensor table's rules."""
-    from .packer.probe import FORMAT, UNSUPPORTED
-
     d = obj(doc, where)
-    if d.get("format") != FORMAT:
-        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {FORMAT}")
+    if d.get("format") != PROBE_FORMAT:
+        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {PROBE_FORMAT}")
     hex64(d.get("model_sha256"), where, "model_sha256")
     ids = array(d.get("ids"), where, "ids")
     _expect(all(type(t) is int and 0 <= t < 1 << 32 for t in ids) and len(ids) <= 4096, ids, where, "ids", "token ids")
@@ -507,7 +509,7 @@ def parse_probe_digests(doc: Any, where: str) -> dict:
         )
         seen.add(n)
         name(t.get("type"), where, f"{f}.type")
-        if t.get("digest") != UNSUPPORTED:
+        if t.get("digest") != PROBE_UNSUPPORTED:
             hex64(t.get("digest"), where, f"{f}.digest")
     return d
 

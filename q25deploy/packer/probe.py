@@ -22,14 +22,15 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
+from ..schema import PROBE_FORMAT as FORMAT
+from ..schema import PROBE_UNSUPPORTED as UNSUPPORTED
+
 KIND = "probe-digests"
-FORMAT = "q25deploy-probe-digests-1"
 EMBEDDING = "token_embd.weight"
 # what q25_dequantize knows (q25tok_dequant.c); the probe reports other types "unsupported"
 DEQUANTIZED = frozenset(
     {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 )
-UNSUPPORTED = "unsupported"
 
 
 def _values(blocks: bytes, qtype: GGMLQuantizationType) -> bytes:

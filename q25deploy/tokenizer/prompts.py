@@ -3,6 +3,8 @@ text, code, and the chat template with special tokens (parse_special)."""
 
 from __future__ import annotations
 
+from ..schema import SMOKE_IDS_FORMAT
+
 SMOKE_PROMPTS: list[tuple[bytes, bool]] = [
     (t.encode("utf-8"), special)
     for t, special in [
@@ -19,8 +21,6 @@ SMOKE_PROMPTS: list[tuple[bytes, bool]] = [
         ('<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', True),
     ]
 ]
-
-SMOKE_IDS_FORMAT = "q25deploy-smoke-ids/1"
 
 
 def smoke_ids(codec) -> list[list[int]]:
