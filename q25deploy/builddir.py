@@ -10,8 +10,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from . import layout
 from .errors import SchemaError
-from .packer import layout
 from .schema import (
     MAX_JSON,
     MAX_REGION_TABLE,

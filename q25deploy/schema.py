@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .packer import layout
+from . import layout
 from .common import is_sha256
 from .errors import SchemaError
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import hashlib
 
-from .. import schema
+from .. import layout, schema
 from ..board.boardfile import Board
 from ..board.ours import foreign
 from ..common import cache_dir, write_atomic
 from ..errors import DeployError, SchemaError
-from ..packer import layout
 from .boardfiles import BoardFiles
 
 #: the release record of a board that runs its image's own assets (no deploy, no OTA install)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from .. import phases
 from ..errors import DeployError, Interrupted
-from ..packer.layout import RUNTIME_BIN
+from ..layout import RUNTIME_BIN
 from . import interrupt, receiver
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board

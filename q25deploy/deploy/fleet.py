@@ -16,8 +16,8 @@ from .. import phases
 from ..builddir import BuildDir
 from ..common import file_sha256
 from ..errors import DeployError, Interrupted, Q25Error
+from ..layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..model.record_compare import first_prompts
-from ..packer.layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
 from . import board_release, interrupt, openssh, owners, reach, sshboard

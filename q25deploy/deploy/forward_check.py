@@ -19,8 +19,8 @@ import shlex
 from typing import Protocol
 
 from ..common import is_sha256
+from ..layout import REGION_TABLE, TENSOR_TABLE
 from ..model.record_compare import first_difference, parse_dump
-from ..packer.layout import REGION_TABLE, TENSOR_TABLE
 from .boardbase import BoardBase as Board
 from .forward_known import forward_key
 

@@ -27,7 +27,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
-from ..packer.layout import RUNTIME_BIN
+from ..layout import RUNTIME_BIN
 from .boardbase import BoardBase as Board
 from .trusted_q25tok import Unverified, release_q25tok
 

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .. import schema
+from .. import layout, schema
 from ..builddir import BuildDir
 from ..common import json_bytes, json_digest
 from ..errors import DeployError
-from ..packer import layout
 from ..schema import STATE_FORMAT
 
 __all__ = [

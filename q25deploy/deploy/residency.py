@@ -22,7 +22,7 @@ tensors of the partition map those ranges fall in, with their byte ranges. A q25
 
 from __future__ import annotations
 
-from ..packer.layout import REGION_TABLE as TABLE
+from ..layout import REGION_TABLE as TABLE
 from .become import hint as become_hint
 from .boardbase import BoardBase as Board
 

@@ -240,7 +240,7 @@ def _check_probe(
     """``q25tok probe`` (one board command) reads the resident regions' first and last blocks
     of every tensor and the smoke ids' embedding rows, dequantized: the digests equal the
     build's (``record``)."""
-    from ..packer.layout import REGION_TABLE, TENSOR_TABLE
+    from ..layout import REGION_TABLE, TENSOR_TABLE
     from ..packer.probe import mismatches
 
     if record["model_sha256"] != pmap.get("model", {}).get("sha256"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, layout
 from ..common import cache_dir as default_cache_dir
 from ..common import is_sha256, json_bytes, json_digest, write_atomic
 from ..errors import SchemaError
@@ -27,7 +27,6 @@ from ..model.hparams import HParams, hparams_text, runnable
 from ..model.weights import Weights
 from ..numerics import kernels
 from ..tokenizer.prompts import SMOKE_PROMPTS
-from . import layout
 
 FORMAT = layout.FORWARD_RECORD_FORMAT
 RECORD_KIND = "forward-record"

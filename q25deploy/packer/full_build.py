@@ -21,11 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import __version__, phases
+from .. import __version__, layout, phases
 from ..common import json_digest
 from ..model.source import ModelSource, remember_digest
 from ..tokenizer import cache as tokenizer_cache
-from . import layout
 from .outputs import OutputDir
 from .previous import Previous
 

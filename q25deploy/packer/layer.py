@@ -21,8 +21,8 @@ from .. import schema
 from ..board.boardfile import Board
 from ..common import json_bytes
 from ..errors import LicenseError, Q25Error
+from ..layout import ASSETS_MANIFEST
 from ..resources import data_dir, is_build_product
-from .layout import ASSETS_MANIFEST
 from .recipe_text import bitbake_text, replaced_note
 
 LAYER = "meta-q25"

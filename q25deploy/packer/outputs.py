@@ -20,7 +20,7 @@ from typing import Any
 
 from ..common import file_sha256, json_bytes
 from ..errors import OutputError
-from .layout import MANIFEST
+from ..layout import MANIFEST
 from .replace import MANIFEST_FORMAT, check_replaceable, exchange, remove_stale, temp_dir
 
 

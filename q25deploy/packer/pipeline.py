@@ -27,12 +27,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import __version__, phases
+from .. import __version__, layout, phases
 from ..builddir import BuildDir
 from ..common import json_bytes, write_atomic
 from ..errors import OutputError, Q25Error, SchemaError
 from ..model.source import ModelSource, cached_digest, resolve
-from . import layout, quick
+from . import quick
 
 if TYPE_CHECKING:  # loaded when a build is not up to date (the no-op rebuild loads neither)
     from ..plugin.manager import PluginFailure, Target

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 
-from .layout import REGION_TABLE as TABLE
+from ..layout import REGION_TABLE as TABLE
 
 KIND = "region-table"
 

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import OutputError, UsageError
-from .layout import MANIFEST, STAMP
+from ..layout import MANIFEST, STAMP
 
 MANIFEST_FORMAT = "q25deploy-manifest/1"
 _AT_FDCWD = -100

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import layout
 from ..board.boardfile import Board
 from ..board.header import memory_header
 from ..board.plan import MemoryPlan, assemble
@@ -22,7 +23,6 @@ from ..plugin.manager import Target
 from ..tokenizer.assets import Asset, tokenizer_assets
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from ..tokenizer.vocab import vocab_from_gguf
-from . import layout
 from .layer import (
     DEVICE_TREE_DIR,
     LayerFile,

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from ..common import format_size
+from ..layout import DTSI, MANIFEST
 from .layer import DEVICE_TREE_DIR
-from .layout import DTSI, MANIFEST
 from .pipeline import BuildResult
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from gguf import GGMLQuantizationType
 
-from .layout import TENSOR_TABLE as TABLE  # noqa: F401 (re-exported for readers)
+from ..layout import TENSOR_TABLE as TABLE  # noqa: F401 (re-exported for readers)
 
 KIND = "tensor-table"
 HEADER = "# q25deploy tensor table 1: name type type_name region offset bytes shape"

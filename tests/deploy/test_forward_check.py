@@ -11,9 +11,9 @@ import json
 import pytest
 from forward_dump import dump
 
+from q25deploy import layout
 from q25deploy.deploy.forward_check import MARK, check_forward, generate_script
 from q25deploy.deploy.smoke import _Report
-from q25deploy.packer import layout
 
 PATHS = {"memory": "/dev/mem", "device_tree": "/proc/device-tree"}
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from forward_dump import dump
 
+from q25deploy import layout
 from q25deploy.model.record_compare import first_difference, parse_dump
-from q25deploy.packer import layout
 
 
 @pytest.fixture(scope="module")
