@@ -93,7 +93,7 @@ class Runner:
         self.on_board = on_board  # run a shell command on the board (setup, not timed)
         self.phase_file = tmp / "phases.json"
         # as installed: byte-compiled modules (pip compiles them; this environment may say not to
-        # write them, and then every run would compile q25deploy's own from source: 0.09 s)
+        # write them, and then every run would compile q25deploy's own from source)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env = {**env, "Q25_PHASE_TIMES": str(self.phase_file), "PYTHONPYCACHEPREFIX": str(tmp / "pycache")}
 
