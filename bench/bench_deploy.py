@@ -17,8 +17,8 @@ Under each row, the medians of the command's phases (``Q25_PHASE_TIMES``, see
 q25deploy/phases.py): start and imports, login, lock and snapshot, transfer, flush, switch,
 load, smoke, and the exit. Best and median of N; the load average is printed with them.
 ``--link`` (root: ip, tc) repeats the table over a 1 Gbit/s link into a network namespace
-(bench/shaped_link.py); ``--emulated dropbear|openssh`` to the emulated board
-(bench/bench_emulated_deploy.py).
+(bench/shaped_link.py); bench/bench_emulated_deploy.py runs the same table to the emulated
+board.
 
     python3 bench/bench_deploy.py [--repeat 5] [--link]
 """
