@@ -8,7 +8,7 @@ Every figure is a fresh process, as a user types it (`q25deploy build --target T
 from wait4. The q25deploy timed is the tree under test installed as the README installs it,
 `pip install .` into a virtual environment of its own (--venv, made on first use; with its
 bytecode, and without an editable install's import hook or another site's .pth files, which
-cost every start 0.03-0.1 s here that no user pays); --in-tree times the tree on PYTHONPATH
+slow every start in a way no user's does); --in-tree times the tree on PYTHONPATH
 with whatever `q25deploy` is on PATH instead. Rows per model:
 
 - `cp` of the model (page cache warm: the build reads the same cached bytes), best of N,
@@ -167,7 +167,7 @@ def main() -> None:
         env.pop("PYTHONPATH", None)
     # A user's installed q25deploy has its bytecode (pip compiles it at install time); a tree
     # run from source under PYTHONDONTWRITEBYTECODE (some sandboxes set it) would compile its
-    # ~50 modules at every start, 0.03 s that no user pays. The first build writes __pycache__.
+    # ~50 modules at every start, a cost no user pays. The first build writes __pycache__.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     rows, phase_rows, starts, records = [], [], [], []
     for preset in a.sizes.split(","):

@@ -18,8 +18,8 @@ Under each row, the medians of the command's phases (``Q25_PHASE_TIMES``, see
 q25deploy/phases.py): start and imports, login, lock and snapshot, transfer, flush, switch,
 load, smoke, and the exit. Best and median of N; the load average is printed with them.
 ``--link`` (root: ip, tc) repeats the table over a 1 Gbit/s link into a network namespace
-(bench/shaped_link.py); ``--emulated dropbear|openssh`` to the emulated board
-(bench/bench_emulated_deploy.py).
+(bench/shaped_link.py); bench/bench_emulated_deploy.py runs the same table to the emulated
+board.
 
     python3 bench/bench_deploy.py [--repeat 5] [--link]
 """
@@ -98,7 +98,7 @@ class Runner:
         self.on_board = on_board  # run a shell command on the board (setup, not timed)
         self.phase_file = tmp / "phases.json"
         # as installed: byte-compiled modules (pip compiles them; this environment may say not to
-        # write them, and then every run would compile q25deploy's own from source: 0.09 s)
+        # write them, and then every run would compile q25deploy's own from source)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env = {**env, "Q25_PHASE_TIMES": str(self.phase_file), "PYTHONPYCACHEPREFIX": str(tmp / "pycache")}
 

@@ -24,7 +24,7 @@ _NEEDS = frozenset({"avx2", "fma"})
 
 
 def _machine() -> str:
-    """The CPU architecture (``os.uname``: the ``platform`` module costs every start 12 ms)."""
+    """The CPU architecture (``os.uname``: importing the ``platform`` module would slow every start)."""
     return os.uname().machine if hasattr(os, "uname") else ""
 
 

@@ -84,7 +84,7 @@ class SSHServer:
             "MaxStartups=64",
         ]
         # bash as the login shell sources ~/.bashrc for every remote command, and a workstation's
-        # may start pyenv or conda (170 ms per command measured here): a board's BusyBox sh reads
+        # may start pyenv or conda (slowing every command): a board's BusyBox sh reads
         # nothing. bash skips it for a nested shell, which SHLVL=1 makes every session's shell.
         # (sshd takes only the first SetEnv line: one line for both.)
         session_env = {"SHLVL": "1", **({"PATH": env_path} if env_path else {}), **(env or {})}

@@ -1,6 +1,7 @@
 """The docs cannot drift from the command line (as datasette tests its docs): every option of
 every command, plugin commands included, is named in docs/commands.md under that command's
-heading, and every ``--option`` the README or a docs page gives a q25deploy command exists."""
+heading, every ``--option`` the README or a docs page gives a q25deploy command exists, and every
+link to another page's section (``runtime.md#opening-files``) finds that heading."""
 
 from __future__ import annotations
 
@@ -93,3 +94,34 @@ def test_the_check_finds_a_wrong_option():
     )
     assert uses == [(("status",), {"--sv"}), (("deploy",), {"--target", "--hots"}), (("qemu", "up"), {"--wiat"})]
     assert all(not opts <= CLI[path] for path, opts in uses)
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation but ``-`` and ``_`` dropped,
+    spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_anchors(pages: list[Path]) -> list[str]:
+    """Every ``[text](PAGE.md#anchor)`` link in ``pages`` whose page has no heading of that anchor."""
+    problems = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)#([^)\s]+)\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            text = linked.read_text() if linked.is_file() else ""
+            headings = {slug(h) for h in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)}
+            if anchor not in headings:
+                problems.append(f"{page.name}: {target}#{anchor}")
+    return problems
+
+
+def test_every_link_to_a_section_finds_it():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert not broken_anchors(pages)
+
+
+def test_the_check_finds_a_link_to_a_section_that_is_not_there(tmp_path):
+    (tmp_path / "a.md").write_text("# Speed (emulated board)\n\n## The forward pass: `q25tok generate`\n")
+    page = tmp_path / "b.md"
+    page.write_text("[x](a.md#speed-emulated-board) [y](a.md#the-forward-pass-q25tok-generate) [z](a.md#speed)\n")
+    assert broken_anchors([page]) == ["b.md: a.md#speed"]

@@ -1,7 +1,7 @@
 """The first boards' SSH logins, started as soon as the command line has been parsed.
 
-An OpenSSH login to a board takes 0.13 s on loopback; loading the plugin manager, resolving
-the target and importing the deploy modules takes a good part of that again. So a board
+An OpenSSH login to a board and loading the plugin manager, resolving the target and
+importing the deploy modules are each a good part of a quick command's time, so a board
 command (``deploy``, ``smoke``, ``status``, ``rollback``) starts logging in to its first
 ``--jobs`` boards (:func:`begin_logins`) the moment it runs, from the arguments argparse has
 accepted, the whole command line, values and all (cli/main.py: the one parser; nothing here

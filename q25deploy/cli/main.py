@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None, head_start=None) -> int:
 
 def _main(argv: Sequence[str] | None, head_start) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(plugin_commands=False)  # built once for a core command (0.03-0.05 s each)
+    parser = build_parser(plugin_commands=False)  # built once for a core command: building one is not free
     if wants_plugin_commands(argv, _choices(parser)):
         parser = build_parser(plugin_commands=True)
         _suggest_command(parser, argv)
@@ -212,7 +212,7 @@ def run(head_start=None) -> NoReturn:
     the build's ``head_start`` that :func:`q25deploy.cli.run` started),
     then out without tearing the interpreter down. Every file the command wrote is closed by
     then and every board session ended; what is left is freeing a few thousand objects and modules one
-    by one (fabric, paramiko, cryptography), 0.10-0.15 s of a status that takes 0.5 s."""
+    by one (fabric, paramiko, cryptography), a noticeable part of a quick command such as ``status``."""
     code = main(head_start=head_start)
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -3,7 +3,8 @@
 
 With a build: the ids ``build`` recorded in ``smoke_ids.json`` for its image. A build by an
 older q25deploy, or one recorded for other prompts, has them computed by the host codec, read
-once (0.1-0.2 s of Python) in a background thread while the files go to the boards. Without
+once in a background thread while the files go to the boards (reading it is Python work the
+upload need not wait for). Without
 a build: computed by the host codec from the board's own image (see :mod:`.board_release`).
 """
 

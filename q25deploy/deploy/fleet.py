@@ -121,7 +121,7 @@ class Fleet:
     # -- per host -------------------------------------------------------------------------
     def _connect(self, spec: HostSpec) -> Board:
         """The session: OpenSSH's ``ssh`` alone where it can carry it (see :mod:`.sshboard`), else
-        paramiko (imported only then: 0.2-0.3 s of start-up)."""
+        paramiko (imported only then: fabric, paramiko and cryptography are a slow import)."""
         board: Board | None = None
         why = ""
         pending = self.pending.pop(spec.name, None)

@@ -1,7 +1,7 @@
 """Large uploads through OpenSSH's ``ssh`` client, beside the paramiko session.
 
-paramiko builds every 32 KiB packet in Python: a 392 MB partition costs it 2.3 s of CPU on
-this machine, OpenSSH's ``ssh`` 0.8 s (AES-GCM both). Where the workstation's CPU is what
+paramiko builds every 32 KiB packet in Python, so a large partition costs it several times
+the CPU OpenSSH's ``ssh`` needs (AES-GCM both). Where the workstation's CPU is what
 limits the deploy (the board on loopback, several boards under ``--jobs``, a fast link), a
 file of :data:`MIN_SIZE` or more goes through one ``ssh`` process that runs the same
 receiver command on the board; everything else stays on the paramiko session.
@@ -18,7 +18,7 @@ system ``ssh_config`` (``-F none``) that could send it elsewhere:
   (``HostKeyAlias``), ``StrictHostKeyChecking=yes``, and nothing written back to it;
 - ``BatchMode`` (never a prompt) and the session's cipher and MAC order; key exchanges
   post-quantum first where the client has ML-KEM, then those paramiko offers (OpenSSH 9's
-  ``sntrup761`` costs 0.15 s of CPU per login here, an A53 several times that).
+  ``sntrup761`` costs a login much CPU, an A53 several times a workstation's).
 
 The remote command prints a ready line before the receiver starts. An ``ssh`` that exits
 before it could not log in (or is not OpenSSH): the file goes through paramiko, and so do the
@@ -47,8 +47,8 @@ from . import interrupt
 from .identity import encrypted
 from .limits import MAX_ANSWER, MAX_LINE, keep_tail
 
-# paramiko's extra CPU (about 3.5 ms per MB here) outweighs an ssh login (0.05-0.15 s, most of
-# it hidden by Bulk.warm) from about this size
+# paramiko's extra CPU per MB outweighs an ssh login (most of it hidden by Bulk.warm) from
+# about this size (bench/bench_deploy.py measures both ways)
 MIN_SIZE = 16 << 20
 READY = b"q25deploy: receiving"
 ANNOUNCE = f"echo {shlex.quote(READY.decode())} && "  # the board's shell, logged in, says so first
@@ -92,7 +92,7 @@ class Login:
 def _algorithms(client: str) -> dict[str, frozenset[str]]:
     """``ssh -Q cipher|mac|kex`` (an algorithm ``ssh`` does not know makes it refuse the whole
     list): kept in the cache folder for this very ``ssh`` binary (its path, inode, size and
-    modification time), since the three queries cost 5 ms before every login; asked again,
+    modification time), since the three queries would delay every login; asked again,
     the three at once, when the binary changed or the cache is unreadable."""
     try:
         st = os.stat(client)
@@ -449,7 +449,7 @@ class Bulk:
         )
 
     def warm(self) -> None:
-        """Log in now, ahead of the first file (a login took 0.15 s here): the board's shell
+        """Log in now, ahead of the first file (so the login's time is hidden): the board's shell
         then waits for that upload's command line."""
         argv = ssh_argv(self.client, self.login, ANNOUNCE + 'IFS= read -r c && eval "$c"')
         with self._lock:

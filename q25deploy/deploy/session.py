@@ -10,11 +10,11 @@ import paramiko
 
 from .algorithms import CIPHERS, MACS
 
-# Our receive windows govern only what the board sends us (command output, reads: 64 MiB vs
-# paramiko's 2 MiB measured alike, 4.0 vs 3.7 MB/s); an upload is paced by the board's
-# window, which dropbear keeps at 24 KiB unless started with -W: Board.upload 2.8 MB/s at
-# 24 KiB, 6.0 at -W 1 MiB, 6.8 at 4 MiB (the layer's dropbear bbappend, board file [ssh]
-# dropbear_receive_window). The packet size is the largest dropbear takes (32768).
+# Our receive windows govern only what the board sends us (command output, reads: 64 MiB and
+# paramiko's 2 MiB measured alike); an upload is paced by the board's window, which dropbear
+# keeps at 24 KiB unless started with -W (the layer's dropbear bbappend, board file [ssh]
+# dropbear_receive_window; figures in docs/boards.md). The packet size is the largest
+# dropbear takes (32768).
 CLIENT_WINDOW = 64 << 20  # the transport's default, for every channel we open without one
 CHANNEL_WINDOW = 16 << 20
 MAX_PACKET = 32768
@@ -28,7 +28,7 @@ class QuickAckSocket(socket.socket):
     """Acknowledges what it receives at once (TCP_QUICKACK before each read: the kernel goes
     back to delayed ACKs by itself). sshd runs exec sessions with Nagle's algorithm, so a
     reply's second small packet (the lock's "acquired" after the exec's success) waited for
-    our delayed ACK: taking the board lock cost 57 ms on loopback, 15 ms with this."""
+    our delayed ACK, and taking the board lock waited for it on every command."""
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         try:
@@ -40,7 +40,7 @@ class QuickAckSocket(socket.socket):
 
 def transport_factory(sock, **kwargs) -> paramiko.Transport:
     # Nagle's algorithm held each request that follows a small write (a channel open, an exec)
-    # until the board's delayed ACK: 40 ms a command on loopback, measured. Every packet goes
+    # until the board's delayed ACK, a delay on every command. Every packet goes
     # out in one write, so nothing is gained by holding them.
     if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,7 +1,7 @@
 """A board session carried by OpenSSH's ``ssh`` client alone: one login, shared.
 
-paramiko costs a command 0.2-0.3 s before it can even connect (importing fabric, invoke,
-paramiko and cryptography), where the whole of ``ssh host true`` takes 0.25-0.30 s here. So
+paramiko costs a command about as long as the whole of ``ssh host true`` before it can even
+connect (importing fabric, invoke, paramiko and cryptography). So
 where OpenSSH's ``ssh`` is installed, the session is one ``ssh`` master process that logs in
 once and holds the connection (``ControlMaster``, its socket in a private 0700 directory that
 is removed at the end); every command, the agent, the lock holder and each upload is an

@@ -26,9 +26,9 @@ HEAP_PAD = 64 << 20
 def keep_heap_warm(pad: int = HEAP_PAD) -> None:
     """Ask glibc to keep ``pad`` bytes at the heap's top when it trims it. Dequantising and
     multiplying a chunk allocates and frees megabytes of temporaries; with glibc's defaults
-    the heap gives them back to the kernel and faults them in again, chunk after chunk, and
-    the forward pass ran 3x slower (41 s against 13 s at 0.5B) in a process whose heap had
-    not grown before it. Resident memory is unchanged (pages are touched only when used).
+    the heap gives them back to the kernel and faults them in again, chunk after chunk, which
+    slows the forward pass several times over in a process whose heap has not grown before
+    it. Resident memory is unchanged (pages are touched only when used).
     Elsewhere than glibc (musl's ``mallopt`` does nothing, macOS has none): nothing."""
     import ctypes
 

@@ -55,7 +55,7 @@ def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
 def write_tar(out: BinaryIO | gzip.GzipFile, entries: Iterable[Entry]) -> None:
     """A ustar archive of ``entries`` (in order) onto ``out``."""
     # "w", not the stream mode "w|": the same bytes, but members are copied in CHUNK pieces
-    # (the stream's 16 KiB writes through its record buffer took 3x as long)
+    # (the stream's 16 KiB writes through its record buffer are much slower)
     with tarfile.TarFile(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT, copybufsize=CHUNK) as tar:
         for e in entries:
             with e.open() as src:

@@ -1,10 +1,10 @@
 """A served build's copy, started before the command line's modules load.
 
 A build the plan cache serves (:mod:`.plan_cache`) into a new directory is, but for a few small
-files, the copy of the model's tensors into their partitions: 0.12 s for the 0.5B model here,
-as long as ``cp`` of the GGUF. Loading the command line, the plugins and the target, reading
-the model's digest and checking the cache entry took another 0.07-0.10 s before the copy
-could start. So ``q25deploy build`` starts the copy first (:func:`start`, called by
+files, the copy of the model's tensors into their partitions, as long as ``cp`` of the GGUF.
+Loading the command line, the plugins and the target, reading the model's digest and checking
+the cache entry would otherwise come before the copy could start (docs/benchmarks.md has the
+build's phases). So ``q25deploy build`` starts the copy first (:func:`start`, called by
 :mod:`q25deploy.cli` before anything else loads) and makes every check it always makes
 while the bytes move:
 

@@ -31,8 +31,8 @@ def smoke_ids(codec) -> list[list[int]]:
 def smoke_record(image_sha256: str, ids: list[list[int]]) -> dict:
     """What ``build`` writes to ``smoke_ids.json``: every smoke prompt with the host codec's ids
     for the image it built (the same ids the layer's oeqa test expects). A deploy's smoke test
-    then compares the board with them and does not read the codec (0.1-0.2 s of Python, which
-    ran in the middle of the upload and slowed it)."""
+    then compares the board with them and does not read the codec (Python work that would run
+    in the middle of the upload and slow it)."""
     return {
         "format": SMOKE_IDS_FORMAT,
         "image_sha256": image_sha256,

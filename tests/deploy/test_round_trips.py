@@ -158,9 +158,9 @@ def _unchanged_files(build) -> int:
 
 def test_requests_and_acknowledgements_go_out_at_once(ssh):
     """TCP_NODELAY on the board connection: with Nagle's algorithm each channel open or exec
-    that followed a small write waited for the board's delayed ACK (40 ms each, measured).
+    that followed a small write waited for the board's delayed ACK.
     And quick ACKs: sshd holds a reply's second small packet until we acknowledge the first
-    (the board lock waited 40 ms for it): the socket leaves delayed-ACK mode before each read,
+    (the board lock waited for it): the socket leaves delayed-ACK mode before each read,
     where a plain socket settles in it after a few exchanges."""
     srv = ssh["servers"][0]
     kh = srv.known_hosts(ssh["key"].parent / f"known_hosts_nodelay_{srv.port}")

@@ -20,7 +20,7 @@ def _write(tmp_path, data: bytes, name="m.gguf"):
 
 def cut_vocab(src: Path, dst: Path, head: int = 2000, tail: int = 50) -> Path:
     """The vocab fixture's every key, in its order and types, its arrays cut to their first
-    ``head`` and last ``tail`` entries (the added tokens): gguf-py's reader takes ~10 s over the
+    ``head`` and last ``tail`` entries (the added tokens): gguf-py's reader is slow over the
     whole vocabulary, and the layout it checks is the same at any length."""
     from gguf import GGUFValueType, GGUFWriter
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from q25deploy.packer.runtime import SANITIZE_FLAGS
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
 QEMU_LIBS = "/usr/aarch64-linux-gnu"
 SAN_ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1"}
 
@@ -158,6 +160,27 @@ def test_exit_codes(san_q25tok, images, tmp_path):
     assert r.returncode == 3 and b"CRC32 mismatch" in r.stderr
     corrupt.write_bytes(bytes(data[:-1]))
     assert run([san_q25tok, "encode", corrupt], stdin=b"x").returncode == 3
+
+
+def listed_codes(text: str) -> list[int]:
+    """The exit codes a list names, in order: each number that a word follows (``6 region``)."""
+    return [int(n) for n in re.findall(r"(?<![\w.-])(\d+) (?=[a-zA-Z])", text)]
+
+
+def test_every_exit_code_is_listed_alike(san_q25tok):
+    """q25tok_cli.c's header, the usage text q25tok prints and docs/runtime.md name the same exit
+    codes, and they are the ones the sources return."""
+    usage = run([san_q25tok, "--help"]).stdout.decode().split("exit codes:", 1)[1]
+    source = (runtime_sources() / "q25tok_cli.c").read_text()
+    header = source.split("*/", 1)[0].split("Exit codes", 1)[1].split(":", 1)[1].split("\n *\n", 1)[0]
+    assert " ".join(header.replace("\n *", " ").split()) == " ".join(usage.split())
+    doc = (ROOT / "docs" / "runtime.md").read_text().split("\nExit codes: ", 1)[1].split("\n\n", 1)[0]
+    returned = {0} | {
+        int(n)
+        for c in runtime_sources().glob("*.[ch]")
+        for n in re.findall(r"\b(?:Q25TOK_)?EXIT_[A-Z_]+ = (\d+)", c.read_text())
+    }
+    assert listed_codes(usage) == listed_codes(doc) == sorted(returned) == list(range(11))
 
 
 def test_c_api_checks_under_sanitizers(tmp_path, images):

@@ -4,13 +4,17 @@
  *   q25tok info IMAGE                      header, sections, fingerprint, CRC check
  *   q25tok encode [--special] IMAGE [FILE...]  ids of stdin, or one line per FILE
  *   q25tok decode [--special] IMAGE ID...  the ids' bytes on stdout
+ *   q25tok load / verify ... REGION_TABLE  the partitions into their regions, read back (cli_load.c)
  *   q25tok receive FILE                    stdin into FILE, hashed as written (cli_receive.c)
  *   q25tok dequant TYPE FILE / tensor TABLE NAME   weights (cli_dequant.c)
  *   q25tok probe REGION_TABLE TENSOR_TABLE [ID...]  the weights as the board reads them (cli_probe.c)
  *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy (cli_generate.c)
  *
- * Exit codes: 0 ok, 1 I/O error (cannot read a file), 2 usage, 3 bad image,
- * 4 bad token id, 5 capacity (out of memory for the input), 10 a file to create refused.
+ * Exit codes (as usage_text lists them; docs/runtime.md too):
+ *   0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,
+ *   6 region not reserved in the running device tree, or its bytes differ, or a bad region table,
+ *   7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters,
+ *   10 a file to create refused (it exists, or a link or another user's directory is in its way)
  *
  * The image is checked once at open (docs/runtime-image.md) and then its offsets and ids are
  * followed unchecked, so the bytes used must be the bytes checked whoever can write the file
@@ -43,8 +47,8 @@ static const char *usage_text =
     "       q25tok probe [--mem PATH] [--dt DIR | --files] REGION_TABLE TENSOR_TABLE [ID...]\n"
     "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N]\n"
     "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
-    "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image, 4 bad token id, 5 capacity,\n"
-    "            6 region not reserved in the running device tree, or its bytes differ,\n"
+    "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,\n"
+    "            6 region not reserved in the running device tree, or its bytes differ, or a bad region table,\n"
     "            7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters,\n"
     "            10 a file to create refused (it exists, or a link or another user's directory is in its way)\n";
 
