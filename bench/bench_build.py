@@ -62,7 +62,7 @@ from q25deploy.model.synthetic import write_model  # noqa: E402
 VOCAB = ROOT / "tests" / "data" / "ggml-vocab-qwen2.gguf"
 
 
-PHASES = ("head start", "imports", "plan", "tokenizer", "payload", "board files", "layer", "probe", "commit", "end")
+PHASES = ("imports", "plan", "tokenizer", "payload", "board files", "layer", "probe", "commit", "end")
 STARTS: dict[str, float] = {}  # Q25_PHASE_TIMES file -> time.monotonic() at the fork
 
 

@@ -15,7 +15,7 @@ from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale, with_scale
 from test_deploy_reserved import reserved_board
 
 from q25deploy.builddir import BuildDir
-from q25deploy.cli.main import main
+from q25deploy.cli.app import main
 
 
 def forward_checks(res) -> list[dict]:
