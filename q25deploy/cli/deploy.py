@@ -13,9 +13,9 @@ from ..errors import UsageError
 from .common import positive_int, report_failures
 
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
-#: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
+#: DeployError in app.EXIT_CODES (app imports this module, so it cannot import app)
 EXIT_DEPLOY = 13
-EXIT_INTERRUPTED = 130  # main.EXIT_INTERRUPTED: Ctrl-C
+EXIT_INTERRUPTED = 130  # app.EXIT_INTERRUPTED: Ctrl-C
 DEFAULT_JOBS = 4  # --jobs' default
 TRANSFERS = ("auto", "openssh", "paramiko")  # --transfer's choices
 
@@ -267,8 +267,8 @@ def _fleet(a: argparse.Namespace):
 
 def _begin_logins(a: argparse.Namespace, opts, board) -> dict:
     """Logins (host name → :class:`~q25deploy.deploy.sshboard.PendingLogin`) to the first
-    ``--jobs`` boards with ``board``'s SSH defaults, under way in the background. None while a
-    check that needs no board would fail (a bad ``--become`` or host list: the command reports
+    ``--jobs`` boards with ``board``'s SSH defaults, under way in the background. Empty while
+    a check that needs no board would fail (a bad ``--become`` or host list: the command reports
     it before any login) or with ``status --svg`` (it reads the build before any board is
     contacted)."""
     from ..deploy.become import prefix as become_prefix
@@ -326,14 +326,14 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
 
 def _interrupted() -> int:
-    """Ctrl-C stopped the command: each board's line said where; exit 130 (main.EXIT_INTERRUPTED)."""
+    """Ctrl-C stopped the command: each board's line said where; exit 130 (app.EXIT_INTERRUPTED)."""
     print("q25deploy: interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
 def _raise_bugs(fleet) -> None:
     """Every board's result is printed; a bug on one of them (not a board's answer: those are
-    that board's failure) then ends the command as a bug does (main: exit 70)."""
+    that board's failure) then ends the command as a bug does (app: exit 70)."""
     if fleet.bugs:
         raise RuntimeError("; ".join(fleet.bugs))
 
