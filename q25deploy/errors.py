@@ -1,7 +1,7 @@
 """The one family of user errors raised by library code.
 
 Library code raises a subclass of :class:`Q25Error` for anything the user can fix (bad
-input, a missing model, a board that refuses). The CLI (``q25deploy.cli.main``) is the one place
+input, a missing model, a board that refuses). The CLI (``q25deploy.cli.app``) is the one place
 that turns these into a one-line message and an exit code; nothing else prints or exits.
 """
 

@@ -6,8 +6,7 @@ taken before it started the process, so interpreter start-up is counted too).
 Phases: ``imports`` (the command's modules loaded, plugins and build read), ``login``,
 ``lock`` (the board lock taken and its state read), ``transfer``, ``flush`` (the staged
 release synced and renamed), ``switch``, ``load``, ``smoke``, ``verify`` (status: the regions read back), ``end``;
-``build``: ``head start`` (a served build's copy under way, before the imports: see
-:mod:`q25deploy.packer.head_start`), ``imports`` (up to the up-to-date check), ``plan``, ``tokenizer``, ``payload``,
+``build``: ``imports`` (up to the up-to-date check), ``plan``, ``tokenizer``, ``payload``,
 ``board files``, ``layer``, ``probe``, ``commit`` (the output directory swapped in), ``end``. With several boards
 the first board to pass a phase sets it. Costs a dictionary write per phase; nothing without
 the variable."""

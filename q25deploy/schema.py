@@ -419,19 +419,6 @@ def parse_plan_cache(doc: Any, where: str) -> tuple[str, str, dict[str, Artifact
     return hex64(d.get("key"), where, "key"), hex64(d.get("model_sha256"), where, "model_sha256"), artifacts, groups
 
 
-PLAN_REQUEST_FORMAT = "q25deploy-plan-request/1"
-
-
-def parse_plan_request(doc: Any, where: str) -> tuple[str, str, dict]:
-    """A plan cache's request record (q25deploy/packer/plan_cache.py): (the model's sha256, the
-    entry's key, the quick record of what the build read: compared whole, never trusted)."""
-    d = obj(doc, where)
-    if d.get("format") != PLAN_REQUEST_FORMAT:
-        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {PLAN_REQUEST_FORMAT}")
-    quick = _quick(d.get("quick"), where, "quick")
-    return hex64(d.get("model_sha256"), where, "model_sha256"), hex64(d.get("key"), where, "key"), quick
-
-
 def _quick(v: Any, where: str, field: str) -> dict:
     """A quick record (q25deploy/packer/quick.py: what a build read): its snapshot is compared
     whole, never trusted; its plugin failures ([plugin, error] each) are reported again."""

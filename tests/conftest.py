@@ -120,11 +120,9 @@ def qwen25_codec(qwen25_image) -> Codec:
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
     """`q25deploy build` of the tiny Qwen2.5 model for each built-in target (read-only)."""
-    # the function from its module: once a test imported q25deploy.cli.main (test_docs does),
-    # the package's lazy name ``main`` is that submodule, not the function
     from shared_builds import shared_in_place
 
-    from q25deploy.cli.main import main
+    from q25deploy.cli.app import main
 
     targets = ("kv260", "zcu104", "qemu")
 
@@ -145,7 +143,7 @@ def content_caches(tmp_path_factory, qwen25_tiny) -> Path:
 
     from shared_builds import shared_in_place
 
-    from q25deploy.cli.main import main
+    from q25deploy.cli.app import main
 
     def make(d: Path) -> None:
         before = os.environ["XDG_CACHE_HOME"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.cli.main import build_parser
+from q25deploy.cli.app import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS_DOC = ROOT / "docs" / "commands.md"

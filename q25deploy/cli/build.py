@@ -91,8 +91,7 @@ def reserve_size(text: str) -> int:
 
 
 def requested(a: argparse.Namespace) -> dict:
-    """The build's options but the target, the output folder and the progress: what the early
-    reading of the command line (:mod:`.early_build`) must find as the parser does."""
+    """The build's options but the target, the output folder and the progress."""
     return {
         "model": a.model,
         "target_file": a.target_file,
@@ -110,9 +109,7 @@ def cmd_build(a: argparse.Namespace) -> int:
 
     prog = Progress(enabled=wanted(quiet=a.quiet, json=a.json), task=a.target or "build")
     with prog.running("build"):
-        result = build(
-            a.target, out=a.out, progress=prog.step, head_start=getattr(a, "head_start", None), **requested(a)
-        )
+        result = build(a.target, out=a.out, progress=prog.step, **requested(a))
     report_failures(result.failures)
     warnings = build_warnings(result.out)
     if warnings and getattr(a, "strict", False):

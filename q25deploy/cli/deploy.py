@@ -10,13 +10,12 @@ from pathlib import Path
 
 from .. import phases
 from ..errors import UsageError
-from . import early
 from .common import positive_int, report_failures
 
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
-#: DeployError in main.EXIT_CODES (main imports this module, so it cannot import main)
+#: DeployError in app.EXIT_CODES (app imports this module, so it cannot import app)
 EXIT_DEPLOY = 13
-EXIT_INTERRUPTED = 130  # main.EXIT_INTERRUPTED: Ctrl-C
+EXIT_INTERRUPTED = 130  # app.EXIT_INTERRUPTED: Ctrl-C
 DEFAULT_JOBS = 4  # --jobs' default
 TRANSFERS = ("auto", "openssh", "paramiko")  # --transfer's choices
 
@@ -232,12 +231,10 @@ def _fleet(a: argparse.Namespace):
         transfer=getattr(a, "transfer", "auto"),
         allow_unreserved=getattr(a, "allow_unreserved", False),
     )
-    # the first boards' logins start now, from the command line argparse accepted whole
-    # (cli/early.py); they are this command's once the target is resolved, and the plugin
-    # manager and the deploy modules load while they go on
+    # the first boards' logins start once the parsed arguments and the target name the hosts
+    # and every check before a login has passed; the fleet's modules load while they go on
     pending: dict = {}
     try:
-        pending = early.begin_logins(a)
         from ..plugin.manager import make_plugin_manager, resolve_target
 
         pm, failures = make_plugin_manager()
@@ -258,7 +255,7 @@ def _fleet(a: argparse.Namespace):
 
         known_hosts_path(opts.known_hosts)  # a ~user that names nobody: one line, before any login
         opts.build_dir = build_dir
-        pending = _begin_logins(a, opts, target.board, pending)
+        pending = _begin_logins(a, opts, target.board)
         from ..deploy.fleet import Fleet
 
         return Fleet(opts, target, pm, pending, build)
@@ -268,33 +265,26 @@ def _fleet(a: argparse.Namespace):
         raise
 
 
-def _begin_logins(a: argparse.Namespace, opts, board, started: dict | None = None) -> dict:
+def _begin_logins(a: argparse.Namespace, opts, board) -> dict:
     """Logins (host name → :class:`~q25deploy.deploy.sshboard.PendingLogin`) to the first
-    ``--jobs`` boards with ``board``'s SSH defaults; of ``started`` (the early ones of
-    :func:`.early.begin_logins`, emptied), those still wanted are kept and the others ended.
-    None while a check that needs no board would fail (a bad ``--become`` or host list: the
-    command reports it before any login) or with ``status --svg`` (it reads the build before
-    any board is contacted)."""
+    ``--jobs`` boards with ``board``'s SSH defaults, under way in the background. Empty while
+    a check that needs no board would fail (a bad ``--become`` or host list: the command reports
+    it before any login) or with ``status --svg`` (it reads the build before any board is
+    contacted)."""
     from ..deploy.become import prefix as become_prefix
     from ..deploy.options import host_list
     from ..deploy.sshboard import begin_logins
     from ..errors import Q25Error
 
-    mine = dict(started or {})  # taken over: from here on these are this command's to end
-    if started:
-        started.clear()
-    started = mine
-    wanted: dict = {}
+    if getattr(a, "svg", None):
+        return {}
     try:
-        if board is not None and not getattr(a, "svg", None):
-            if a.become:
-                become_prefix(a.become)
-            wanted = {s.name: s for s in host_list(opts, board.ssh_user, board.ssh_port)[: opts.jobs]}
+        if a.become:
+            become_prefix(a.become)
+        wanted = host_list(opts, board.ssh_user, board.ssh_port)[: opts.jobs]
     except Q25Error:
-        wanted = {}  # the command's own checks, later, report it
-    for name in [n for n in started if n not in wanted or not started[n].matches(opts.identity, opts.known_hosts)]:
-        started.pop(name).close()
-    return begin_logins(wanted.values(), opts, started)
+        return {}  # the command's own checks, later, report it
+    return begin_logins(wanted, opts)
 
 
 def cmd_fleet(a: argparse.Namespace) -> int:
@@ -336,14 +326,14 @@ def cmd_fleet(a: argparse.Namespace) -> int:
 
 
 def _interrupted() -> int:
-    """Ctrl-C stopped the command: each board's line said where; exit 130 (main.EXIT_INTERRUPTED)."""
+    """Ctrl-C stopped the command: each board's line said where; exit 130 (app.EXIT_INTERRUPTED)."""
     print("q25deploy: interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
 def _raise_bugs(fleet) -> None:
     """Every board's result is printed; a bug on one of them (not a board's answer: those are
-    that board's failure) then ends the command as a bug does (main: exit 70)."""
+    that board's failure) then ends the command as a bug does (app: exit 70)."""
     if fleet.bugs:
         raise RuntimeError("; ".join(fleet.bugs))
 

@@ -3,7 +3,7 @@
 Each plugin command's arguments are added to a scratch parser first and copied into the real
 one only when that worked, so a plugin that raises halfway leaves nothing behind: it is
 reported by name (like a plugin that fails to load) and the rest of the command line works.
-Loading plugins imports pluggy and every plugin: ``main`` asks for this only when the command
+Loading plugins imports pluggy and every plugin: ``app`` asks for this only when the command
 word is not a core command (or for ``q25deploy --help``)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .common import report_failures
 class PluginCommand:
     """The handler (``args.func``) of a plugin command: runs the plugin's ``run`` with its
     :class:`~q25deploy.plugin.commands.CommandContext`. ``plugin`` names the plugin when its
-    command fails with an unexpected exception (``main``)."""
+    command fails with an unexpected exception (``app``)."""
 
     plugin: str
     spec: Any  # CommandSpec

@@ -35,8 +35,8 @@ class Options:
 #: the most a hosts file may hold (a few thousand boards' lines)
 MAX_HOSTS_FILE = 1 << 20
 #: each hosts file this program read (path → its lines): read once, so that a pipe
-#: (``--hosts-file <(...)``, ``/dev/stdin``) gives the early logins and the command the same
-#: boards; :func:`forget_hosts_files` empties it when the command ends
+#: (``--hosts-file <(...)``, ``/dev/stdin``) gives the logins started ahead of the fleet and the
+#: fleet the same boards; :func:`forget_hosts_files` empties it when the command ends
 _HOSTS_FILES: dict[str, list[str]] = {}
 
 

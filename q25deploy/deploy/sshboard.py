@@ -214,11 +214,6 @@ class PendingLogin:
             self.close()
             raise
 
-    def matches(self, identity: str | None, known_hosts: str | None) -> bool:
-        """Whether this is the login a session with ``identity`` and ``known_hosts`` makes."""
-        path = known_hosts_path(known_hosts)
-        return self.login.identity == identity and self.known_hosts == str(path)
-
     def wait(self) -> openssh._Login:
         """The logged-in master; the error paramiko's session would give where it did not log in
         (:class:`openssh.Unavailable` where paramiko might)."""
@@ -254,9 +249,10 @@ def begin_login(
         return None
 
 
-def begin_logins(specs, opts, started: dict) -> dict:
-    """:func:`begin_login` for each of ``specs`` that ``started`` (host name → PendingLogin)
-    has none for, as ``opts`` (:class:`~.options.Options`) asks; returns ``started``."""
+def begin_logins(specs, opts) -> dict:
+    """:func:`begin_login` for each of ``specs`` as ``opts`` (:class:`~.options.Options`) asks:
+    host name → PendingLogin, for the logins under way."""
+    started: dict = {}
     for spec in specs:
         if spec.name not in started:
             login = begin_login(

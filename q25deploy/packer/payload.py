@@ -20,8 +20,8 @@ When no digest is wanted (the build took them from the content cache), the bytes
 copied 1 MiB at a time through one buffer (``preadv``, ``pwrite``: the GIL is released for
 both). On ext4 that is as fast as ``cp`` of the whole file; ``copy_file_range`` at a tensor's
 shifted offset in its partition was 30 % slower (it splices 64 KiB at a time; measured in
-docs/benchmarks.md). A copy can be stopped between chunks (:class:`Stopped`: a build started
-ahead of its checks, :mod:`~q25deploy.packer.head_start`, that the checks did not confirm).
+docs/benchmarks.md). A copy can be stopped between chunks (:class:`Stopped`: a build that failed
+or was interrupted while its partitions were copied).
 :class:`Packed` says what happened (shared, copied, hashed bytes).
 """
 

@@ -36,7 +36,6 @@ from . import quick
 
 if TYPE_CHECKING:  # loaded when a build is not up to date (the no-op rebuild loads neither)
     from ..plugin.manager import PluginFailure, Target
-    from .head_start import HeadStart
     from .previous import Previous
 
 Progress = Callable[[str], None]
@@ -123,11 +122,8 @@ def build(
     layer_maintainer: str | None = None,
     reserve: int | None = None,
     progress: Progress = lambda s: None,
-    head_start: HeadStart | None = None,
 ) -> BuildResult:
-    """``reserve``: a fixed reservation in bytes, over the board file's ``[layout] reserve``.
-    ``head_start``: the copy :func:`~q25deploy.packer.head_start.start` began for this build
-    (adopted when the entry this build finds is the one it copies; discarded otherwise)."""
+    """``reserve``: a fixed reservation in bytes, over the board file's ``[layout] reserve``."""
     asked = request(
         target_name,
         model=model,
@@ -138,11 +134,7 @@ def build(
         layer_maintainer=layer_maintainer,
         reserve=reserve,
     )
-    try:
-        return _build(asked, out, progress, head_start)
-    finally:
-        if head_start is not None:
-            head_start.discard()  # whatever the build did not commit
+    return _build(asked, out, progress)
 
 
 def request(
@@ -156,8 +148,8 @@ def request(
     layer_maintainer: str | None = None,
     reserve: int | None = None,
 ) -> dict:
-    """What the user asked :func:`build` for, but the output folder: the quick check's and the
-    head start's request (:mod:`~q25deploy.packer.quick`, :mod:`~q25deploy.packer.head_start`)."""
+    """What the user asked :func:`build` for, but the output folder: the quick check's request
+    (:mod:`~q25deploy.packer.quick`)."""
     return {
         "target": target_name,
         "target_file": target_file,
@@ -169,7 +161,7 @@ def request(
     }
 
 
-def _build(asked: dict, out: Path | None, progress: Progress, head_start: HeadStart | None) -> BuildResult:
+def _build(asked: dict, out: Path | None, progress: Progress) -> BuildResult:
     target_name, model, target_file = asked["target"], asked["model"], asked["target_file"]
     model_license, model_license_file, reserve = asked["model_license"], asked["model_license_file"], asked["reserve"]
     layer_release, layer_maintainer = asked["layer"]
@@ -209,14 +201,10 @@ def _build(asked: dict, out: Path | None, progress: Progress, head_start: HeadSt
         return BuildResult(req.out, True, last, note, failures)
     if src.sha256 is None:  # known from the verified-digest cache (never from DIR: its stamp is input)
         src.sha256 = cached_digest(src.path)
-    summary, keys, report, plan_key = _made(pm, req, inputs, old, progress, head_start)
+    summary, keys, report = _made(pm, req, inputs, old, progress)
     phases.mark("commit")
     stamp = {"inputs": inputs, "keys": keys, "model_sha256": src.sha256}
     _write_stamp(req.out, {**stamp, **({"quick": fast_record} if fast_record else {})})
-    if fast_record and plan_key and src.sha256:  # the next build of this request: a head start
-        from . import plan_cache
-
-        plan_cache.remember(fast_record["snapshot"]["request"], fast_record, src.sha256, plan_key)
     return BuildResult(req.out, False, summary, note, failures, report)
 
 
@@ -260,21 +248,16 @@ def _quick_record(pm, req: Request, failures: list[PluginFailure], asked: dict) 
     )
 
 
-def _made(
-    pm, req: Request, inputs: dict, old: dict | None, progress: Progress, head_start: HeadStart | None
-) -> tuple[dict, dict, dict, str | None]:
-    """The build: served from the plan cache, or made in full (and then stored there); with
-    the plan-cache key it was made under."""
+def _made(pm, req: Request, inputs: dict, old: dict | None, progress: Progress) -> tuple[dict, dict, dict]:
+    """The build: served from the plan cache, or made in full (and then stored there)."""
     from . import plan_cache
     from .previous import Previous
 
     src = req.src
     key = plan_cache.key(inputs, src.sha256, src.reference, src.ollama, req.license_file) if src.sha256 else None
-    served = _serve(req, key, Previous(req.out, old), progress, head_start) if key else None
+    served = _serve(req, key, Previous(req.out, old), progress) if key else None
     if served:
-        return (*served, key)
-    if head_start is not None:
-        head_start.discard()  # another build: its copy stops before this one writes
+        return served
     from .full_build import run, short_switch_interval
 
     progress(f"reading {src.reference}")
@@ -284,32 +267,26 @@ def _made(
     key = key or plan_cache.key(inputs, src.sha256, src.reference, src.ollama, req.license_file)
     if key:
         plan_cache.store(key, src.sha256, req.out)
-    return (*made, key)
+    return made
 
 
-def _serve(
-    req: Request, key: str, prev: Previous, progress: Progress, head_start: HeadStart | None
-) -> tuple[dict, dict, dict] | None:
+def _serve(req: Request, key: str, prev: Previous, progress: Progress) -> tuple[dict, dict, dict] | None:
     """The build from the plan cache (:mod:`~q25deploy.packer.plan_cache`), or None when it has
-    no sound entry for ``key``: only the partitions are made, from the GGUF (already under way
-    when ``head_start`` copies this very entry into this directory)."""
+    no sound entry for ``key``: only the partitions are made, from the GGUF."""
     from . import plan_cache
     from .outputs import OutputDir
 
     assert req.src.sha256 is not None
-    head = head_start.take(req.out, req.src.sha256, key) if head_start is not None else None
-    entry = head.entry if head else plan_cache.lookup(key, req.src.sha256, req.src.path.stat().st_size)
+    entry = plan_cache.lookup(key, req.src.sha256, req.src.path.stat().st_size)
     if entry is None:
         return None
     phases.mark("plan")
     progress("copying tensors into partitions (the rest from the plan cache)")
     try:
-        with head.o if head else OutputDir(req.out, "build") as o:
-            report = plan_cache.serve(entry, o, req.src.path, prev, head.copy if head else None)
+        with OutputDir(req.out, "build") as o:
+            report = plan_cache.serve(entry, o, req.src.path, prev)
             phases.mark("payload")
     except plan_cache.Corrupt as e:
         progress(f"plan cache: {e}; building in full")
         return None
-    if head:
-        report["head_start"] = True
     return entry.summary, entry.keys, report

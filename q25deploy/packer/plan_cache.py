@@ -10,19 +10,14 @@ map records: no GGUF header is parsed, numpy and gguf are not imported, no diges
 but the small files' own checks. The outputs are byte-identical to a cold build's.
 
 Layout (under ``$XDG_CACHE_HOME/q25deploy/plans``): ``entries/MODEL-KEY.json`` (the build's
-manifest rows and its groups of hard-linked files), ``blobs/SHA256`` (each small file's
-bytes, shared between entries) and ``requests/SHA256.json`` (:func:`remember`: which entry a
-request, as the command line gave it, was last built as, with the quick record of what that
-build read; :mod:`~q25deploy.packer.head_start` uses it to start copying before the plugins
-load). The last :data:`KEEP` entries of a model and :data:`KEEP_REQUESTS` requests are kept,
-and blobs no entry names are removed with the entries.
+manifest rows and its groups of hard-linked files) and ``blobs/SHA256`` (each small file's
+bytes, shared between entries). The last :data:`KEEP` entries of a model are kept, and blobs
+no entry names are removed with the entries.
 
 An entry is input like any other: read through :func:`q25deploy.schema.parse_plan_cache`, its
 partition map through the partition map's own schema and checked against the entry, the model
 and the artifacts' digests, every blob's bytes checked against its sha256 before it is used.
-Any flaw is a miss: the build runs in full and writes the entry again. A request record is
-read through :func:`q25deploy.schema.parse_plan_request` and only ever points at an entry,
-which is then looked up and checked as above.
+Any flaw is a miss: the build runs in full and writes the entry again.
 """
 
 from __future__ import annotations
@@ -44,7 +39,6 @@ from . import quick
 from .payload import Piece
 
 KEEP = 8  # entries kept per model
-KEEP_REQUESTS = 64  # request records kept
 PARTITION_KIND = "tensor-partition"
 MAX_SMALL = 1 << 28  # the small files' bytes (a build's are ~25 MB, most of them the tokenizer's)
 _PACKAGES = ("q25deploy", "q25deploy._recipes", "q25deploy._targets", "q25deploy_plugins")
@@ -240,53 +234,8 @@ def _prune(root: Path, model_sha: str) -> None:
             blob.unlink(missing_ok=True)
 
 
-def _request_path(root: Path, req: dict) -> Path:
-    return root / "requests" / f"{json_digest(req)}.json"
-
-
-def remember(req: dict, quick_record: dict, model_sha: str, key_: str, cache_dir: Path | None = None) -> None:
-    """Record that the request ``req`` (:func:`q25deploy.packer.quick.request`) was built as the
-    entry (``model_sha``, ``key_``) by a build that read what ``quick_record`` lists; a failure
-    only costs the next build its head start."""
-    root = _root(cache_dir)
-    path = _request_path(root, req)
-    doc = json_bytes(
-        {"format": schema.PLAN_REQUEST_FORMAT, "model_sha256": model_sha, "key": key_, "quick": quick_record}
-    )
-    try:
-        with open(path, "rb") as f:
-            if f.read(len(doc) + 1) == doc:
-                return  # as recorded: no write
-    except OSError:
-        pass
-    try:
-        write_atomic(path, doc, sync=False)
-        kept = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        for old in kept[:-KEEP_REQUESTS]:
-            old.unlink(missing_ok=True)
-    except OSError:
-        pass
-
-
-def recall(req: dict, cache_dir: Path | None = None) -> tuple[str, str] | None:
-    """The entry (model sha256, key) the request ``req`` was last built as, when nothing that
-    build read has changed since (the quick check of :mod:`~q25deploy.packer.quick`), else None.
-    A hint, never a verdict: the build still computes the key and compares."""
-    path = _request_path(_root(cache_dir), req)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(schema.MAX_JSON + 1)
-        if len(raw) > schema.MAX_JSON:
-            return None
-        model_sha, key_, record = schema.parse_plan_request(schema.loads(raw, str(path)), str(path))
-    except (OSError, SchemaError):
-        return None
-    return (model_sha, key_) if quick.unchanged({"quick": record}, req) is not None else None
-
-
 class Copy:
-    """The partitions of an entry being made from the GGUF in a worker thread (:func:`serve`);
-    :mod:`~q25deploy.packer.head_start` has one of its own that started earlier."""
+    """The partitions of an entry being made from the GGUF in a worker thread (:func:`serve`)."""
 
     def __init__(self, entry: Entry, model_path: Path, o) -> None:
         import threading
@@ -322,15 +271,14 @@ class Copy:
             pass
 
 
-def serve(entry: Entry, o, model_path: Path, prev, started=None) -> dict:
+def serve(entry: Entry, o, model_path: Path, prev) -> dict:
     """Write the entry's build into ``o`` (an :class:`~q25deploy.packer.outputs.OutputDir`):
     the partitions linked from the last build (``prev``) when its key is this one's, else made
-    from the GGUF by the payload's pass (``started``: a copy of them into ``o`` already under
-    way, with ``result()`` and ``cancel()``, see :class:`Copy`) while the small files are
-    written from their checked blobs. Returns the payload's report; raises :class:`Corrupt`."""
+    from the GGUF by the payload's pass (:class:`Copy`) while the small files are written from
+    their checked blobs. Returns the payload's report; raises :class:`Corrupt`."""
     total = sum(p.nbytes for p in entry.pieces)
-    linked = started is None and prev.reuse(o, "partitions", entry.keys["partitions"], entry.files)
-    job = None if linked else started or Copy(entry, model_path, o)
+    linked = prev.reuse(o, "partitions", entry.keys["partitions"], entry.files)
+    job = None if linked else Copy(entry, model_path, o)
     try:
         for rel in entry.origins():
             _written(o, rel, lambda p, rel=rel: p.write_bytes(entry.blob(rel)))

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from q25deploy.cli import main
+from q25deploy.cli.app import build_parser
 from q25deploy.cli.common import validate
-from q25deploy.cli.main import build_parser
 
 
 def parse(*argv):

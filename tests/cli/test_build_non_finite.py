@@ -10,7 +10,7 @@ import json
 import pytest
 from quant_blocks import NAN_F16, with_scale
 
-from q25deploy.cli.main import main
+from q25deploy.cli.app import main
 
 
 @pytest.fixture(scope="module")

@@ -247,3 +247,21 @@ def test_a_mistyped_command_gets_a_suggestion(capsys):
 def test_a_mistyped_target_gets_a_suggestion(capsys, argv, said):
     assert main(argv) == 2
     assert said in capsys.readouterr().err
+
+
+def test_the_package_names_its_functions_whatever_was_imported_before():
+    """``q25deploy.cli.main`` and ``.run`` are the functions, also once every submodule is
+    imported (the submodule ``cli/main.py`` used to replace the lazy ``main`` once loaded),
+    and ``python -m q25deploy`` runs the console script's ``q25deploy.cli:run``."""
+    code = (
+        "import q25deploy.cli.app, q25deploy.cli.build, q25deploy.cli.deploy\n"
+        "import q25deploy.cli as cli\n"
+        "from q25deploy.cli import main, run\n"
+        "assert main is cli.main is q25deploy.cli.app.main and run is cli.run, (main, run)\n"
+        "raise SystemExit(main(['targets', '--json']))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "kv260" in {t["name"] for t in json.loads(r.stdout)["targets"]}
+    r = subprocess.run([sys.executable, "-m", "q25deploy", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("q25deploy "), r.stderr

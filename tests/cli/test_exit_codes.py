@@ -1,4 +1,4 @@
-"""The exit codes: one table in cli/main.py, printed by --help, equal to docs/commands.md's "Exit codes"
+"""The exit codes: one table in cli/app.py, printed by --help, equal to docs/commands.md's "Exit codes"
 and consistent with the error classes mapped to them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from q25deploy.cli import main
+from q25deploy.cli.app import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MEANINGS, exit_code_for
 from q25deploy.cli.deploy import EXIT_DEPLOY
-from q25deploy.cli.main import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MEANINGS, exit_code_for
 from q25deploy.errors import DeployError
 
 COMMANDS_DOC = Path(__file__).resolve().parents[2] / "docs" / "commands.md"

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from q25deploy.cli import main
-from q25deploy.cli.main import build_parser
+from q25deploy.cli.app import build_parser
 
 
 def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

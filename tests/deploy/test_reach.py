@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from q25deploy.cli.main import main
+from q25deploy.cli.app import main
 
 
 def closed_port() -> int:

@@ -16,7 +16,7 @@ from release_builds import shared_a2_build
 from test_deploy_reserved import reserved_board
 
 from q25deploy.builddir import BuildDir
-from q25deploy.cli.main import main
+from q25deploy.cli.app import main
 
 
 def forward_checks(res) -> list[dict]:

@@ -133,7 +133,7 @@ def test_a_copy_without_digests_refuses_a_source_shorter_than_its_pieces(tmp_pat
 
 
 def test_a_copy_stops_between_chunks_when_told(tmp_path, src):
-    """A head start the build did not confirm (q25deploy/packer/head_start.py) stops at once."""
+    """A copy the build no longer wants (it failed, or Ctrl-C) stops at once."""
     path, data = src
     ps, sizes = pieces_for(len(data))
     dsts = [str(tmp_path / f"out{i}.bin") for i in range(len(sizes))]

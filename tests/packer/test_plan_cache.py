@@ -58,7 +58,7 @@ def served(r) -> bool:
 def test_a_served_build_is_the_cold_build_byte_for_byte_without_numpy(tmp_path, qwen25_tiny, cold):
     code = (
         "import sys\n"
-        "from q25deploy.cli.main import main\n"
+        "from q25deploy.cli.app import main\n"
         f"rc = main(['build', '--target', 'kv260', '--model', {str(qwen25_tiny)!r}, '--out', sys.argv[1], '--json'])\n"
         "heavy = sorted(m for m in ('numpy', 'gguf', 'paramiko', 'fabric', 'cryptography') if m in sys.modules)\n"
         "print(rc, heavy, file=sys.stderr)\n"

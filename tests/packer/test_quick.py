@@ -14,7 +14,7 @@ from q25deploy.resources import data_dir
 
 _LOADED = (
     "import sys\n"
-    "from q25deploy.cli.main import main\n"
+    "from q25deploy.cli.app import main\n"
     "rc = main(sys.argv[1:])\n"
     "heavy = ('pluggy', 'importlib.metadata', 'numpy', 'gguf', 'paramiko', 'fabric', 'cryptography')\n"
     "print(rc, sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from q25deploy.cli.main import main
+from q25deploy.cli.app import main
 
 DT = "meta-q25/dynamic-layers/xilinx/recipes-bsp/device-tree"
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from requirements import need_program
 
-from q25deploy.cli.main import build_parser
+from q25deploy.cli.app import build_parser
 from q25deploy_plugins.qemu.commands import RUNTIME_OUT, image_needs, up_text
 from q25deploy_plugins.qemu.image import read_initramfs
 from q25deploy_plugins.qemu.state import state_home

@@ -1,8 +1,8 @@
-"""The early logins (q25deploy/cli/early.py) are as strict as the command (issue 33, items 4,
-7, 8, 9): the program itself (``python -m q25deploy``, which starts the early logins) against a
-real sshd. A command whose own checks fail says why in one line *before any login*: the
-sshd's log, which records every connection it accepts, is unchanged. A hosts file that is a
-pipe is read once."""
+"""The board commands log in only once their own checks pass (q25deploy/cli/deploy.py; issue
+33, items 4, 7, 8, 9): the program itself (``python -m q25deploy``, which starts the first logins
+in the background once the command line is parsed and the target resolved) against a real sshd.
+A command whose own checks fail says why in one line *before any login*: the sshd's log, which
+records every connection it accepts, is unchanged. A hosts file that is a pipe is read once."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def board(tmp_path_factory):
 
 
 def program(*argv: str, stdin: bytes = b"", cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """``q25deploy ARGV`` as a user runs it: its own process, early logins and all."""
+    """``q25deploy ARGV`` as a user runs it: its own process, background logins and all."""
     env = {k: v for k, v in os.environ.items() if k != "Q25DEPLOY_DEBUG"}  # errors as a user sees them
     return subprocess.run(
         [sys.executable, "-m", "q25deploy", *argv], input=stdin, capture_output=True, timeout=120, env=env, cwd=cwd
@@ -72,7 +72,7 @@ FORWARD = ["deploy --forward bogus", "deploy --forward=-1", "smoke --forward bog
 def test_a_command_that_fails_its_own_checks_logs_in_nowhere(board, builds, tmp_path, case):
     """Each failed with its error only after a real login to the board (issue 33, item 7), or
     with a traceback (item 8); ``--forward bogus`` and ``--forward=-1`` logged in before the
-    usage error (issue 44, item 6: the early path took the value unchecked)."""
+    usage error (issue 44, item 6: a second reading of the command line took the value unchecked)."""
     srv, _, _, _ = board
     root = tmp_path / "root"
     if case in FORWARD:
@@ -122,8 +122,8 @@ def test_the_same_commands_do_log_in_where_their_checks_pass(board, builds, tmp_
 
 @pytest.mark.parametrize("how", ["/dev/stdin", "a pipe"])
 def test_a_hosts_file_that_is_a_pipe_is_read_once(board, tmp_path, how):
-    """``--hosts-file <(echo HOST)`` and ``/dev/stdin`` (item 9): the early logins read the
-    pipe, and the command found it empty: "give at least one --host"."""
+    """``--hosts-file <(echo HOST)`` and ``/dev/stdin`` (item 9): the background logins read
+    the pipe, and the command found it empty: "give at least one --host"."""
     srv, _, _, _ = board
     argv = connection(board, tmp_path / "root")
     i = argv.index("--host")

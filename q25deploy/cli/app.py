@@ -166,27 +166,23 @@ def _one_line(text: str) -> str:
     return printable(" ".join(str(text).split()))
 
 
-def main(argv: Sequence[str] | None = None, head_start=None) -> int:
-    """Run the command ``argv``; ``head_start``: the copy :func:`.early_build.begin_build`
-    started for a build (adopted by the build when its checks agree, else stopped here)."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (default ``sys.argv[1:]``); returns its exit code."""
     try:
-        return _main(argv, head_start)
+        return _main(argv)
     finally:
-        if head_start is not None:
-            head_start.discard()  # whatever the build did not commit
         if "q25deploy.deploy.options" in sys.modules:  # the hosts files it read: read once per command
             sys.modules["q25deploy.deploy.options"].forget_hosts_files()
         phases.write()  # Q25_PHASE_TIMES (benchmarks): where the time went
 
 
-def _main(argv: Sequence[str] | None, head_start) -> int:
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(plugin_commands=False)  # built once for a core command: building one is not free
     if wants_plugin_commands(argv, _choices(parser)):
         parser = build_parser(plugin_commands=True)
         _suggest_command(parser, argv)
-    args = parser.parse_args(argv)  # the one parse: nothing logs in to a board before it
-    args.head_start = head_start  # build adopts it
+    args = parser.parse_args(argv)  # the one parse: nothing starts before it (no copy, no login)
     validate(args)  # usage errors argparse cannot see (MODEL and --model differ): exit 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -207,13 +203,12 @@ def _main(argv: Sequence[str] | None, head_start) -> int:
         )
 
 
-def run(head_start=None) -> NoReturn:
-    """The ``q25deploy`` program (console script, ``python -m q25deploy``): :func:`main` (with
-    the build's ``head_start`` that :func:`q25deploy.cli.run` started),
+def run() -> NoReturn:
+    """The ``q25deploy`` program (console script, ``python -m q25deploy``): :func:`main`,
     then out without tearing the interpreter down. Every file the command wrote is closed by
     then and every board session ended; what is left is freeing a few thousand objects and modules one
     by one (fabric, paramiko, cryptography), a noticeable part of a quick command such as ``status``."""
-    code = main(head_start=head_start)
+    code = main()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
