@@ -19,7 +19,6 @@ import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .. import __version__, layout, phases
 from ..common import json_digest
@@ -27,9 +26,7 @@ from ..model.source import ModelSource, remember_digest
 from ..tokenizer import cache as tokenizer_cache
 from .outputs import OutputDir
 from .previous import Previous
-
-if TYPE_CHECKING:
-    from .pipeline import Progress, Request
+from .request import Progress, Request
 
 
 @contextmanager

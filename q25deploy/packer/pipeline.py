@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,37 +30,13 @@ from .. import __version__, layout, phases
 from ..builddir import BuildDir
 from ..common import json_bytes, write_atomic
 from ..errors import OutputError, Q25Error, SchemaError
-from ..model.source import ModelSource, cached_digest, resolve
+from ..model.source import cached_digest, resolve
 from . import quick
+from .request import BuildResult, Progress, Request
 
 if TYPE_CHECKING:  # loaded when a build is not up to date (the no-op rebuild loads neither)
     from ..plugin.manager import PluginFailure, Target
     from .previous import Previous
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class BuildResult:
-    out: Path
-    up_to_date: bool
-    summary: dict
-    note: str
-    failures: list[PluginFailure]
-    payload: dict | None = None  # how the partitions were made (Payload.report); None when up to date
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the user asked for, resolved: the target, the model, the licence and layer options."""
-
-    target: Target
-    src: ModelSource
-    out: Path
-    license_id: str | None
-    license_file: str | None
-    layer_release: int = 0  # PV 1.<release>+q25.<hash> of the model-assets recipe
-    layer_maintainer: str | None = None  # the layer README's maintainer
 
 
 def _intact_summary(out: Path) -> dict | None:

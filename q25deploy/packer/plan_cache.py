@@ -35,7 +35,6 @@ from .. import __version__, layout, schema
 from ..common import atomic_file, file_sha256, is_sha256, json_bytes, json_digest, write_atomic
 from ..common import cache_dir as default_cache_dir
 from ..errors import OutputError, SchemaError
-from . import quick
 from .payload import Piece
 
 KEEP = 8  # entries kept per model

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..common import format_size
 from ..layout import DTSI, MANIFEST
 from .layer import DEVICE_TREE_DIR
-from .pipeline import BuildResult
+from .request import BuildResult
 
 
 def render_summary(r: BuildResult) -> str:
