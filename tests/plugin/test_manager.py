@@ -13,6 +13,7 @@ from q25deploy.plugin.manager import (
     registered_targets,
     resolve_target,
 )
+from q25deploy.plugin.routing import board_hooks
 
 HERE = Path(__file__).parent
 
@@ -44,11 +45,11 @@ def test_plugin_override_applies_to_its_own_target_only():
     zc = resolve_target(pm, failures, "zcu104")
     from q25deploy.board.plan import plan_memory
 
-    assert "xmutil" in pm.hook.q25deploy_reserved_memory_dtsi(
-        target="kv260", board=kv.board, plan=plan_memory([], kv.board)
+    assert "xmutil" in board_hooks(pm, kv).q25deploy_reserved_memory_dtsi(
+        board=kv.board, plan=plan_memory([], kv.board)
     )
-    assert "xmutil" not in pm.hook.q25deploy_reserved_memory_dtsi(
-        target="zcu104", board=zc.board, plan=plan_memory([], zc.board)
+    assert "xmutil" not in board_hooks(pm, zc).q25deploy_reserved_memory_dtsi(
+        board=zc.board, plan=plan_memory([], zc.board)
     )
 
 
