@@ -264,3 +264,15 @@ def test_a_raising_smoke_check_hook_is_its_boards_failed_check_only(with_plugin)
     ]
     _, kv = _resolve("kv260")
     assert plugin_checks(pm, kv) == []
+
+
+def test_a_raising_hook_stops_a_deploy_to_its_board_in_one_line(with_plugin, tmp_path, qwen25_tiny, capsys):
+    with_plugin(Acme())
+    code, _, err, out = build(tmp_path, qwen25_tiny, "acme", capsys)
+    assert code == 0, err
+    with_plugin(raising("q25deploy_image_layout"))  # the deploy's managers: the broken acme
+    code = cli(["deploy", "--target", "acme", "--build", str(out), "--host", "127.0.0.1:1", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 14, err
+    assert err.startswith("q25deploy: error: plugin 'acme' failed in q25deploy_image_layout for target 'acme': ")
+    assert err.count("\n") == 1 and "Traceback" not in err
