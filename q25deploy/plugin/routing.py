@@ -5,21 +5,24 @@ the target (``Target.plugin``) and the core defaults: a plugin never answers for
 plugin's board, so it needs no ``if target != NAME`` guard. The *broadcast* hooks
 (:data:`BROADCAST`) are called on every plugin, one at a time, by the manager and
 ``commands``. An exception from a plugin's implementation is one :class:`PluginError` naming
-the plugin, the hook and the error; a :class:`~q25deploy.errors.Q25Error` it raises (a
-``FitError``, ...) passes unchanged, and so does anything the core defaults raise (a bug of
-the core stays one)."""
+the plugin, the hook and the error, and so is an answer of the wrong type (:data:`ANSWERS`:
+it would fail later without the plugin's name); a :class:`~q25deploy.errors.Q25Error` it
+raises (a ``FitError``, ...) passes unchanged, and so does anything the core defaults raise
+(a bug of the core stays one)."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from ..board.plan import Partition, Region
 from ..errors import PluginError, Q25Error
 from . import hookspecs
+from .hookspecs import ImageLayout
 from .manager import DEFAULTS, describe_error
 
 if TYPE_CHECKING:
@@ -33,6 +36,21 @@ BOARD_HOOKS = frozenset(
     for name, spec in vars(hookspecs).items()
     if name.startswith("q25deploy_") and "target" in inspect.signature(spec).parameters
 )
+
+
+def _sequence_of(kind: type) -> Callable[[object], bool]:
+    return lambda answer: isinstance(answer, (list, tuple)) and all(isinstance(x, kind) for x in answer)
+
+
+#: a board hook's answer that is not None: (its check, what it must be); q25deploy_smoke_checks'
+#: answers are checked one check at a time (deploy/smoke.py)
+ANSWERS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "q25deploy_image_layout": (lambda answer: isinstance(answer, ImageLayout), "an ImageLayout"),
+    "q25deploy_partition_plan": (_sequence_of(Partition), "a list of Partitions"),
+    "q25deploy_reserved_regions": (_sequence_of(Region), "a list of Regions"),
+    "q25deploy_reserved_memory_dtsi": (lambda answer: isinstance(answer, str), "a str"),
+    "q25deploy_layer_files": (lambda answer: isinstance(answer, Mapping), "a mapping of path to bytes"),
+}
 
 
 class BoardHooks:
@@ -79,8 +97,17 @@ def _plugin_call(impl: Any, hook: str, target: str, args: list[Any]) -> Any:
     if impl.hookwrapper or impl.wrapper:
         raise PluginError(f"{where}: board hooks do not run hook wrappers")
     try:
-        return impl.function(*args)
+        res = impl.function(*args)
     except Q25Error:
         raise
     except Exception as e:  # a plugin's bug: its board's one-line error, never a traceback
         raise PluginError(f"{where}: {describe_error(e)}") from e
+    check, expected = ANSWERS.get(hook, (lambda answer: True, ""))
+    if res is not None and not check(res):
+        raise PluginError(f"{where}: it answered {_short(res)}, not {expected}")
+    return res
+
+
+def _short(value: object) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -21,7 +21,7 @@ from q25deploy.cli import main as cli
 from q25deploy.deploy.smoke import _Report, plugin_checks, run_plugin_checks
 from q25deploy.plugin import CommandSpec, ImageLayout, TargetSpec, hookimpl, hookspecs
 from q25deploy.plugin import manager as plugin_manager
-from q25deploy.plugin.routing import BOARD_HOOKS, BROADCAST
+from q25deploy.plugin.routing import ANSWERS, BOARD_HOOKS, BROADCAST
 from q25deploy.resources import data_dir
 
 OVERRIDES: dict[str, Callable[..., None]] = {}
@@ -77,16 +77,18 @@ def _hello(args, context):
     print(f"hello from {context.plugin}")
 
 
-def raising(hook: str) -> object:
-    """A plugin "acme" that registers its target and raises in ``hook`` (an implementation may
-    take none of the spec's arguments)."""
+def acme_with(hook: str, function: Callable[..., object], **marks: bool) -> object:
+    """A plugin "acme" that registers its target and has ``function`` as ``hook`` (an
+    implementation may take none of the spec's arguments)."""
+    ns = {"q25deploy_register_targets": Acme.q25deploy_register_targets, hook: hookimpl(function, **marks)}
+    return type("Acme", (), ns)()
 
+
+def raising(hook: str) -> object:
     def broken(self):
         raise RuntimeError(f"acme's {hook} is broken")
 
-    return type(
-        "Raising", (), {"q25deploy_register_targets": Acme.q25deploy_register_targets, hook: hookimpl(broken)}
-    )()
+    return acme_with(hook, broken)
 
 
 @pytest.fixture
@@ -276,3 +278,24 @@ def test_a_raising_hook_stops_a_deploy_to_its_board_in_one_line(with_plugin, tmp
     assert code == 14, err
     assert err.startswith("q25deploy: error: plugin 'acme' failed in q25deploy_image_layout for target 'acme': ")
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("hook", sorted(ANSWERS))
+def test_an_answer_of_the_wrong_type_names_the_plugin(hook, with_plugin, tmp_path, qwen25_tiny, capsys):
+    with_plugin(acme_with(hook, lambda self: 42))
+    code, _, err, _ = build(tmp_path, qwen25_tiny, "acme", capsys)
+    assert code == 14, err
+    assert (
+        err
+        == f"q25deploy: error: plugin 'acme' failed in {hook} for target 'acme': it answered 42, not {ANSWERS[hook][1]}\n"
+    )
+
+
+def test_a_hook_wrapper_is_refused_by_name(with_plugin, tmp_path, qwen25_tiny, capsys):
+    def wrapper(self):
+        yield
+
+    with_plugin(acme_with("q25deploy_image_layout", wrapper, wrapper=True))
+    code, _, err, _ = build(tmp_path, qwen25_tiny, "acme", capsys)
+    assert code == 14, err
+    assert err.endswith("failed in q25deploy_image_layout for target 'acme': board hooks do not run hook wrappers\n")
