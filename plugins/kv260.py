@@ -19,8 +19,6 @@ def q25deploy_register_targets():
 
 @hookimpl
 def q25deploy_reserved_memory_dtsi(target, board, plan):
-    if target != NAME:
-        return None
     from q25deploy.board.dtsi import reserved_memory_dtsi
 
     return reserved_memory_dtsi(

@@ -70,6 +70,11 @@ class HostKeyError(DeployError):
     """The board's host key is unknown (without --trust-new-host) or changed."""
 
 
+class PluginError(Q25Error):
+    """A board plugin's hook implementation raised: the message names the plugin, the hook,
+    the target and the error; only that target's command (or board's check) fails."""
+
+
 class SchemaError(Q25Error):
     """A file from outside (a build directory, a board's state, a cache index) is malformed or
     unsafe: not JSON, a wrong type, a bad digest, a path that leaves its directory, a symlink."""

@@ -16,8 +16,6 @@ def q25deploy_register_targets():
 
 @hookimpl
 def q25deploy_reserved_memory_dtsi(target, board, plan):
-    if target != NAME:
-        return None
     from q25deploy.board.dtsi import reserved_memory_dtsi
 
     q = board.qemu
@@ -37,8 +35,6 @@ def q25deploy_reserved_memory_dtsi(target, board, plan):
 
 @hookimpl
 def q25deploy_layer_files(target, board, build):
-    if target != NAME:
-        return None
     # qemuarm64 has no device-tree recipe: QEMU makes the tree (see reserved-memory.dtsi's notes)
     dt = "dynamic-layers/xilinx/recipes-bsp/device-tree"
     return {f"{dt}/device-tree.bbappend": None, f"{dt}/files/q25-reserved-memory.dtsi": None}

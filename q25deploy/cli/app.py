@@ -28,6 +28,7 @@ from ..errors import (
     LicenseError,
     ModelSourceError,
     OutputError,
+    PluginError,
     Q25Error,
     TokenizerError,
     ToolError,
@@ -58,6 +59,7 @@ EXIT_MEANINGS: dict[int, str] = {
     11: "bad board file",
     12: "the model's licence is unknown (for the layer's recipe)",
     13: "a board failed (deploy, smoke, rollback, status); the other boards are unaffected",
+    14: "a board plugin's hook failed (the message names the plugin, the hook and the target)",
     70: "internal error (a bug in q25deploy or in a plugin; Q25DEPLOY_DEBUG=1 shows the traceback)",
     130: "interrupted",
 }
@@ -76,6 +78,7 @@ EXIT_CODES: list[tuple[type[Q25Error], int]] = [
     (BoardFileError, 11),
     (LicenseError, 12),
     (DeployError, 13),
+    (PluginError, 14),
     (UnknownTargetError, 2),
     (Interrupted, 130),
     (Q25Error, 1),

@@ -27,8 +27,9 @@ def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
     from ..builddir import BuildDir
     from ..deploy.expected import BuildIds
     from ..ota.plan import plan_package
+    from ..plugin.routing import board_hooks
 
-    image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
+    image_layout = board_hooks(pm, target).q25deploy_image_layout(board=target.board)
     build = BuildDir(a.build)  # build.json checked by the schema: a corrupt one is exit 1, not a crash
     build.check_for(target.board)  # its regions ours on this board (board/ours.py)
     ids = BuildIds(build, build.info.image_path).get()  # the build's record (else the host codec)

@@ -18,6 +18,7 @@ from ..common import file_sha256
 from ..errors import DeployError, Interrupted, Q25Error
 from ..layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
 from ..model.record_compare import first_prompts
+from ..plugin.routing import board_hooks
 from ..schema import BuildInfo
 from ..tokenizer.prompts import smoke_ids
 from . import board_release, interrupt, openssh, owners, reach, sshboard
@@ -66,7 +67,7 @@ class Fleet:
         self._build = build
         self.pending = dict(pending or {})
         # the one source of board paths: the layer installs there too
-        image_layout = pm.hook.q25deploy_image_layout(target=target.name, board=target.board)
+        image_layout = board_hooks(pm, target).q25deploy_image_layout(board=target.board)
         self.install_dir, self.runtime = image_layout.install_dir, image_layout.runtime
         self.image_name = image_layout.filename
         # system paths on the board (never under --remote-root): the board file says where

@@ -19,6 +19,8 @@ import posixpath
 import struct
 from collections.abc import Sequence
 
+from ..errors import Q25Error
+from ..plugin.routing import board_hooks
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from .boardbase import HASH_FILES
 from .boardbase import BoardBase as Board
@@ -112,14 +114,15 @@ def smoke_test(
 
 
 def plugin_checks(pm, target) -> list[tuple[str, str | None, str]]:
-    """The plugins' extra smoke checks (``q25deploy_smoke_checks``) as (name, command, "");
-    a hook that raises or gives something else than (name, command) is one (name, None, why)
-    entry: every board's smoke test then fails that check in one line (never exit 70)."""
-    hook = "a plugin's q25deploy_smoke_checks"
+    """The target's plugin's extra smoke checks (``q25deploy_smoke_checks``) as (name, command, "");
+    a hook that raises (one line naming the plugin: plugin/routing.py) or gives something else
+    than (name, command) is one (name, None, why) entry: every board's smoke test then fails
+    that check in one line (never exit 70)."""
+    hook = f"q25deploy_smoke_checks of plugin {target.plugin!r}"
     try:
-        results = list(pm.hook.q25deploy_smoke_checks(target=target.name, board=target.board))
-    except Exception as e:
-        return [("plugin checks", None, f"{hook} raised {type(e).__name__}: {' '.join(str(e).split())}"[:200])]
+        results = list(board_hooks(pm, target).q25deploy_smoke_checks(board=target.board))
+    except Q25Error as e:
+        return [("plugin checks", None, str(e)[:200])]
     out: list[tuple[str, str | None, str]] = []
     for res in results:
         for c in res if isinstance(res, (list, tuple)) else [res] if res is not None else []:

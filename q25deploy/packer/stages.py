@@ -20,6 +20,7 @@ from ..model.gguf import GGUFFile
 from ..model.source import ModelSource
 from ..plugin.hookspecs import ImageLayout
 from ..plugin.manager import Target
+from ..plugin.routing import board_hooks
 from ..tokenizer.assets import Asset, tokenizer_assets
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from ..tokenizer.vocab import vocab_from_gguf
@@ -83,12 +84,12 @@ class Plan:
 
 def plan(pm, target: Target, f: GGUFFile) -> Plan:
     """Partitions, regions, image layout and the device-tree fragment, from the board's hooks."""
-    board, name = target.board, target.name
-    partitions = pm.hook.q25deploy_partition_plan(target=name, board=board, tensors=f.tensors)
-    regions = pm.hook.q25deploy_reserved_regions(target=name, board=board, partitions=partitions)
+    board, hooks = target.board, board_hooks(pm, target)
+    partitions = hooks.q25deploy_partition_plan(board=board, tensors=f.tensors)
+    regions = hooks.q25deploy_reserved_regions(board=board, partitions=partitions)
     memory = assemble(partitions, regions, board, f.tensors)
-    image_layout = pm.hook.q25deploy_image_layout(target=name, board=board)
-    dtsi = pm.hook.q25deploy_reserved_memory_dtsi(target=name, board=board, plan=memory)
+    image_layout = hooks.q25deploy_image_layout(board=board)
+    dtsi = hooks.q25deploy_reserved_memory_dtsi(board=board, plan=memory)
     placed = [(t.name, t.source_offset, t.nbytes, t.region, t.offset) for t in memory.tensors]
     key = json_digest([[(r.base, r.size, r.used) for r in memory.regions], placed])
     return Plan(
@@ -238,7 +239,7 @@ def layer(
     files = static_files() + model_assets_files(board, summary_, artifacts, lic, release)
     files.append(smoke_test_case(summary_, [(t, sp, ids) for (t, sp), ids in zip(SMOKE_PROMPTS, smoke_ids)]))
     extra = merge_hook_results(
-        pm.hook.q25deploy_layer_files(target=target.name, board=board, build={"dtsi": p.dtsi, "summary": summary_})
+        board_hooks(pm, target).q25deploy_layer_files(board=board, build={"dtsi": p.dtsi, "summary": summary_})
     )
     by_path = {f.path: f for f in files}
     for path, data in extra.items():

@@ -3,13 +3,16 @@
 A board plugin is a module (or object) with functions marked ``@hookimpl`` whose names are
 the hooks below. Plugins are found through the ``q25deploy`` entry-point group — the
 built-in ``kv260``, ``zcu104`` and ``qemu`` plugins exactly like third-party ones. Core
-defaults (``q25deploy.plugin.defaults``) are registered with ``trylast=True``, so a plugin that
-returns a value for its own target overrides them; a plugin returns ``None`` for targets
-that are not its own. See docs/plugins.md.
+defaults (``q25deploy.plugin.defaults``) are registered with ``trylast=True``, so a plugin's
+answer overrides them. See docs/plugins.md.
 
-Semantics: hooks marked *firstresult* stop at the first non-``None`` result (plugins in
-reverse registration order, then the core default); *collect* hooks call every plugin
-and return the list of their non-``None`` results.
+Routing: a *board* hook (one with a ``target`` argument) is called on the plugin that
+registered that target and on the core defaults only (``routing.board_hooks``), so a plugin
+answers for its own boards without checking ``target``; a *broadcast* hook is called on every
+plugin, one at a time. Semantics: hooks marked *firstresult* stop at the first non-``None``
+result (the plugin, then the core default); *collect* hooks return the list of the non-``None``
+results. A plugin's implementation that raises is reported by name (``routing``,
+``manager``, ``commands``): it fails only its own board or its own commands.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
 
     from ..board.boardfile import Board
     from ..board.plan import MemoryPlan, Partition, Region, TensorLike
-    from .commands import CommandContext
 
 PROJECT = "q25deploy"
 ENTRY_POINT_GROUP = "q25deploy"
@@ -71,13 +73,13 @@ class CommandSpec:
     help: str  # one line in ``q25deploy --help``
     description: str  # the first paragraph of ``q25deploy NAME --help``
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, CommandContext], int | None]
+    run: Callable[[argparse.Namespace, Any], int | None]  # context: a plugin.commands.CommandContext
     epilog: str = ""  # the text under ``q25deploy NAME --help`` (exit codes, examples)
 
 
 @hookspec
 def q25deploy_register_targets() -> Sequence[TargetSpec] | None:
-    """*collect*: the targets this plugin provides.
+    """*collect*, *broadcast*: the targets this plugin provides.
 
     Each plugin returns a list of :class:`TargetSpec`. A target name provided twice is
     reported as a failure of the second plugin; the first keeps it.
@@ -86,7 +88,7 @@ def q25deploy_register_targets() -> Sequence[TargetSpec] | None:
 
 @hookspec(firstresult=True)
 def q25deploy_image_layout(target: str, board: Board) -> ImageLayout | None:
-    """*firstresult*: the runtime image's alignment, install directory and file name.
+    """*firstresult*, *board*: the runtime image's alignment, install directory and file name.
 
     The install directory is where the layer's recipe installs the model and where deploy
     keeps its releases. Default: the board file's ``layout.image_alignment`` and
@@ -96,7 +98,7 @@ def q25deploy_image_layout(target: str, board: Board) -> ImageLayout | None:
 
 @hookspec(firstresult=True)
 def q25deploy_partition_plan(target: str, board: Board, tensors: Sequence[TensorLike]) -> list[Partition] | None:
-    """*firstresult*: pack the model's tensors into partitions (one per reserved region).
+    """*firstresult*, *board*: pack the model's tensors into partitions (one per reserved region).
 
     Default: :func:`q25deploy.board.plan.plan_partitions` (file order, tensor alignment,
     never split, ``region_max_size``, headroom).
@@ -105,7 +107,7 @@ def q25deploy_partition_plan(target: str, board: Board, tensors: Sequence[Tensor
 
 @hookspec(firstresult=True)
 def q25deploy_reserved_regions(target: str, board: Board, partitions: Sequence[Partition]) -> Sequence[Region] | None:
-    """*firstresult*: the physical region of every partition.
+    """*firstresult*, *board*: the physical region of every partition.
 
     Default: :func:`q25deploy.board.plan.place_regions` (top-down in free DDR, 2 MiB
     aligned, within ``max_model_share``). Raise :class:`q25deploy.board.plan.FitError`
@@ -115,7 +117,7 @@ def q25deploy_reserved_regions(target: str, board: Board, partitions: Sequence[P
 
 @hookspec(firstresult=True)
 def q25deploy_reserved_memory_dtsi(target: str, board: Board, plan: MemoryPlan) -> str | None:
-    """*firstresult*: the text of ``reserved-memory.dtsi`` for the plan.
+    """*firstresult*, *board*: the text of ``reserved-memory.dtsi`` for the plan.
 
     Default: :func:`q25deploy.board.dtsi.reserved_memory_dtsi`.
     """
@@ -123,22 +125,22 @@ def q25deploy_reserved_memory_dtsi(target: str, board: Board, plan: MemoryPlan) 
 
 @hookspec
 def q25deploy_layer_files(target: str, board: Board, build: Mapping[str, Any]) -> Mapping[str, bytes] | None:
-    """*collect*: extra or replacement files for the BitBake layer, path → content.
+    """*collect*, *board*: extra or replacement files for the BitBake layer, path → content.
 
-    Used by the layer emitter (machine-specific parts belong to the board plugin); a
-    later result for the same path wins.
+    Used by the layer emitter (machine-specific parts belong to the board plugin); the
+    plugin's file replaces the core's at the same path, ``None`` removes it.
     """
 
 
 @hookspec
 def q25deploy_smoke_checks(target: str, board: Board) -> Sequence[tuple[str, str]] | None:
-    """*collect*: extra smoke-test commands ``(name, shell command)`` run on the board
+    """*collect*, *board*: extra smoke-test commands ``(name, shell command)`` run on the board
     after the built-in checks; a non-zero exit fails the smoke test."""
 
 
 @hookspec
 def q25deploy_cli_commands() -> Sequence[CommandSpec] | None:
-    """*collect*: the commands this plugin adds to the command line.
+    """*collect*, *broadcast*: the commands this plugin adds to the command line.
 
     Each plugin returns a list of :class:`CommandSpec`. A plugin whose hook raises, returns
     something else, names a command the core or an earlier plugin already has, or whose

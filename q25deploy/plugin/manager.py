@@ -17,6 +17,8 @@ from ..errors import UnknownTargetError
 from . import defaults, hookspecs
 from .hookspecs import ENTRY_POINT_GROUP, PROJECT, TargetSpec
 
+DEFAULTS = "q25deploy.plugin.defaults"  # the core defaults' name in the manager
+
 
 @dataclass(frozen=True)
 class PluginFailure:
@@ -30,7 +32,7 @@ class PluginFailure:
 @dataclass(frozen=True)
 class Target:
     name: str
-    plugin: str
+    plugin: str  # the plugin that registered it ("file": a board file only): its board hooks answer
     board: Board
     description: str
 
@@ -43,7 +45,7 @@ def describe_error(e: BaseException) -> str:
 def make_plugin_manager(entry_points: bool = True) -> tuple[pluggy.PluginManager, list[PluginFailure]]:
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.register(defaults, name="q25deploy.plugin.defaults")
+    pm.register(defaults, name=DEFAULTS)
     failures: list[PluginFailure] = []
     if entry_points:
         eps = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)

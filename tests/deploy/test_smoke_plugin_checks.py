@@ -1,7 +1,7 @@
-"""The plugins' extra smoke checks (q25deploy/deploy/smoke.py, issue 45 item 2): a hook that
-raises or answers something other than (name, shell command) is each board's one failed
-check naming it, never an exception out of the board's run (``internal error``, exit 70); a
-good check runs on the board and fails on a non-zero exit."""
+"""The target's plugin's extra smoke checks (q25deploy/deploy/smoke.py): a hook that raises or
+answers something other than (name, shell command) is each board's one failed check naming the
+plugin, never an exception out of the board's run (``internal error``, exit 70); a good check
+runs on the board and fails on a non-zero exit; another plugin's checks are not run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 class Target:
-    name, board = "qemu", None
+    name, plugin, board = "qemu", "qemu", None
 
 
 class Board:
@@ -28,10 +28,11 @@ class Board:
 
 
 def manager(*plugins) -> pluggy.PluginManager:
+    """The first plugin is the target's (``qemu``), the others are other boards' plugins."""
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
-    for p in plugins:
-        pm.register(p)
+    for i, p in enumerate(plugins):
+        pm.register(p, name="qemu" if i == 0 else f"other{i}")
     return pm
 
 
@@ -71,12 +72,12 @@ def test_a_malformed_answer_is_a_named_failed_check():
         {
             "name": "plugin checks",
             "ok": False,
-            "detail": "a plugin's q25deploy_smoke_checks gave ('only a name',), not (name, shell command)",
+            "detail": "q25deploy_smoke_checks of plugin 'qemu' gave ('only a name',), not (name, shell command)",
         },
         {
             "name": "plugin checks",
             "ok": False,
-            "detail": "a plugin's q25deploy_smoke_checks gave 'a string', not (name, shell command)",
+            "detail": "q25deploy_smoke_checks of plugin 'qemu' gave 'a string', not (name, shell command)",
         },
     ]
     assert board.commands == []
@@ -88,6 +89,11 @@ def test_a_hook_that_raises_is_a_named_failed_check():
         {
             "name": "plugin checks",
             "ok": False,
-            "detail": "a plugin's q25deploy_smoke_checks raised KeyError: 'board.fpga'",
+            "detail": "plugin 'qemu' failed in q25deploy_smoke_checks for target 'qemu': KeyError: 'board.fpga'",
         }
     ]
+
+
+def test_another_plugins_checks_are_not_run():
+    checks, board = checks_of(Good(), Raises())
+    assert [c["name"] for c in checks] == ["fpga bitstream", "fpga clock"]

@@ -3,6 +3,7 @@ broken one installed with pip into a scratch site directory (conftest.py), drive
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from q25deploy.plugin.manager import (
     registered_targets,
     resolve_target,
 )
+from q25deploy.plugin.routing import BOARD_HOOKS, board_hooks
 
 HERE = Path(__file__).parent
 
@@ -20,12 +22,22 @@ HERE = Path(__file__).parent
 def test_hookspecs_are_prefixed_typed_and_documented():
     names = [n for n in dir(hookspecs) if n.startswith("q25deploy_")]
     # the docs cannot drift from the code: docs/plugins.md's table lists exactly these hooks
-    documented = set(re.findall(r"^\| `(q25deploy_\w+)\(", (HERE.parents[1] / "docs" / "plugins.md").read_text(), re.M))
+    docs = (HERE.parents[1] / "docs" / "plugins.md").read_text()
+    documented = set(re.findall(r"^\| `(q25deploy_\w+)\(", docs, re.M))
     assert set(names) == documented
     for n in names:
         fn = getattr(hookspecs, n)
         assert fn.__doc__ and ("*firstresult*" in fn.__doc__ or "*collect*" in fn.__doc__), n
         assert fn.__annotations__.get("return"), n
+        routed = "board" if n in BOARD_HOOKS else "broadcast"  # how routing.py calls it, stated
+        assert f"*{routed}*" in fn.__doc__, n
+        assert re.search(rf"^\| `{n}\(.*?\)` \| \w+, {routed} \|", docs, re.M), n
+
+
+def test_hookspecs_import_no_module_of_the_plugin_package():
+    # plugin.commands (and the manager) import hookspecs: an import back would be a circle
+    tree = ast.parse(Path(hookspecs.__file__).read_text())
+    assert [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1] == []
 
 
 def test_builtin_targets_come_from_entry_points():
@@ -44,11 +56,11 @@ def test_plugin_override_applies_to_its_own_target_only():
     zc = resolve_target(pm, failures, "zcu104")
     from q25deploy.board.plan import plan_memory
 
-    assert "xmutil" in pm.hook.q25deploy_reserved_memory_dtsi(
-        target="kv260", board=kv.board, plan=plan_memory([], kv.board)
+    assert "xmutil" in board_hooks(pm, kv).q25deploy_reserved_memory_dtsi(
+        board=kv.board, plan=plan_memory([], kv.board)
     )
-    assert "xmutil" not in pm.hook.q25deploy_reserved_memory_dtsi(
-        target="zcu104", board=zc.board, plan=plan_memory([], zc.board)
+    assert "xmutil" not in board_hooks(pm, zc).q25deploy_reserved_memory_dtsi(
+        board=zc.board, plan=plan_memory([], zc.board)
     )
 
 
