@@ -38,6 +38,15 @@ def is_build_product(path: Path) -> bool:
     return any(path.match(pattern) for pattern in BUILD_PRODUCT_PATTERNS)
 
 
+# the board-side OTA script that Mender's update module and SWUpdate's script handler run
+# (package data of q25deploy.ota.scripts): the layer installs it, the artifacts carry it
+OTA_SCRIPT = Path(__file__).resolve().parent / "ota" / "scripts" / "q25-ota.sh"
+
+
+def ota_script() -> bytes:
+    return OTA_SCRIPT.read_bytes()
+
+
 def runtime_sources() -> Path:
     """The C runtime's sources, as the BitBake recipe's local files."""
     return data_dir("recipes") / "meta-q25" / "recipes-q25" / "q25-tokenizer-runtime" / "files"

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from ..common import atomic_file
 from ..errors import OutputError, UsageError
-from ..ota.settings import ota_settings
 from .common import report_failures
 
 if TYPE_CHECKING:
@@ -98,6 +97,7 @@ def cmd_package(a: argparse.Namespace) -> int:
     a.build = a.build or Path("q25-build") / target.name
     if not (a.build / "build.json").is_file():
         raise UsageError(f"{a.build}: no build there (run q25deploy build --target {target.name}, or give --build)")
+    from ..board.ota_settings import ota_settings
     from .progress import Progress, wanted
 
     prog = Progress(enabled=wanted(quiet=a.quiet, json=a.json), task=target.name)

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..board.ota_settings import check_name
 from .archive import Entry, gzip_bytes, gzip_open, tar_bytes, write_tar
-from .plan import OtaPlan, check_name
+from .plan import OtaPlan
 
 MODULE_TYPE = "q25-release"
 FORMAT_VERSION = 3

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .. import schema
+from ..board.ota_settings import check_name
 from ..common import stream_sha256
 from ..deploy.release import release_from_build
 from ..errors import DeployError, PackageError, SchemaError
@@ -28,7 +29,6 @@ PLAN_NAME = "q25-plan"
 PLAN_FORMAT = "q25-ota-plan 1"
 TOKENIZER_FILES = ("tokenizer_runtime_image_manifest.json",)
 # what the board script's line-based plan can carry: narrower than the schema's paths
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _REL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 _ABS = re.compile(r"(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+")
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9,._+@-]{0,126}")  # a device-tree node name, as the script checks it
@@ -84,12 +84,6 @@ def check_rel(rel: str, where: str) -> str:
 
 def check_hex(value: str, where: str) -> str:
     return _schema(schema.hex64, value, where)
-
-
-def check_name(value: str, where: str) -> str:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise PackageError(f"{where}: {value!r} is not a plain name ([A-Za-z0-9._+-])")
-    return value
 
 
 def check_abs(value: str, where: str) -> str:

@@ -17,9 +17,10 @@ import shlex
 from collections.abc import Callable
 from typing import BinaryIO
 
+from ..board.ota_settings import check_name
+from ..resources import ota_script
 from .archive import Entry, write_cpio
-from .plan import OtaPlan, PackageError, check_name
-from .scripts import board_script
+from .plan import OtaPlan, PackageError
 
 SCRIPT_NAME = "q25-ota.sh"
 DROP_DIR = ".q25-ota-incoming"
@@ -38,7 +39,7 @@ def drop_dir(plan: OtaPlan) -> str:
 
 def swu_script(plan: OtaPlan) -> bytes:
     """The board script with the directory SWUpdate writes the payload into."""
-    text = board_script().decode()
+    text = ota_script().decode()
     marker = "Q25_SWU_DIR=''"
     if marker not in text:
         raise PackageError("the board script has no Q25_SWU_DIR line (broken installation)")

@@ -24,11 +24,13 @@ from ..plugin.routing import board_hooks
 from ..tokenizer.assets import Asset, tokenizer_assets
 from ..tokenizer.prompts import SMOKE_PROMPTS
 from ..tokenizer.vocab import vocab_from_gguf
+from .dropbear import dropbear_layer_files
 from .layer import (
     DEVICE_TREE_DIR,
     LayerFile,
     Licence,
     assets_recipe_pv,
+    device_tree_files,
     layer_readme,
     layer_security,
     merge_hook_results,
@@ -37,6 +39,7 @@ from .layer import (
     smoke_test_case,
     static_files,
 )
+from .ota_layer import ota_layer_files
 from .payload import Piece, check_plain_names
 from .region_table import KIND as REGION_TABLE_KIND
 from .region_table import region_table
@@ -220,6 +223,16 @@ def reservation(board: Board, memory: MemoryPlan) -> dict:
     }
 
 
+def core_layer_files(board, dtsi: str) -> dict[str, bytes | None]:
+    """The layer's parts the board file asks for, before the plugins' (which override them):
+    the device tree, the OTA update module (``[ota]``) and dropbear's receive window
+    (``[ssh] dropbear_receive_window``), each off unless the board file turns it on."""
+    files = device_tree_files(board, dtsi)
+    files.update((f.path, f.data) for f in ota_layer_files(board))
+    files.update((f.path, f.data) for f in dropbear_layer_files(board))
+    return files
+
+
 def layer(
     pm,
     target: Target,
@@ -238,9 +251,8 @@ def layer(
     board = target.board
     files = static_files() + model_assets_files(board, summary_, artifacts, lic, release)
     files.append(smoke_test_case(summary_, [(t, sp, ids) for (t, sp), ids in zip(SMOKE_PROMPTS, smoke_ids)]))
-    extra = merge_hook_results(
-        board_hooks(pm, target).q25deploy_layer_files(board=board, build={"dtsi": p.dtsi, "summary": summary_})
-    )
+    answers = board_hooks(pm, target).q25deploy_layer_files(board=board, build={"dtsi": p.dtsi, "summary": summary_})
+    extra = merge_hook_results([*answers, core_layer_files(board, p.dtsi)])
     by_path = {f.path: f for f in files}
     for path, data in extra.items():
         if data is None:

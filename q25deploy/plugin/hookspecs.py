@@ -128,7 +128,8 @@ def q25deploy_layer_files(target: str, board: Board, build: Mapping[str, Any]) -
     """*collect*, *board*: extra or replacement files for the BitBake layer, path → content.
 
     Used by the layer emitter (machine-specific parts belong to the board plugin); the
-    plugin's file replaces the core's at the same path, ``None`` removes it.
+    plugin's file replaces the core's (:func:`q25deploy.packer.stages.core_layer_files`) at the
+    same path, ``None`` removes it.
     """
 
 

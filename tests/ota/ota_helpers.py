@@ -17,7 +17,7 @@ from sparse_files import read_at, zero_between
 
 from q25deploy.cli import main
 from q25deploy.ota.mender import payload_tar, read_members
-from q25deploy.ota.scripts import SCRIPT
+from q25deploy.resources import OTA_SCRIPT as SCRIPT
 
 
 def package(build: Path, fmt: str, out: Path, *extra: str, target: str = "qemu") -> Path:

@@ -32,7 +32,7 @@ from pathlib import Path
 from ota_helpers import stand_in
 from requirements import need, need_program
 
-from q25deploy.ota.scripts import SCRIPT
+from q25deploy.resources import OTA_SCRIPT as SCRIPT
 
 STAND_IN = "/lib/firmware/q25-test-board"  # the device tree and memory in the namespace
 RUNTIME = f"{STAND_IN}/usr/bin/q25tok"  # the image's q25tok (the plan's)

@@ -56,7 +56,7 @@ class Mender:
         for i, b in enumerate(builds):
             tree = mender_tree(package(b, "mender", tmp / f"{i}.mender"), tmp / f"tree-{i}")
             self.trees.append({p.relative_to(tree).as_posix(): p.read_bytes() for p in tree.rglob("*") if p.is_file()})
-        from q25deploy.ota.scripts import SCRIPT
+        from q25deploy.resources import OTA_SCRIPT as SCRIPT
 
         self.script = SCRIPT.read_bytes()
 

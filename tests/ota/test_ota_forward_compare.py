@@ -13,7 +13,7 @@ import pytest
 
 from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, parse_dump
 from q25deploy.ota import forward_expect
-from q25deploy.ota.scripts import SCRIPT
+from q25deploy.resources import OTA_SCRIPT as SCRIPT
 
 
 @pytest.fixture(scope="module")

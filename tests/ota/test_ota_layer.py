@@ -11,7 +11,7 @@ import pytest
 from layer_options import build_layer
 from requirements import need_program
 
-from q25deploy.ota.scripts import board_script
+from q25deploy.resources import ota_script
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_default_layer_has_no_ota_parts(builds):
 
 def test_ota_parts_when_asked(ota_layer):
     ota = ota_layer / "recipes-q25" / "q25-ota"
-    assert (ota / "files" / "q25-ota.sh").read_bytes() == board_script()
+    assert (ota / "files" / "q25-ota.sh").read_bytes() == ota_script()
     mender = (ota / "q25-ota-mender_1.0.bb").read_text()
     assert "${datadir}/mender/modules/v3/q25-release" in mender and "@@" not in mender
     assert (ota / "files" / "hwrevision").read_text() == "kv260 1.0\n"

@@ -24,7 +24,7 @@ from q25deploy.cli import main
 from q25deploy.deploy.release import release_from_build
 from q25deploy.model.synthetic import write_model
 from q25deploy.ota.mender import payload_tar, read_members
-from q25deploy.ota.scripts import SCRIPT
+from q25deploy.resources import OTA_SCRIPT as SCRIPT
 
 VOCAB = Path(__file__).parents[2] / "data" / "ggml-vocab-qwen2.gguf"
 MODULE = "/tmp/q25-release"  # the update module, as /usr/share/mender/modules/v3/q25-release

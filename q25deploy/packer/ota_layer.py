@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import hashlib
 
-from ..packer.layer import LayerFile, render
-from ..resources import data_dir, runtime_sources
-from .plan import check_name
-from .scripts import board_script
-from .settings import ota_settings
+from ..board.ota_settings import check_name, ota_settings
+from ..resources import data_dir, ota_script, runtime_sources
+from .layer import LayerFile, render
 
 RECIPES = "recipes-q25/q25-ota"
 # meta-swupdate's recipe is appended only when that layer is present
@@ -47,7 +45,7 @@ def ota_layer_files(board) -> list[LayerFile]:
                 render(_template(f"{RECIPES}/q25-ota-mender.bb.in"), values).encode(),
             )
         )
-        out.append(LayerFile(f"{RECIPES}/files/q25-ota.sh", board_script()))
+        out.append(LayerFile(f"{RECIPES}/files/q25-ota.sh", ota_script()))
     if settings["swupdate"]:
         rev = check_name(settings["swupdate_hw_revision"], "[ota] swupdate_hw_revision")
         out.append(
