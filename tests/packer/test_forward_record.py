@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from q25deploy import schema
+from q25deploy import layout, schema
 from q25deploy.builddir import BuildDir
 from q25deploy.cli import main
 from q25deploy.deploy.release import release_from_build
@@ -19,7 +19,7 @@ from q25deploy.model.forward import Forward, KVCache
 from q25deploy.model.gguf import GGUFFile
 from q25deploy.model.hparams import runnable
 from q25deploy.model.weights import Weights
-from q25deploy.packer import forward_record, layout
+from q25deploy.packer import forward_record
 
 
 def test_hparams_file_holds_the_metadata_as_the_c_runtime_reads_it(builds, qwen25_tiny):
