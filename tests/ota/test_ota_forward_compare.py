@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +221,119 @@ def test_a_prompt_the_forward_file_lacks_fails(tmp_path, busybox_path, prompt):
     (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
     r = run_compare(busybox_path, exp, 1, tmp_path / "dump.txt")
     assert r.returncode == 1 and r.stdout == "the forward file has no steps for prompt 1\n"
+
+
+# -- the same cases against q25tok compare (q25tok_compare.c), the board's one comparison
+
+
+def c_compare(q25tok: Path, tmp_path, want: dict, board: str) -> subprocess.CompletedProcess:
+    """`q25tok compare EXPECTED 3 DUMP` on ``board`` against ``want`` rendered as `package`
+    renders it (the prompt as number 3 of 4)."""
+    other = {**want, "steps": want["steps"][:1]}
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_bytes(forward_expect.render({"prompts": [other, other, other, want]}))
+    dump = tmp_path / "dump.txt"
+    dump.write_text(board)
+    return run_c(q25tok, exp, 3, dump)
+
+
+def run_c(q25tok: Path, exp, n, dump) -> subprocess.CompletedProcess:
+    return subprocess.run([q25tok, "compare", exp, str(n), dump], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_q25tok_compare_and_record_compare_agree(tmp_path, q25tok_bin, prompt, case):
+    _, change, expected = case
+    want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
+    if change:
+        change(steps, want)
+    board = c_style(steps)
+    host = first_difference(want, parse_dump(board))
+    assert (None if host is None else (host.step, host.where)) == expected, host
+    r = c_compare(q25tok_bin, tmp_path, want, board)
+    assert r.stderr == ""
+    if expected is None:
+        assert r.returncode == 0, r.stdout
+        assert r.stdout.startswith("near-tie at step 3:") if case[0] == "near-tie" else r.stdout == ""
+    else:  # the very line record_compare writes
+        assert (r.returncode, r.stdout) == (11, f"{host}\n")
+
+
+def test_q25tok_compare_reports_a_near_tie_where_it_stopped(tmp_path, q25tok_bin, prompt):
+    want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
+    _near_tie(steps, want)
+    r = c_compare(q25tok_bin, tmp_path, want, c_style(steps))
+    t = want["steps"][3]["top"]
+    assert r.returncode == 0
+    assert r.stdout == f"near-tie at step 3: token {t[1][0]}, host {t[0][0]} (margin 0.0005): compared up to there\n"
+
+
+def test_q25tok_compare_agrees_with_every_prompt_of_the_record(tmp_path, q25tok_bin, ota_builds):
+    """Each prompt of the tiny model's real record, as the payload renders it and as generate prints it."""
+    record = json.loads((ota_builds["A"] / "forward_record.json").read_text())
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_bytes(forward_expect.render(record))
+    for n, p in enumerate(record["prompts"]):
+        for board in (c_style(p["steps"]), "\n".join(forward_expect.dump_lines(p)) + "\n"):
+            assert first_difference(p, parse_dump(board)) is None
+            (tmp_path / "dump.txt").write_text(board)
+            r = run_c(q25tok_bin, exp, n, tmp_path / "dump.txt")
+            assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["garbage", "layer 5 norm 1 values 1 2 3 4", "embd norm x values 1 2 3 4", "top 1 2 3", "step 0 pos 1 token 2"],
+)
+def test_q25tok_compare_refuses_unreadable_output_as_parse_dump_does(tmp_path, q25tok_bin, prompt, line):
+    board = c_style(prompt["steps"]).replace("\noutput ", f"\n{line}\noutput ", 1)
+    with pytest.raises(ValueError):
+        parse_dump(board)
+    r = c_compare(q25tok_bin, tmp_path, prompt, board)
+    assert r.returncode == 3 and r.stdout == ""
+    assert (
+        r.stderr.startswith(f"q25tok: compare: {tmp_path / 'dump.txt'}: q25tok generate's line ") and line in r.stderr
+    )
+
+
+def forward_file(prompt: dict) -> str:
+    return forward_expect.render({"prompts": [prompt]}).decode()
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda t: t.replace("q25-forward 1", "q25-forward 2", 1), "first line is not 'q25-forward 1'"),
+        (
+            lambda t: "\n".join(x for x in t.split("\n") if not x.startswith("tolerances ")),
+            "before the tolerances line",
+        ),
+        (lambda t: t.replace("state_rtol 0.0001", "state_rtol nan", 1), "a bad tolerances line"),
+        (lambda t: t.replace("state_rtol 0.0001", "state_rtol 1e3", 1), "a bad tolerances line"),
+        (lambda t: t.replace(" steps 8 ", " steps 7 ", 1), "has 8 steps for prompt 0, its prompt line says 7"),
+        (lambda t: t.replace("\nembd ", "\nembd norm 1 values 0x1p3 1 2 3\nembd ", 1), "a bad number"),
+        (lambda t: t.replace("\ntop ", "\ntop" + " 1 2" * 65 + "\ntop ", 1), "more top logits"),
+        (lambda t: t + t.split("\n", 2)[2], "the prompt a second time"),
+        (lambda t: t.replace("\nprompt 0 ", "\nprompt 1 ", 1), "no steps for prompt 0"),
+        (lambda t: t.replace("\noutput ", "\noutputs ", 1), "an unexpected line"),
+    ],
+)
+def test_q25tok_compare_refuses_a_malformed_forward_file(tmp_path, q25tok_bin, prompt, change, why):
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_text(change(forward_file(prompt)))
+    (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
+    r = run_c(q25tok_bin, exp, 0, tmp_path / "dump.txt")
+    assert r.returncode == 3 and r.stdout == "" and r.stderr.startswith(f"q25tok: compare: {exp}: ")
+    assert why in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_q25tok_compare_reads_no_link_and_checks_its_arguments(tmp_path, q25tok_bin, prompt):
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_text(forward_file(prompt))
+    (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
+    (tmp_path / "link.txt").symlink_to(tmp_path / "dump.txt")
+    assert run_c(q25tok_bin, exp, 0, tmp_path / "link.txt").returncode == 1
+    assert run_c(q25tok_bin, exp, 0, tmp_path / "missing.txt").returncode == 1
+    for n in ("-1", "x", "", "1234567890"):
+        assert run_c(q25tok_bin, exp, n, tmp_path / "dump.txt").returncode == 2
+    assert run_c(q25tok_bin, exp, 0, tmp_path / "dump.txt").returncode == 0
