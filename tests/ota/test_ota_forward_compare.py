@@ -1,7 +1,7 @@
-"""The board script's comparison of `q25tok generate --dump-layers` with the payload's
-forward file (q25-ota.sh's awk, under BusyBox sh with only BusyBox applets on PATH) against
-the host's (q25deploy/model/record_compare.py): the same verdict, the same step and place, on
-the tiny model's real record and board outputs derived from it."""
+"""The board's comparison of `q25tok generate --dump-layers` with the payload's forward file
+(`q25tok compare`, q25tok_compare.c: what q25-ota.sh's smoke test runs) against the host's
+(q25deploy/model/record_compare.py): the same verdict, the same line, on the tiny model's real
+record and board outputs derived from it, and the forward files it refuses."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 
 from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, parse_dump
 from q25deploy.ota import forward_expect
-from q25deploy.ota.scripts import SCRIPT
 
 
 @pytest.fixture(scope="module")
@@ -37,23 +36,6 @@ def c_style(steps: list[dict]) -> str:
             out.append(f"{what} norm {g(x['norm'], 17)} values {' '.join(g(v) for v in x['values'])}")
         out.append(f"output norm {g(st['output']['norm'], 17)} values {' '.join(g(v) for v in st['output']['values'])}")
     return "\n".join(out) + "\n"
-
-
-def compare(bb: str, tmp_path, want: dict, board: str) -> subprocess.CompletedProcess:
-    """The script's comparison of ``board`` (dump lines) with ``want`` (a record's prompt),
-    rendered into a forward file as `package` renders it (the prompt as number 3 of 4)."""
-    other = {**want, "steps": want["steps"][:1]}
-    exp = tmp_path / "q25-forward.txt"
-    exp.write_bytes(forward_expect.render({"prompts": [other, other, other, want]}))
-    dump = tmp_path / "dump.txt"
-    dump.write_text(board)
-    return run_compare(bb, exp, 3, dump)
-
-
-def run_compare(bb: str, exp, n: int, dump) -> subprocess.CompletedProcess:
-    """`q25-ota.sh compare-forward EXPECTED N DUMP` under BusyBox sh, BusyBox applets only."""
-    argv = [f"{bb}/sh", str(SCRIPT), "compare-forward", str(exp), str(n), str(dump)]
-    return subprocess.run(argv, env={"PATH": bb}, capture_output=True, text=True, timeout=60)
 
 
 def scaled(x: dict, key: str, by: float) -> None:
@@ -167,63 +149,6 @@ CASES = [
     ("board logit nan", _board_logit_nan, (5, "logits")),
     ("both none", _both_none, (1, "layer 0")),
 ]
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_the_board_script_and_record_compare_agree(tmp_path, busybox_path, prompt, case):
-    _, change, expected = case
-    want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
-    if change:
-        change(steps, want)
-    board = c_style(steps)
-    host = first_difference(want, parse_dump(board))
-    assert (None if host is None else (host.step, host.where)) == expected, host
-    r = compare(busybox_path, tmp_path, want, board)
-    assert r.stderr == ""
-    if expected is None:
-        assert r.returncode == 0, r.stdout
-        assert r.stdout.startswith("near-tie at step 3:") if case[0] == "near-tie" else r.stdout == ""
-    else:  # the same line (but for a number record_compare writes with repr where C printed %.17g)
-        assert r.returncode == 1 and r.stdout.startswith(f"step {host.step}: {host.where}: ")
-        assert r.stdout == f"{host}\n"
-
-
-def test_a_near_tie_is_reported_where_the_comparison_stopped(tmp_path, busybox_path, prompt):
-    want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
-    _near_tie(steps, want)
-    r = compare(busybox_path, tmp_path, want, c_style(steps))
-    t = want["steps"][3]["top"]
-    assert r.returncode == 0
-    assert r.stdout == f"near-tie at step 3: token {t[1][0]}, host {t[0][0]} (margin 0.0005): compared up to there\n"
-
-
-def test_the_payload_lines_themselves_agree(tmp_path, busybox_path, prompt):
-    """The record's own rendering (repr floats, not %.9g) as the board's output."""
-    r = compare(busybox_path, tmp_path, prompt, "\n".join(forward_expect.dump_lines(prompt)) + "\n")
-    assert r.returncode == 0 and r.stdout == ""
-
-
-@pytest.mark.parametrize(
-    "line",
-    ["garbage", "layer 5 norm 1 values 1 2 3 4", "embd norm x values 1 2 3 4", "top 1 2 3", "step 0 pos 1 token 2"],
-)
-def test_unreadable_output_fails_as_parse_dump_refuses_it(tmp_path, busybox_path, prompt, line):
-    board = c_style(prompt["steps"]).replace("\noutput ", f"\n{line}\noutput ", 1)
-    with pytest.raises(ValueError):
-        parse_dump(board)
-    r = compare(busybox_path, tmp_path, prompt, board)
-    assert r.returncode == 1 and r.stdout.startswith("q25tok generate printed ") and line in r.stdout
-
-
-def test_a_prompt_the_forward_file_lacks_fails(tmp_path, busybox_path, prompt):
-    exp = tmp_path / "q25-forward.txt"
-    exp.write_bytes(forward_expect.render({"prompts": [prompt]}))
-    (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
-    r = run_compare(busybox_path, exp, 1, tmp_path / "dump.txt")
-    assert r.returncode == 1 and r.stdout == "the forward file has no steps for prompt 1\n"
-
-
-# -- the same cases against q25tok compare (q25tok_compare.c), the board's one comparison
 
 
 def c_compare(q25tok: Path, tmp_path, want: dict, board: str) -> subprocess.CompletedProcess:

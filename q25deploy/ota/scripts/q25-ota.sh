@@ -5,7 +5,6 @@
 #   Mender update module (/usr/share/mender/modules/v3/q25-release):  q25-ota STATE FILE-TREE
 #   SWUpdate shellscript (before and after its files handler):        q25-ota preinst|postinst
 #   by hand:                                                          q25-ota install|smoke DIR
-#                                                     q25-ota compare-forward FORWARD-FILE PROMPT DUMP
 #
 # DIR holds the payload's flat files and the line-based plan `q25-plan` (values validated by
 # q25deploy package). Under the install dir:
@@ -731,10 +730,9 @@ smoke() {  # DIR: every file's sha256 of the current release, then q25tok info a
     say "smoke test passed on releases/$rid"
 }
 
-# -- the forward pass against the host's: q25tok generate --files, compared as record_compare.py
-# compares (docs/forward.md): a state differs by more than 1e-4 of the host's norm, a top logit
-# by more than 1e-3 (relative above 1), a token where the host's margin is at least 1e-3 (below
-# it either token is right and the prompt's comparison stops: the contexts differ from there)
+# -- the forward pass against the host's: q25tok generate --files per prompt of the forward file,
+# its dump compared by q25tok compare (q25tok_compare.c: record_compare.py's rules, with the
+# tolerances the forward file carries; docs/forward.md)
 forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a full release's, this one's)
     q_name=$(plan_get forward)
     [ -n "$q_name" ] || return 0  # a tokenizer-only plan, or a build without a forward record
@@ -756,111 +754,22 @@ forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a ful
         q_st=$?
         if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_err" | grep -q 'q25tok generate'; then exit 3; fi  # an older q25tok
         [ "$q_st" = 0 ] || die "smoke: forward prompt $n: q25tok generate failed (exit $q_st): $(printf '%s\n' "$q_err" | head -n 2 | tr '\n' ' ')"
-        q_diff=$(forward_compare "$q_exp" "$n" "$q_out") && { [ -z "$q_diff" ] || say "smoke: forward prompt $n: $q_diff"; continue; }
-        case "$q_diff" in step*) die "smoke: forward prompt $n $q_diff" ;; *) die "smoke: forward prompt $n: $q_diff" ;; esac
+        q_diff=$("$Q25TOK" compare "$q_exp" "$n" "$q_out" 2>&1)
+        q_st=$?
+        if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_diff" | grep -q 'q25tok compare'; then exit 4; fi  # an older q25tok
+        case "$q_st" in
+            0) [ -z "$q_diff" ] || say "smoke: forward prompt $n: $q_diff" ;;
+            11) die "smoke: forward prompt $n $q_diff" ;;  # step S: WHERE: DETAIL
+            *) die "smoke: forward prompt $n: $(printf '%s\n' "$q_diff" | head -n 2 | tr '\n' ' ' | sed 's/ $//')" ;;
+        esac
     done
     q_st=$?; rm -f "$q_out"
     case "$q_st" in
         0) say "smoke: the forward pass agrees with the host's on $q_n prompt(s) (q25tok generate --files)" ;;
         3) say "warning: smoke: $Q25TOK has no generate command (an older image): the forward pass is not checked" ;;
+        4) say "warning: smoke: $Q25TOK has no compare command (an older image): the forward pass is not checked" ;;
         *) exit 1 ;;
     esac
-}
-
-forward_compare() {  # EXPECTED PROMPT DUMP: where DUMP (q25tok generate --dump-layers on PROMPT) first
-    # differs from EXPECTED's lines for PROMPT: "step S: WHERE: DETAIL" (WHERE: embd, layer N, output,
-    # logits, token) and status 1; status 0 when they agree (a "near-tie ..." line when they agree
-    # up to a token the host's margin lets differ); an unreadable DUMP: a line why, status 1
-    no_fifo "$1" "$3"
-    awk -v want="$2" '
-    function fin(x) { return x !~ /[nN][aA][nN]|[iI][nN][fF]/ }
-    function num(x) {
-        return x ~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/ ||
-               x ~ /^[-+]?([nN][aA][nN]|[iI][nN][fF]([iI][nN][iI][tT][yY])?)$/
-    }
-    function ab(x) { return x < 0 ? -x : x }
-    function g9(x) { return fin(x) ? sprintf("%.9g", x) : x }
-    function bad(why) { if (err == "") err = (side == "G" ? "q25tok generate printed " : "the forward file has ") why }
-    function put(k, at,    j) {  # a state line: norm at field AT, its 4 values after "values"
-        for (j = at; j <= NF; j++) if (j != at + 1 && !num($j)) { bad("a bad number: " substr($0, 1, 80)); return }
-        nm[side, s, k] = $at; has[side, s, k] = 1
-        for (j = 0; j < 4; j++) vl[side, s, k, j] = $(at + 2 + j)
-    }
-    function differs(k,    w, g, tol, j, a, b) {  # the board state K of step s against the host, or ""
-        w = nm["W", s, k]; g = nm["G", s, k]
-        # a value not finite on either side differs (record_compare.py: the same lines)
-        if (!fin(w)) return "the host reference is not finite here, board norm " g9(g)
-        if (!fin(g)) return "the board state is not finite (norm " g "), host " g9(w)
-        tol = STATE_RTOL * (w + 0 > TINY ? w + 0 : TINY)
-        if (!(ab(g - w) <= tol)) return "norm " g9(g) ", host " g9(w)
-        for (j = 0; j < 4; j++) {
-            a = vl["G", s, k, j]; b = vl["W", s, k, j]
-            if (!fin(b)) return "value #" j " of the host reference is not finite, board " g9(a)
-            if (!fin(a)) return "value #" j " " g9(a) " (not finite), host " g9(b)
-            if (!(ab(a - b) <= tol)) return "value #" j " " g9(a) ", host " g9(b)
-        }
-        return ""
-    }
-    BEGIN { STATE_RTOL = "1e-4" + 0; LOGIT_ATOL = "1e-3" + 0; TOKEN_MARGIN = "1e-3" + 0; TINY = "1e-30" + 0; n["W"] = 0; n["G"] = 0 }
-    FNR == 1 { f++ }
-    f == 1 && $1 == "prompt" { on = ($2 == want && $2 ~ /^[0-9]+$/); next }
-    f == 1 && !on || NF == 0 || f > 2 { next }
-    { side = f == 1 ? "W" : "G" }
-    $1 == "step" && NF == 8 && $3 == "pos" && $5 == "token" && $7 == "margin" {
-        if ($4 !~ /^[0-9]+$/ || $6 !~ /^[0-9]+$/ || !num($8)) { bad("a bad step line: " substr($0, 1, 80)); next }
-        s = n[side]++; tok[side, s] = $6; mg[side, s] = $8; nl[side, s] = 0; nt[side, s] = 0; next
-    }
-    n[side] == 0 { bad("a line before the first step: " substr($0, 1, 80)); next }
-    { s = n[side] - 1 }
-    $1 == "top" && NF % 2 == 1 {
-        for (j = 2; j <= NF; j += 2) {
-            if ($j !~ /^[0-9]+$/ || !num($(j + 1))) { bad("a bad top line: " substr($0, 1, 80)); next }
-            ti[side, s, j / 2 - 1] = $j; tv[side, s, j / 2 - 1] = $(j + 1)
-        }
-        nt[side, s] = (NF - 1) / 2; next
-    }
-    ($1 == "embd" || $1 == "output") && NF == 8 && $2 == "norm" && $4 == "values" { put($1, 3); next }
-    $1 == "layer" && NF == 9 && $3 == "norm" && $5 == "values" && $2 ~ /^[0-9]+$/ && $2 + 0 == nl[side, s] {
-        put("layer " nl[side, s]++, 4); next
-    }
-    { bad("an unexpected line: " substr($0, 1, 80)) }
-    END {
-        if (err != "") { print err; exit 1 }
-        S = n["W"]; B = n["G"]
-        if (S == 0) { print "the forward file has no steps for prompt " want; exit 1 }
-        if (B < S) { printf "step %d: token: the board printed %d of %d steps\n", B, B, S; exit 1 }
-        for (s = 0; s < S; s++) {
-            L = nl["W", s]
-            if (nl["G", s] != L) { printf "step %d: layer: %d layers, host %d\n", s, nl["G", s], L; exit 1 }
-            for (p = 0; p <= L + 1; p++) {
-                k = p == 0 ? "embd" : p <= L ? "layer " (p - 1) : "output"
-                why = has["G", s, k] ? differs(k) : "missing"
-                if (why != "") { printf "step %d: %s: %s\n", s, k, why; exit 1 }
-            }
-            if (tok["G", s] + 0 != tok["W", s] + 0) {
-                m = mg["W", s]
-                if (fin(m) && m + 0 >= TOKEN_MARGIN) {
-                    printf "step %d: token: %s, host %s (margin %.3g)\n", s, tok["G", s], tok["W", s], m; exit 1
-                }
-                printf "near-tie at step %d: token %s, host %s (margin %s): compared up to there\n", s, tok["G", s], tok["W", s], g9(m)
-                exit 0
-            }
-            for (j = 0; j < nt["G", s] && j < nt["W", s]; j++) {
-                gi = ti["G", s, j]; gv = tv["G", s, j]; wi = ti["W", s, j]; wv = tv["W", s, j]
-                if (!fin(wv) || !fin(gv)) {
-                    printf "step %d: logits: logit of %s %s, host %s: not finite\n", s, gi, g9(gv), fin(wv) ? sprintf("%.9g", wv) : "nan"
-                    exit 1
-                }
-                if (gi + 0 != wi + 0 && ab(gv - wv) > LOGIT_ATOL) {
-                    printf "step %d: logits: top id %s, host %s\n", s, gi, wi; exit 1
-                }
-                if (!(ab(gv - wv) <= LOGIT_ATOL * (ab(wv) > 1 ? ab(wv) : 1))) {
-                    printf "step %d: logits: logit of %s %s, host %.9g\n", s, gi, g9(gv), wv; exit 1
-                }
-            }
-        }
-        exit 0
-    }' "$1" "$3"
 }
 
 ota_get() {  # NAME KIND(rid|rid-or-empty|flag): a rollback record, as strictly as the plan
@@ -936,7 +845,6 @@ case "${1:-}" in
         cleanup "$swu_dir"; rm -rf "$swu_dir" ;;
     install) install_release "$2" ;;
     smoke) smoke "$2" ;;
-    compare-forward) forward_compare "$2" "$3" "$4" ;;  # by hand: EXPECTED PROMPT DUMP
     rollback) rollback "$2" ;;
     *) ;;  # other states and future queries: nothing to do (update module protocol)
 esac
