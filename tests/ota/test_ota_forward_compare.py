@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import subprocess
 from pathlib import Path
 
@@ -262,3 +263,43 @@ def test_q25tok_compare_reads_no_link_and_checks_its_arguments(tmp_path, q25tok_
     for n in ("-1", "x", "", "1234567890"):
         assert run_c(q25tok_bin, exp, n, tmp_path / "dump.txt").returncode == 2
     assert run_c(q25tok_bin, exp, 0, tmp_path / "dump.txt").returncode == 0
+
+
+def _random_change(rng: random.Random, steps: list[dict], p: dict) -> None:
+    """One planted change near a tolerance's edge: a state's norm or value, a top logit or id,
+    a token (at a margin the host's record may make a near-tie), a value not finite."""
+    s = rng.randrange(len(steps))
+    st = steps[s]
+    state = rng.choice([st["embd"], st["output"], *st["layers"]])
+    by = rng.choice([0.5, 0.9, 1.1, 2, 3]) * STATE_RTOL
+    kind = rng.randrange(6)
+    if kind == 0:
+        state["norm"] *= 1 + rng.choice([-1, 1]) * by
+    elif kind == 1:
+        state["values"][rng.randrange(4)] += rng.choice([-1, 1]) * by * state["norm"]
+    elif kind == 2:
+        j = rng.randrange(len(st["top"]))
+        i, v = st["top"][j]
+        st["top"][j] = [i + rng.choice([0, 1]), v + rng.choice([-1, 1]) * rng.choice([0.5, 2]) * LOGIT_ATOL]
+    elif kind == 3:
+        p["steps"][s]["margin"] = rng.choice([0.5e-3, 2e-3, None])
+        st["token"] = p["steps"][s]["top"][1][0]
+    elif kind == 4:
+        state["values"][rng.randrange(4)] = None
+    else:
+        p["steps"][s]["top"][rng.randrange(5)][1] = None
+
+
+def test_q25tok_compare_and_record_compare_agree_on_random_changes(tmp_path, q25tok_bin, prompt):
+    rng = random.Random(46)
+    for _ in range(120):
+        want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
+        for _ in range(rng.randrange(1, 3)):
+            _random_change(rng, steps, want)
+        board = c_style(steps)
+        host = first_difference(want, parse_dump(board))
+        r = c_compare(q25tok_bin, tmp_path, want, board)
+        if host is None:
+            assert r.returncode == 0 and (r.stdout == "" or r.stdout.startswith("near-tie at step ")), r.stdout
+        else:
+            assert (r.returncode, r.stdout) == (11, f"{host}\n")
