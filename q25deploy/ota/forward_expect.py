@@ -5,6 +5,7 @@ The board script cannot parse JSON, so the record travels as the very lines ``ge
 prints (docs/forward.md), each prompt under a line naming the ids to feed:
 
     q25-forward 1
+    tolerances state_rtol 0.0001 logit_atol 0.001 token_margin 0.001
     prompt 0 steps 8 ids 9707,11,1879,...
     step 0 pos 13 token 138648 margin 0.3013336658477783
     top 138648 3.3467142581939697 58254 3.0453805923461914 ...
@@ -14,16 +15,23 @@ prints (docs/forward.md), each prompt under a line naming the ids to feed:
     step 1 ...
     prompt 1 ...
 
+The tolerances are record_compare.py's, written here once so the board's comparison (``q25tok
+compare``, q25tok_compare.c) copies none of them.
+
 Every float is the ``repr`` of the record's value (a float32 or, for a norm, a float64 held
 exactly by a Python float): the shortest decimal that reads back as the same double, in
-Python (``record_compare.parse_dump``) as in awk (``strtod``). A value the record holds as
+Python (``record_compare.parse_dump``) as in C (``strtod``). A value the record holds as
 null (non-finite) is written ``nan``.
 """
 
 from __future__ import annotations
 
+from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, TOKEN_MARGIN
+
 NAME = "q25-forward.txt"  # the payload file
 HEADER = "q25-forward 1"
+# record_compare.py's tolerances, for the board's comparison (q25tok compare)
+TOLERANCES = f"tolerances state_rtol {STATE_RTOL!r} logit_atol {LOGIT_ATOL!r} token_margin {TOKEN_MARGIN!r}"
 
 
 def _num(v: float | None) -> str:
@@ -48,7 +56,7 @@ def dump_lines(prompt: dict) -> list[str]:
 
 def render(record: dict) -> bytes:
     """``q25-forward.txt`` for a (schema-checked) forward record: every prompt's ids and steps."""
-    lines = [HEADER]
+    lines = [HEADER, TOLERANCES]
     for i, p in enumerate(record["prompts"]):
         lines.append(f"prompt {i} steps {len(p['steps'])} ids {','.join(str(t) for t in p['ids'])}")
         lines += dump_lines(p)

@@ -87,45 +87,63 @@ def test_a_tokenizer_only_update_has_no_forward_pass_to_check(tmp_path, bb, q25t
     assert "forward" not in log and "smoke test passed" in log
 
 
-def fake_generate(board: Path, script: str) -> None:
-    """The board's q25tok runs ``script`` (sh) for `generate`, the real q25tok for the rest."""
+def fake_generate(board: Path, script: str, command: str = "generate") -> None:
+    """The board's q25tok runs ``script`` (sh) for ``command``, the real q25tok for the rest."""
     real = board / "usr" / "bin" / "q25tok.real"
     q = board / "usr" / "bin" / "q25tok"
     q.rename(real)
-    q.write_text(f'#!/bin/sh\nif [ "$1" = generate ]; then\n{script}\nfi\nexec {real} "$@"\n')
+    q.write_text(f'#!/bin/sh\nif [ "$1" = {command} ]; then\n{script}\nfi\nexec {real} "$@"\n')
     q.chmod(0o755)
 
 
 @pytest.mark.parametrize(
-    ("script", "status", "says"),
+    ("script", "status", "says", "command"),
     [
         (  # an image older than generate: its q25tok's usage, exit 2
             'echo "usage: q25tok info IMAGE" >&2; exit 2',
             0,
             r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no generate command \(an older image\): "
             r"the forward pass is not checked",
+            "generate",
         ),
         (
             'echo "q25tok: generate: a tensor is missing: output.weight" >&2; exit 8',
             1,
             r"q25-ota: smoke: forward prompt 0: q25tok generate failed \(exit 8\): "
             r"q25tok: generate: a tensor is missing: output.weight",
+            "generate",
         ),
         (  # generate's own usage: our command line is wrong, not the image old
             'echo "usage: q25tok generate [--mem PATH] ..." >&2; exit 2',
             1,
             r"q25-ota: smoke: forward prompt 0: q25tok generate failed \(exit 2\): usage: q25tok generate .*",
+            "generate",
         ),
         (
             'echo "step 0 pos 1 token 2"; exit 0',
             1,
-            r"q25-ota: smoke: forward prompt 0: q25tok generate printed a line before the first step: step 0 pos 1 token 2",
+            r"q25-ota: smoke: forward prompt 0: q25tok: compare: \S+: q25tok generate's line 1: "
+            r"a line before the first step: 'step 0 pos 1 token 2'",
+            "generate",
+        ),
+        (  # an image whose q25tok has generate but not compare
+            'echo "usage: q25tok info IMAGE" >&2; exit 2',
+            0,
+            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no compare command \(an older image\): "
+            r"the forward pass is not checked",
+            "compare",
+        ),
+        (  # compare's own usage: our command line is wrong, not the image old
+            'echo "usage: q25tok compare EXPECTED PROMPT DUMP" >&2; exit 2',
+            1,
+            r"q25-ota: smoke: forward prompt 0: usage: q25tok compare EXPECTED PROMPT DUMP",
+            "compare",
         ),
     ],
 )
-def test_what_generate_cannot_answer(tmp_path, bb, q25tok_bin, ota_builds, arts, script, status, says):
+def test_what_generate_cannot_answer(tmp_path, bb, q25tok_bin, ota_builds, arts, script, status, says, command):
     board = make_board(tmp_path / "board", q25tok_bin, ota_builds["A"])
-    fake_generate(board, script)
+    fake_generate(board, script, command)
     tree = mender_tree(arts["A"], tmp_path / "tree")
     assert sh(bb, board, "ArtifactInstall", str(tree)).returncode == 0
     commit = sh(bb, board, "ArtifactCommit", str(tree))

@@ -1,19 +1,20 @@
-"""The board script's comparison of `q25tok generate --dump-layers` with the payload's
-forward file (q25-ota.sh's awk, under BusyBox sh with only BusyBox applets on PATH) against
-the host's (q25deploy/model/record_compare.py): the same verdict, the same step and place, on
-the tiny model's real record and board outputs derived from it."""
+"""The board's comparison of `q25tok generate --dump-layers` with the payload's forward file
+(`q25tok compare`, q25tok_compare.c: what q25-ota.sh's smoke test runs) against the host's
+(q25deploy/model/record_compare.py): the same verdict, the same line, on the tiny model's real
+record and board outputs derived from it, and the forward files it refuses."""
 
 from __future__ import annotations
 
 import copy
 import json
+import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, parse_dump
 from q25deploy.ota import forward_expect
-from q25deploy.resources import OTA_SCRIPT as SCRIPT
 
 
 @pytest.fixture(scope="module")
@@ -36,23 +37,6 @@ def c_style(steps: list[dict]) -> str:
             out.append(f"{what} norm {g(x['norm'], 17)} values {' '.join(g(v) for v in x['values'])}")
         out.append(f"output norm {g(st['output']['norm'], 17)} values {' '.join(g(v) for v in st['output']['values'])}")
     return "\n".join(out) + "\n"
-
-
-def compare(bb: str, tmp_path, want: dict, board: str) -> subprocess.CompletedProcess:
-    """The script's comparison of ``board`` (dump lines) with ``want`` (a record's prompt),
-    rendered into a forward file as `package` renders it (the prompt as number 3 of 4)."""
-    other = {**want, "steps": want["steps"][:1]}
-    exp = tmp_path / "q25-forward.txt"
-    exp.write_bytes(forward_expect.render({"prompts": [other, other, other, want]}))
-    dump = tmp_path / "dump.txt"
-    dump.write_text(board)
-    return run_compare(bb, exp, 3, dump)
-
-
-def run_compare(bb: str, exp, n: int, dump) -> subprocess.CompletedProcess:
-    """`q25-ota.sh compare-forward EXPECTED N DUMP` under BusyBox sh, BusyBox applets only."""
-    argv = [f"{bb}/sh", str(SCRIPT), "compare-forward", str(exp), str(n), str(dump)]
-    return subprocess.run(argv, env={"PATH": bb}, capture_output=True, text=True, timeout=60)
 
 
 def scaled(x: dict, key: str, by: float) -> None:
@@ -168,8 +152,23 @@ CASES = [
 ]
 
 
+def c_compare(q25tok: Path, tmp_path, want: dict, board: str) -> subprocess.CompletedProcess:
+    """`q25tok compare EXPECTED 3 DUMP` on ``board`` against ``want`` rendered as `package`
+    renders it (the prompt as number 3 of 4)."""
+    other = {**want, "steps": want["steps"][:1]}
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_bytes(forward_expect.render({"prompts": [other, other, other, want]}))
+    dump = tmp_path / "dump.txt"
+    dump.write_text(board)
+    return run_c(q25tok, exp, 3, dump)
+
+
+def run_c(q25tok: Path, exp, n, dump) -> subprocess.CompletedProcess:
+    return subprocess.run([q25tok, "compare", exp, str(n), dump], capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_the_board_script_and_record_compare_agree(tmp_path, busybox_path, prompt, case):
+def test_q25tok_compare_and_record_compare_agree(tmp_path, q25tok_bin, prompt, case):
     _, change, expected = case
     want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
     if change:
@@ -177,46 +176,130 @@ def test_the_board_script_and_record_compare_agree(tmp_path, busybox_path, promp
     board = c_style(steps)
     host = first_difference(want, parse_dump(board))
     assert (None if host is None else (host.step, host.where)) == expected, host
-    r = compare(busybox_path, tmp_path, want, board)
+    r = c_compare(q25tok_bin, tmp_path, want, board)
     assert r.stderr == ""
     if expected is None:
         assert r.returncode == 0, r.stdout
         assert r.stdout.startswith("near-tie at step 3:") if case[0] == "near-tie" else r.stdout == ""
-    else:  # the same line (but for a number record_compare writes with repr where C printed %.17g)
-        assert r.returncode == 1 and r.stdout.startswith(f"step {host.step}: {host.where}: ")
-        assert r.stdout == f"{host}\n"
+    else:  # the very line record_compare writes
+        assert (r.returncode, r.stdout) == (11, f"{host}\n")
 
 
-def test_a_near_tie_is_reported_where_the_comparison_stopped(tmp_path, busybox_path, prompt):
+def test_q25tok_compare_reports_a_near_tie_where_it_stopped(tmp_path, q25tok_bin, prompt):
     want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
     _near_tie(steps, want)
-    r = compare(busybox_path, tmp_path, want, c_style(steps))
+    r = c_compare(q25tok_bin, tmp_path, want, c_style(steps))
     t = want["steps"][3]["top"]
     assert r.returncode == 0
     assert r.stdout == f"near-tie at step 3: token {t[1][0]}, host {t[0][0]} (margin 0.0005): compared up to there\n"
 
 
-def test_the_payload_lines_themselves_agree(tmp_path, busybox_path, prompt):
-    """The record's own rendering (repr floats, not %.9g) as the board's output."""
-    r = compare(busybox_path, tmp_path, prompt, "\n".join(forward_expect.dump_lines(prompt)) + "\n")
-    assert r.returncode == 0 and r.stdout == ""
+def test_q25tok_compare_agrees_with_every_prompt_of_the_record(tmp_path, q25tok_bin, ota_builds):
+    """Each prompt of the tiny model's real record, as the payload renders it and as generate prints it."""
+    record = json.loads((ota_builds["A"] / "forward_record.json").read_text())
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_bytes(forward_expect.render(record))
+    for n, p in enumerate(record["prompts"]):
+        for board in (c_style(p["steps"]), "\n".join(forward_expect.dump_lines(p)) + "\n"):
+            assert first_difference(p, parse_dump(board)) is None
+            (tmp_path / "dump.txt").write_text(board)
+            r = run_c(q25tok_bin, exp, n, tmp_path / "dump.txt")
+            assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
 
 
 @pytest.mark.parametrize(
     "line",
     ["garbage", "layer 5 norm 1 values 1 2 3 4", "embd norm x values 1 2 3 4", "top 1 2 3", "step 0 pos 1 token 2"],
 )
-def test_unreadable_output_fails_as_parse_dump_refuses_it(tmp_path, busybox_path, prompt, line):
+def test_q25tok_compare_refuses_unreadable_output_as_parse_dump_does(tmp_path, q25tok_bin, prompt, line):
     board = c_style(prompt["steps"]).replace("\noutput ", f"\n{line}\noutput ", 1)
     with pytest.raises(ValueError):
         parse_dump(board)
-    r = compare(busybox_path, tmp_path, prompt, board)
-    assert r.returncode == 1 and r.stdout.startswith("q25tok generate printed ") and line in r.stdout
+    r = c_compare(q25tok_bin, tmp_path, prompt, board)
+    assert r.returncode == 3 and r.stdout == ""
+    assert (
+        r.stderr.startswith(f"q25tok: compare: {tmp_path / 'dump.txt'}: q25tok generate's line ") and line in r.stderr
+    )
 
 
-def test_a_prompt_the_forward_file_lacks_fails(tmp_path, busybox_path, prompt):
+def forward_file(prompt: dict) -> str:
+    return forward_expect.render({"prompts": [prompt]}).decode()
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda t: t.replace("q25-forward 1", "q25-forward 2", 1), "first line is not 'q25-forward 1'"),
+        (
+            lambda t: "\n".join(x for x in t.split("\n") if not x.startswith("tolerances ")),
+            "before the tolerances line",
+        ),
+        (lambda t: t.replace("state_rtol 0.0001", "state_rtol nan", 1), "a bad tolerances line"),
+        (lambda t: t.replace("state_rtol 0.0001", "state_rtol 1e3", 1), "a bad tolerances line"),
+        (lambda t: t.replace(" steps 8 ", " steps 7 ", 1), "has 8 steps for prompt 0, its prompt line says 7"),
+        (lambda t: t.replace("\nembd ", "\nembd norm 1 values 0x1p3 1 2 3\nembd ", 1), "a bad number"),
+        (lambda t: t.replace("\ntop ", "\ntop" + " 1 2" * 65 + "\ntop ", 1), "more top logits"),
+        (lambda t: t + t.split("\n", 2)[2], "the prompt a second time"),
+        (lambda t: t.replace("\nprompt 0 ", "\nprompt 1 ", 1), "no steps for prompt 0"),
+        (lambda t: t.replace("\noutput ", "\noutputs ", 1), "an unexpected line"),
+    ],
+)
+def test_q25tok_compare_refuses_a_malformed_forward_file(tmp_path, q25tok_bin, prompt, change, why):
     exp = tmp_path / "q25-forward.txt"
-    exp.write_bytes(forward_expect.render({"prompts": [prompt]}))
+    exp.write_text(change(forward_file(prompt)))
     (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
-    r = run_compare(busybox_path, exp, 1, tmp_path / "dump.txt")
-    assert r.returncode == 1 and r.stdout == "the forward file has no steps for prompt 1\n"
+    r = run_c(q25tok_bin, exp, 0, tmp_path / "dump.txt")
+    assert r.returncode == 3 and r.stdout == "" and r.stderr.startswith(f"q25tok: compare: {exp}: ")
+    assert why in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_q25tok_compare_reads_no_link_and_checks_its_arguments(tmp_path, q25tok_bin, prompt):
+    exp = tmp_path / "q25-forward.txt"
+    exp.write_text(forward_file(prompt))
+    (tmp_path / "dump.txt").write_text(c_style(prompt["steps"]))
+    (tmp_path / "link.txt").symlink_to(tmp_path / "dump.txt")
+    assert run_c(q25tok_bin, exp, 0, tmp_path / "link.txt").returncode == 1
+    assert run_c(q25tok_bin, exp, 0, tmp_path / "missing.txt").returncode == 1
+    for n in ("-1", "x", "", "1234567890"):
+        assert run_c(q25tok_bin, exp, n, tmp_path / "dump.txt").returncode == 2
+    assert run_c(q25tok_bin, exp, 0, tmp_path / "dump.txt").returncode == 0
+
+
+def _random_change(rng: random.Random, steps: list[dict], p: dict) -> None:
+    """One planted change near a tolerance's edge: a state's norm or value, a top logit or id,
+    a token (at a margin the host's record may make a near-tie), a value not finite."""
+    s = rng.randrange(len(steps))
+    st = steps[s]
+    state = rng.choice([st["embd"], st["output"], *st["layers"]])
+    by = rng.choice([0.5, 0.9, 1.1, 2, 3]) * STATE_RTOL
+    kind = rng.randrange(6)
+    if kind == 0:
+        state["norm"] *= 1 + rng.choice([-1, 1]) * by
+    elif kind == 1:
+        state["values"][rng.randrange(4)] += rng.choice([-1, 1]) * by * state["norm"]
+    elif kind == 2:
+        j = rng.randrange(len(st["top"]))
+        i, v = st["top"][j]
+        st["top"][j] = [i + rng.choice([0, 1]), v + rng.choice([-1, 1]) * rng.choice([0.5, 2]) * LOGIT_ATOL]
+    elif kind == 3:
+        p["steps"][s]["margin"] = rng.choice([0.5e-3, 2e-3, None])
+        st["token"] = p["steps"][s]["top"][1][0]
+    elif kind == 4:
+        state["values"][rng.randrange(4)] = None
+    else:
+        p["steps"][s]["top"][rng.randrange(5)][1] = None
+
+
+def test_q25tok_compare_and_record_compare_agree_on_random_changes(tmp_path, q25tok_bin, prompt):
+    rng = random.Random(46)
+    for _ in range(120):
+        want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
+        for _ in range(rng.randrange(1, 3)):
+            _random_change(rng, steps, want)
+        board = c_style(steps)
+        host = first_difference(want, parse_dump(board))
+        r = c_compare(q25tok_bin, tmp_path, want, board)
+        if host is None:
+            assert r.returncode == 0 and (r.stdout == "" or r.stdout.startswith("near-tie at step ")), r.stdout
+        else:
+            assert (r.returncode, r.stdout) == (11, f"{host}\n")

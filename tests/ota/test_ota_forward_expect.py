@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from q25deploy.model.record_compare import first_difference, parse_dump
+from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, TOKEN_MARGIN, first_difference, parse_dump
 from q25deploy.ota import forward_expect
 from q25deploy.ota.plan import plan_package
 from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
@@ -24,7 +24,7 @@ def sections(text: str) -> dict[int, tuple[str, str]]:
     """prompt number -> (its prompt line, its dump lines) of a q25-forward.txt."""
     out: dict[int, tuple[str, str]] = {}
     head, *rest = text.split("\nprompt ")
-    assert head == forward_expect.HEADER
+    assert head == f"{forward_expect.HEADER}\n{forward_expect.TOLERANCES}"
     for chunk in rest:
         line, _, body = chunk.partition("\n")
         out[int(line.split()[0])] = ("prompt " + line, body)
@@ -45,6 +45,13 @@ def test_the_rendered_lines_read_back_as_the_record(ota_builds):
         assert steps == p["steps"]
         assert first_difference(p, steps) is None
     assert text.endswith("\n") and "\n\n" not in text
+
+
+def test_the_tolerances_line_holds_record_compares_constants():
+    """Written once, on the host: the board's comparison reads them from the file."""
+    words = forward_expect.TOLERANCES.split()
+    assert words[0] == "tolerances" and words[1::2] == ["state_rtol", "logit_atol", "token_margin"]
+    assert [float(w) for w in words[2::2]] == [STATE_RTOL, LOGIT_ATOL, TOKEN_MARGIN]
 
 
 def test_a_null_in_the_record_is_written_as_nan():

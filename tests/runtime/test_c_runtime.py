@@ -180,7 +180,7 @@ def test_every_exit_code_is_listed_alike(san_q25tok):
         for c in runtime_sources().glob("*.[ch]")
         for n in re.findall(r"\b(?:Q25TOK_)?EXIT_[A-Z_]+ = (\d+)", c.read_text())
     }
-    assert listed_codes(usage) == listed_codes(doc) == sorted(returned) == list(range(11))
+    assert listed_codes(usage) == listed_codes(doc) == sorted(returned) == list(range(12))
 
 
 def test_c_api_checks_under_sanitizers(tmp_path, images):
@@ -250,6 +250,31 @@ def test_fuzz_harness_finds_nothing(tmp_path, campaign):
         "-rss_limit_mb=2048",
         env={"Q25_FUZZ_IMAGE": str(HERE / "fuzz" / "mini.q25tokrt")},
     )
+
+
+def test_compare_fuzz_harness_finds_nothing(tmp_path, campaign):
+    """fuzz/compare_fuzz.c: mutated forward files and generate dumps (q25tok compare) under ASan+UBSan."""
+    fuzz(tmp_path, HERE / "fuzz" / "compare_fuzz.c", HERE / "fuzz" / "compare_corpus", "-rss_limit_mb=2048")
+
+
+def test_compare_under_sanitizers(san_q25tok, tmp_path):
+    """q25tok compare's statuses on the fuzz seeds (tests/ota/test_ota_forward_compare.py holds
+    its verdicts to record_compare.py's)."""
+    for seed, status, out in [
+        ("agree", 0, ""),
+        ("near_tie", 0, "near-tie at step 1: "),
+        ("differs", 11, "step 0: layer 0: norm 1.6"),
+    ]:
+        data = (HERE / "fuzz" / "compare_corpus" / seed).read_bytes()
+        expected, dump = data[1:].split(b"\0", 1)
+        (tmp_path / "exp").write_bytes(expected)
+        (tmp_path / "dump").write_bytes(dump)
+        r = run([san_q25tok, "compare", tmp_path / "exp", str(data[0]), tmp_path / "dump"])
+        assert (r.returncode, r.stderr) == (status, b"") and r.stdout.decode().startswith(out)
+    (tmp_path / "dump").write_bytes(b"step 0 pos x token 1 margin 0\n")
+    r = run([san_q25tok, "compare", tmp_path / "exp", "1", tmp_path / "dump"])
+    assert r.returncode == 3 and b"a bad step line" in r.stderr
+    assert run([san_q25tok, "compare", tmp_path / "exp", "1"]).returncode == 2
 
 
 def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_image, tmp_path):

@@ -5,7 +5,6 @@
 #   Mender update module (/usr/share/mender/modules/v3/q25-release):  q25-ota STATE FILE-TREE
 #   SWUpdate shellscript (before and after its files handler):        q25-ota preinst|postinst
 #   by hand:                                                          q25-ota install|smoke DIR
-#                                                     q25-ota compare-forward FORWARD-FILE PROMPT DUMP
 #
 # DIR holds the payload's flat files and the line-based plan `q25-plan` (values validated by
 # q25deploy package). Under the install dir:
@@ -107,10 +106,11 @@ no_link_in() {  # DIR REL: no part of REL under DIR is a symlink
 # tree is ours alone no one else can change what a check saw, which is what lets the rest of this
 # script check a path and then use it. (ls -ln: every BusyBox has it; its stat and find -links
 # are configurable out.)
-ME=$(id -u) && case "$ME" in ''|*[!0-9]*) false ;; esac || die "cannot tell which user runs this script (id -u)"
+{ ME=$(id -u) && case "$ME" in ''|*[!0-9]*) false ;; esac; } || die "cannot tell which user runs this script (id -u)"
 if [ "$ME" = 0 ]; then WHO=root; OWN=root:root; else WHO="uid $ME"; OWN="$ME:$(id -g)"; fi
 
 ls_meta() {  # PATH -> "MODE LINKS UID" of PATH itself (a link is not followed); nothing when absent
+    # shellcheck disable=SC2012  # BusyBox find has no -printf; awk reads ls's fixed first fields, never the name
     ls -lnd -- "$1" 2>/dev/null | awk 'NR == 1 { print substr($1, 1, 10), $2, $3 }'
 }
 
@@ -239,13 +239,13 @@ check_plan_lines() {  # file and smoke lines: exactly their fields, plain names,
         is_region_node "$node" "$base" ||
             die "refusing region '$node' in the plan: not a q25deploy region (q25-region<N>@<its base>), not ours to write"
     done || exit 1
-    [ "$MODE" = full ] || [ -z "$(grep '^region ' "$PLAN")" ] || die "region lines in a tokenizer-only plan"
+    [ "$MODE" = full ] || ! grep -q '^region ' "$PLAN" || die "region lines in a tokenizer-only plan"
     grep '^forward ' "$PLAN" | while read -r _ name extra; do  # full only, at most one
         is_name "$name" && [ -z "$extra" ] && [ "$name" != q25-plan ] && [ "$name" != release.json ] ||
             die "bad forward line '$name' in the plan"
     done || exit 1
     [ "$(grep -c '^forward ' "$PLAN")" -le 1 ] || die "more than one forward line in the plan"
-    [ "$MODE" = full ] || [ -z "$(grep '^forward ' "$PLAN")" ] || die "a forward line in a tokenizer-only plan"
+    [ "$MODE" = full ] || ! grep -q '^forward ' "$PLAN" || die "a forward line in a tokenizer-only plan"
 }
 
 is_digits() { case "$1" in ''|*[!0-9]*) return 1 ;; esac; return 0; }
@@ -260,8 +260,8 @@ release_files() {  # RELEASE.JSON -> "sha256 size path" lines, each checked (die
     awk '/^      "path": /{p=$2} /^      "sha256": /{s=$2} /^      "size": /{z=$2;
          gsub(/[",]/,"",p); gsub(/[",]/,"",s); gsub(/[",]/,"",z); print s, z, p}' "$1" |
     while read -r sha size rel extra; do
-        is_hex64 "$sha" && is_digits "$size" && is_rel "$rel" && [ -z "$extra" ] &&
-            [ "$rel" != release.json ] || die "$1: bad file entry '$rel'"
+        { is_hex64 "$sha" && is_digits "$size" && is_rel "$rel" && [ -z "$extra" ] &&
+            [ "$rel" != release.json ]; } || die "$1: bad file entry '$rel'"
         echo "$sha $size $rel"
     done
 }
@@ -274,7 +274,7 @@ json_checked() {  # FILE KEY KIND(hex64|name) NULL-OK(0|1) -> a JSON string of t
     q_v=$(json_value "$1" "$2")
     [ "$q_v" = null ] && [ "$4" = 1 ] && { echo null; return 0; }
     q_in=${q_v#\"}; q_in=${q_in%\"}
-    [ "\"$q_in\"" = "$q_v" ] && if [ "$3" = hex64 ]; then is_hex64 "$q_in"; else is_name "$q_in"; fi ||
+    { [ "\"$q_in\"" = "$q_v" ] && if [ "$3" = hex64 ]; then is_hex64 "$q_in"; else is_name "$q_in"; fi; } ||
         die "$1: bad $2"
     echo "$q_v"
 }
@@ -370,7 +370,7 @@ state_top() {  # KEY -> "current"/"previous" of the state file ("" when null or 
     q_v=$(json_value "$STATE" "$1")
     case "$q_v" in ''|null) return 0 ;; esac
     q_in=${q_v#\"}; q_in=${q_in%\"}
-    [ "\"$q_in\"" = "$q_v" ] && is_rid "$q_in" || die "$STATE: $1 is $q_v, not a release id"
+    { [ "\"$q_in\"" = "$q_v" ] && is_rid "$q_in"; } || die "$STATE: $1 is $q_v, not a release id"
     echo "$q_in"
 }
 
@@ -380,7 +380,7 @@ put() {  # FILE: standard input into FILE (never through a link, never onto a di
     q_tmp=$(mktemp "$1.XXXXXX") || die "cannot create a temporary beside $1"
     # synced before the rename (no empty file) and after it (the engine reports success next:
     # a power cut after that must find the file; found by the emulated board's write log)
-    cat > "$q_tmp" && chmod 0644 "$q_tmp" && sync && mv -f "$q_tmp" "$1" && sync || { rm -f "$q_tmp"; die "cannot write $1"; }
+    { cat > "$q_tmp" && chmod 0644 "$q_tmp" && sync && mv -f "$q_tmp" "$1" && sync; } || { rm -f "$q_tmp"; die "cannot write $1"; }
 }
 
 # -- writing release.json and the state file as q25deploy does ------------------------------
@@ -440,8 +440,8 @@ state_body() {  # NEW-ID PREVIOUS-ID(or "") NOW -> the state file's text
         echo "  \"format\": \"q25deploy-board-state/1\","
         if [ -n "$prev" ]; then echo "  \"previous\": \"$prev\","; else echo "  \"previous\": null,"; fi
         echo "  \"releases\": {"
-        for rid in $(printf '%s\n' "$new" $prev | LC_ALL=C sort -u); do
-            last=0; [ "$rid" = "$(printf '%s\n' "$new" $prev | LC_ALL=C sort -u | tail -n 1)" ] && last=1
+        for rid in $(printf '%s\n' "$new" ${prev:+"$prev"} | LC_ALL=C sort -u); do
+            last=0; [ "$rid" = "$(printf '%s\n' "$new" ${prev:+"$prev"} | LC_ALL=C sort -u | tail -n 1)" ] && last=1
             if [ "$rid" = "$new" ]; then state_record "$rid" "$3" "$IMAGE" "$last" || exit 1
             else state_record "$rid" "${prev_at:-$3}" "${prev_image:-tokenizer.q25tokrt}" "$last" || exit 1; fi
         done
@@ -475,7 +475,7 @@ switch_current() {  # RID: one rename where mv has -T; BusyBox's mv falls back t
     if [ -e "$BASE/current" ] || [ -L "$BASE/current" ]; then
         [ -L "$BASE/current" ] || die "$BASE/current is not a symlink: refusing to replace it"
     fi
-    rm -f "$BASE/.current.tmp" && ln -s -n "releases/$1" "$BASE/.current.tmp" || die "cannot link current"
+    { rm -f "$BASE/.current.tmp" && ln -s -n "releases/$1" "$BASE/.current.tmp"; } || die "cannot link current"
     mv -T -f "$BASE/.current.tmp" "$BASE/current" 2>/dev/null && return 0
     rm -f "$BASE/.current.tmp"; ln -sfn "releases/$1" "$BASE/current" || die "cannot switch current"
     say "switched current with ln -sfn (this mv has no -T): not atomic"
@@ -485,7 +485,7 @@ current_release() {  # -> the id current points at (releases/<id>, a directory, 
     no_link "$BASE/releases"
     q_l=$(readlink "$BASE/current") || die "$BASE/current is not a symlink"
     q_id=${q_l#releases/}
-    [ "releases/$q_id" = "$q_l" ] && is_rid "$q_id" || die "$BASE/current points at '$q_l', not at a release"
+    { [ "releases/$q_id" = "$q_l" ] && is_rid "$q_id"; } || die "$BASE/current points at '$q_l', not at a release"
     no_link "$BASE/releases/$q_id"; [ -d "$BASE/releases/$q_id" ] || die "$BASE/current points at nothing"
     echo "$q_id"
 }
@@ -528,7 +528,7 @@ pick_q25tok() {  # the plan's q25tok, the image's: never a release's, never one 
     # (a release's q25tok lies in the install dir, which the deploy user can write; the plan's path
     # is outside it, load_plan; the package manager installed it: owned by root, who runs this)
     no_link "$Q25TOK"
-    [ -f "$Q25TOK" ] && [ -x "$Q25TOK" ] ||
+    { [ -f "$Q25TOK" ] && [ -x "$Q25TOK" ]; } ||
         die "no q25tok at $Q25TOK (the image's q25-tokenizer-runtime package installs it): root runs no other"
     [ -O "$Q25TOK" ] || die "$Q25TOK is not owned by the user running q25-ota: refusing to run it"
 }
@@ -555,7 +555,7 @@ regions() {  # load|verify RELEASE-DIR: q25tok on its region table through the b
         say "$1: the reserved regions hold the partitions of releases/$q_rid"; return 0
     fi
     q_bad=$(printf '%s\n' "$q_out" | grep '^region ' | grep -v ' loaded$' | grep -v ' resident$')
-    if [ "$q_st" = 6 ] && [ -n "$q_bad" ] && [ -z "$(printf '%s\n' "$q_bad" | grep -v ' REFUSED ')" ] &&
+    if [ "$q_st" = 6 ] && [ -n "$q_bad" ] && ! printf '%s\n' "$q_bad" | grep -q -v ' REFUSED ' &&
         [ "$UNRESERVED" = allow ]; then
         say "warning: the running device tree does not reserve releases/$q_rid's regions (the plan allows it): its partitions are not in reserved memory"
         return 0
@@ -581,7 +581,7 @@ set_modes() {  # STAGING: the directory, release.json, every file it lists and t
     # (only paths release.json names, each checked and no part of it a link: never what find lists)
     no_link "$1" "$1/release.json"
     q_placed=$(plan_rels)
-    chmod 0755 "$1" && chmod 0644 "$1/release.json" || die "cannot set modes in $1"
+    { chmod 0755 "$1" && chmod 0644 "$1/release.json"; } || die "cannot set modes in $1"
     release_files "$1/release.json" | while read -r _ _ rel; do
         no_link_in "$1" "$rel"
         if printf '%s\n' "$q_placed" | grep -Fxq -- "$rel"; then  # placed: one name, or the payload's and ours
@@ -631,7 +631,7 @@ stage_full() {  # STAGING
 stage_tokenizer() {  # STAGING -> sets RELEASE (computed like deploy --tokenizer-only)
     cur=$(state_top current) || exit 1
     [ -z "$cur" ] || no_link "$BASE/releases/$cur"
-    [ -n "$cur" ] && [ -f "$BASE/releases/$cur/release.json" ] ||
+    { [ -n "$cur" ] && [ -f "$BASE/releases/$cur/release.json" ]; } ||
         die "nothing is deployed on this board yet: install a full release before a tokenizer-only one"
     have=$(state_field "$cur" vocab_fingerprint)
     [ "$have" = "$FPR" ] || die "refusing the tokenizer-only update: vocabulary fingerprint $FPR differs from the deployed model's $have"
@@ -688,7 +688,7 @@ install_release() {  # DIR: stage, verify, rename into place, switch, record (li
             say "releases/$RELEASE on the board does not verify (a cut rm -rf, or damage) or lacks the release's modes: replaced"
             rm -rf "$BASE/releases/$RELEASE" || die "cannot remove $BASE/releases/$RELEASE"
         fi
-        mv "$staging" "$BASE/releases/$RELEASE" && created=1 || die "cannot move the staged release into place"
+        { mv "$staging" "$BASE/releases/$RELEASE" && created=1; } || die "cannot move the staged release into place"
     fi
     sync
     # what ArtifactRollback needs: the old state and current release, and whether ours is new
@@ -730,10 +730,9 @@ smoke() {  # DIR: every file's sha256 of the current release, then q25tok info a
     say "smoke test passed on releases/$rid"
 }
 
-# -- the forward pass against the host's: q25tok generate --files, compared as record_compare.py
-# compares (docs/forward.md): a state differs by more than 1e-4 of the host's norm, a top logit
-# by more than 1e-3 (relative above 1), a token where the host's margin is at least 1e-3 (below
-# it either token is right and the prompt's comparison stops: the contexts differ from there)
+# -- the forward pass against the host's: q25tok generate --files per prompt of the forward file,
+# its dump compared by q25tok compare (q25tok_compare.c: record_compare.py's rules, with the
+# tolerances the forward file carries; docs/forward.md)
 forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a full release's, this one's)
     q_name=$(plan_get forward)
     [ -n "$q_name" ] || return 0  # a tokenizer-only plan, or a build without a forward record
@@ -748,117 +747,29 @@ forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a ful
     q_n=$(grep -c '^prompt ' "$q_exp"); [ "$q_n" -gt 0 ] || die "smoke: $q_exp: no prompt in the forward file"
     q_out=$(mktemp) || die "smoke: cannot create a temporary file"
     grep '^prompt ' "$q_exp" | while read -r _ n q_k1 steps q_k2 ids extra; do  # prompt N steps S ids ID,...
-        is_digits "$n" && is_digits "$steps" && [ "$q_k1 $q_k2" = "steps ids" ] && [ -z "$extra" ] &&
-            case "$ids" in ''|*[!0-9,]*) false ;; esac || die "smoke: $q_exp: bad prompt line '$n'"
+        { is_digits "$n" && is_digits "$steps" && [ "$q_k1 $q_k2" = "steps ids" ] && [ -z "$extra" ] &&
+            case "$ids" in ''|*[!0-9,]*) false ;; esac; } || die "smoke: $q_exp: bad prompt line '$n'"
+        # shellcheck disable=SC2046  # ids is digits and commas (checked above): one argument per id
         q_err=$("$Q25TOK" generate --files --dump-layers --steps "$steps" "$q_tab" "$q_tt" $(echo "$ids" | tr ',' ' ') 2>&1 >"$q_out")
         q_st=$?
         if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_err" | grep -q 'q25tok generate'; then exit 3; fi  # an older q25tok
         [ "$q_st" = 0 ] || die "smoke: forward prompt $n: q25tok generate failed (exit $q_st): $(printf '%s\n' "$q_err" | head -n 2 | tr '\n' ' ')"
-        q_diff=$(forward_compare "$q_exp" "$n" "$q_out") && { [ -z "$q_diff" ] || say "smoke: forward prompt $n: $q_diff"; continue; }
-        case "$q_diff" in step*) die "smoke: forward prompt $n $q_diff" ;; *) die "smoke: forward prompt $n: $q_diff" ;; esac
+        q_diff=$("$Q25TOK" compare "$q_exp" "$n" "$q_out" 2>&1)
+        q_st=$?
+        if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_diff" | grep -q 'q25tok compare'; then exit 4; fi  # an older q25tok
+        case "$q_st" in
+            0) [ -z "$q_diff" ] || say "smoke: forward prompt $n: $q_diff" ;;
+            11) die "smoke: forward prompt $n $q_diff" ;;  # step S: WHERE: DETAIL
+            *) die "smoke: forward prompt $n: $(printf '%s\n' "$q_diff" | head -n 2 | tr '\n' ' ' | sed 's/ $//')" ;;
+        esac
     done
     q_st=$?; rm -f "$q_out"
     case "$q_st" in
         0) say "smoke: the forward pass agrees with the host's on $q_n prompt(s) (q25tok generate --files)" ;;
         3) say "warning: smoke: $Q25TOK has no generate command (an older image): the forward pass is not checked" ;;
+        4) say "warning: smoke: $Q25TOK has no compare command (an older image): the forward pass is not checked" ;;
         *) exit 1 ;;
     esac
-}
-
-forward_compare() {  # EXPECTED PROMPT DUMP: where DUMP (q25tok generate --dump-layers on PROMPT) first
-    # differs from EXPECTED's lines for PROMPT: "step S: WHERE: DETAIL" (WHERE: embd, layer N, output,
-    # logits, token) and status 1; status 0 when they agree (a "near-tie ..." line when they agree
-    # up to a token the host's margin lets differ); an unreadable DUMP: a line why, status 1
-    no_fifo "$1" "$3"
-    awk -v want="$2" '
-    function fin(x) { return x !~ /[nN][aA][nN]|[iI][nN][fF]/ }
-    function num(x) {
-        return x ~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/ ||
-               x ~ /^[-+]?([nN][aA][nN]|[iI][nN][fF]([iI][nN][iI][tT][yY])?)$/
-    }
-    function ab(x) { return x < 0 ? -x : x }
-    function g9(x) { return fin(x) ? sprintf("%.9g", x) : x }
-    function bad(why) { if (err == "") err = (side == "G" ? "q25tok generate printed " : "the forward file has ") why }
-    function put(k, at,    j) {  # a state line: norm at field AT, its 4 values after "values"
-        for (j = at; j <= NF; j++) if (j != at + 1 && !num($j)) { bad("a bad number: " substr($0, 1, 80)); return }
-        nm[side, s, k] = $at; has[side, s, k] = 1
-        for (j = 0; j < 4; j++) vl[side, s, k, j] = $(at + 2 + j)
-    }
-    function differs(k,    w, g, tol, j, a, b) {  # the board state K of step s against the host, or ""
-        w = nm["W", s, k]; g = nm["G", s, k]
-        # a value not finite on either side differs (record_compare.py: the same lines)
-        if (!fin(w)) return "the host reference is not finite here, board norm " g9(g)
-        if (!fin(g)) return "the board state is not finite (norm " g "), host " g9(w)
-        tol = STATE_RTOL * (w + 0 > TINY ? w + 0 : TINY)
-        if (!(ab(g - w) <= tol)) return "norm " g9(g) ", host " g9(w)
-        for (j = 0; j < 4; j++) {
-            a = vl["G", s, k, j]; b = vl["W", s, k, j]
-            if (!fin(b)) return "value #" j " of the host reference is not finite, board " g9(a)
-            if (!fin(a)) return "value #" j " " g9(a) " (not finite), host " g9(b)
-            if (!(ab(a - b) <= tol)) return "value #" j " " g9(a) ", host " g9(b)
-        }
-        return ""
-    }
-    BEGIN { STATE_RTOL = "1e-4" + 0; LOGIT_ATOL = "1e-3" + 0; TOKEN_MARGIN = "1e-3" + 0; TINY = "1e-30" + 0; n["W"] = 0; n["G"] = 0 }
-    FNR == 1 { f++ }
-    f == 1 && $1 == "prompt" { on = ($2 == want && $2 ~ /^[0-9]+$/); next }
-    f == 1 && !on || NF == 0 || f > 2 { next }
-    { side = f == 1 ? "W" : "G" }
-    $1 == "step" && NF == 8 && $3 == "pos" && $5 == "token" && $7 == "margin" {
-        if ($4 !~ /^[0-9]+$/ || $6 !~ /^[0-9]+$/ || !num($8)) { bad("a bad step line: " substr($0, 1, 80)); next }
-        s = n[side]++; tok[side, s] = $6; mg[side, s] = $8; nl[side, s] = 0; nt[side, s] = 0; next
-    }
-    n[side] == 0 { bad("a line before the first step: " substr($0, 1, 80)); next }
-    { s = n[side] - 1 }
-    $1 == "top" && NF % 2 == 1 {
-        for (j = 2; j <= NF; j += 2) {
-            if ($j !~ /^[0-9]+$/ || !num($(j + 1))) { bad("a bad top line: " substr($0, 1, 80)); next }
-            ti[side, s, j / 2 - 1] = $j; tv[side, s, j / 2 - 1] = $(j + 1)
-        }
-        nt[side, s] = (NF - 1) / 2; next
-    }
-    ($1 == "embd" || $1 == "output") && NF == 8 && $2 == "norm" && $4 == "values" { put($1, 3); next }
-    $1 == "layer" && NF == 9 && $3 == "norm" && $5 == "values" && $2 ~ /^[0-9]+$/ && $2 + 0 == nl[side, s] {
-        put("layer " nl[side, s]++, 4); next
-    }
-    { bad("an unexpected line: " substr($0, 1, 80)) }
-    END {
-        if (err != "") { print err; exit 1 }
-        S = n["W"]; B = n["G"]
-        if (S == 0) { print "the forward file has no steps for prompt " want; exit 1 }
-        if (B < S) { printf "step %d: token: the board printed %d of %d steps\n", B, B, S; exit 1 }
-        for (s = 0; s < S; s++) {
-            L = nl["W", s]
-            if (nl["G", s] != L) { printf "step %d: layer: %d layers, host %d\n", s, nl["G", s], L; exit 1 }
-            for (p = 0; p <= L + 1; p++) {
-                k = p == 0 ? "embd" : p <= L ? "layer " (p - 1) : "output"
-                why = has["G", s, k] ? differs(k) : "missing"
-                if (why != "") { printf "step %d: %s: %s\n", s, k, why; exit 1 }
-            }
-            if (tok["G", s] + 0 != tok["W", s] + 0) {
-                m = mg["W", s]
-                if (fin(m) && m + 0 >= TOKEN_MARGIN) {
-                    printf "step %d: token: %s, host %s (margin %.3g)\n", s, tok["G", s], tok["W", s], m; exit 1
-                }
-                printf "near-tie at step %d: token %s, host %s (margin %s): compared up to there\n", s, tok["G", s], tok["W", s], g9(m)
-                exit 0
-            }
-            for (j = 0; j < nt["G", s] && j < nt["W", s]; j++) {
-                gi = ti["G", s, j]; gv = tv["G", s, j]; wi = ti["W", s, j]; wv = tv["W", s, j]
-                if (!fin(wv) || !fin(gv)) {
-                    printf "step %d: logits: logit of %s %s, host %s: not finite\n", s, gi, g9(gv), fin(wv) ? sprintf("%.9g", wv) : "nan"
-                    exit 1
-                }
-                if (gi + 0 != wi + 0 && ab(gv - wv) > LOGIT_ATOL) {
-                    printf "step %d: logits: top id %s, host %s\n", s, gi, wi; exit 1
-                }
-                if (!(ab(gv - wv) <= LOGIT_ATOL * (ab(wv) > 1 ? ab(wv) : 1))) {
-                    printf "step %d: logits: logit of %s %s, host %.9g\n", s, gi, g9(gv), wv; exit 1
-                }
-            }
-        }
-        exit 0
-    }' "$1" "$3"
 }
 
 ota_get() {  # NAME KIND(rid|rid-or-empty|flag): a rollback record, as strictly as the plan
@@ -912,14 +823,14 @@ case "${1:-}" in
     ArtifactInstall) install_release "$2/files" ;;
     ArtifactCommit) smoke "$2/files" ;;
     ArtifactRollback) rollback "$2/files" ;;
-    Cleanup) [ -f "$2/files/q25-plan" ] && cleanup "$2/files" || true ;;
+    Cleanup) if [ -f "$2/files/q25-plan" ]; then cleanup "$2/files" || true; fi ;;
     preinst)  # SWUpdate, before its files handler writes into the drop directory: a fresh one
         exec 3>&1
         [ -n "$Q25_SWU_DIR" ] || die "no payload directory set for SWUpdate"
         swu_dir="$ROOT$Q25_SWU_DIR"
         no_link "${swu_dir%/*}" "$swu_dir" "${swu_dir%/*}/releases"
         BASE=${swu_dir%/*}; own_tree "$BASE" install  # the install dir the drop directory is in
-        rm -rf "$swu_dir" && mkdir -p "$BASE" && mkdir -m 0700 "$swu_dir" || die "cannot create $swu_dir"
+        { rm -rf "$swu_dir" && mkdir -p "$BASE" && mkdir -m 0700 "$swu_dir"; } || die "cannot create $swu_dir"
         own_tree "$BASE" install ;;
     postinst)
         exec 3>&1
@@ -934,7 +845,6 @@ case "${1:-}" in
         cleanup "$swu_dir"; rm -rf "$swu_dir" ;;
     install) install_release "$2" ;;
     smoke) smoke "$2" ;;
-    compare-forward) forward_compare "$2" "$3" "$4" ;;  # by hand: EXPECTED PROMPT DUMP
     rollback) rollback "$2" ;;
     *) ;;  # other states and future queries: nothing to do (update module protocol)
 esac

@@ -8,6 +8,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=16bf34aabb236f8298923c56357fdb93"
 
 SRC_URI = "file://LICENSE;subdir=q25tok \
            file://Makefile;subdir=q25tok \
+           file://cli_compare.c;subdir=q25tok \
            file://cli_create.c;subdir=q25tok \
            file://cli_dequant.c;subdir=q25tok \
            file://cli_generate.c;subdir=q25tok \
@@ -23,6 +24,7 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
            file://q25tok.h;subdir=q25tok \
            file://q25tok_bpe.c;subdir=q25tok \
            file://q25tok_cli.c;subdir=q25tok \
+           file://q25tok_compare.c;subdir=q25tok \
            file://q25tok_decode.c;subdir=q25tok \
            file://q25tok_dequant.c;subdir=q25tok \
            file://q25tok_encode.c;subdir=q25tok \

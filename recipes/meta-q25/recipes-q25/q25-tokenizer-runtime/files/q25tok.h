@@ -351,6 +351,22 @@ typedef void (*q25_layer_fn)(void *arg, int layer, const float *hidden, uint32_t
  * n_ctx, Q25_ERR_ARG for a read outside a region. */
 int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg);
 
+/* The forward pass a board printed (`q25tok generate --dump-layers`: dump, dump_size bytes)
+ * against prompt `prompt` of a q25-forward.txt (expected), compared as record_compare.py
+ * compares them (q25tok_compare.c, docs/forward.md) with the file's tolerances. Writes one
+ * line (no newline) into msg: where they first differ ("step S: WHERE: DETAIL"), the near-tie
+ * the comparison stopped at, or why a text is malformed; "" when they agree. */
+enum {
+    Q25_FORWARD_AGREE = 0,
+    Q25_FORWARD_NEAR_TIE = 1,     /* agree up to a token the host's margin lets differ */
+    Q25_FORWARD_DIFFERS = 2,
+    Q25_FORWARD_BAD_EXPECTED = 3, /* the forward file is malformed or lacks the prompt */
+    Q25_FORWARD_BAD_DUMP = 4,     /* the dump is malformed */
+    Q25_FORWARD_NO_MEMORY = 5
+};
+int q25_forward_compare(const char *expected, size_t expected_size, uint32_t prompt, const char *dump,
+                        size_t dump_size, char *msg, size_t msg_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,12 +9,14 @@
  *   q25tok dequant TYPE FILE / tensor TABLE NAME   weights (cli_dequant.c)
  *   q25tok probe REGION_TABLE TENSOR_TABLE [ID...]  the weights as the board reads them (cli_probe.c)
  *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy (cli_generate.c)
+ *   q25tok compare EXPECTED PROMPT DUMP     a generate --dump-layers against the host's (cli_compare.c)
  *
  * Exit codes (as usage_text lists them; docs/runtime.md too):
  *   0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,
  *   6 region not reserved in the running device tree, or its bytes differ, or a bad region table,
  *   7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters,
- *   10 a file to create refused (it exists, or a link or another user's directory is in its way)
+ *   10 a file to create refused (it exists, or a link or another user's directory is in its way),
+ *   11 the forward pass differs from the host's (compare)
  *
  * The image is checked once at open (docs/runtime-image.md) and then its offsets and ids are
  * followed unchecked, so the bytes used must be the bytes checked whoever can write the file
@@ -47,10 +49,12 @@ static const char *usage_text =
     "       q25tok probe [--mem PATH] [--dt DIR | --files] REGION_TABLE TENSOR_TABLE [ID...]\n"
     "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N]\n"
     "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
+    "       q25tok compare EXPECTED PROMPT DUMP   (a generate --dump-layers against q25-forward.txt)\n"
     "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,\n"
     "            6 region not reserved in the running device tree, or its bytes differ, or a bad region table,\n"
     "            7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters,\n"
-    "            10 a file to create refused (it exists, or a link or another user's directory is in its way)\n";
+    "            10 a file to create refused (it exists, or a link or another user's directory is in its way),\n"
+    "            11 the forward pass differs from the host's (compare)\n";
 
 static int usage(void)
 {
@@ -347,6 +351,7 @@ int q25tok_receive_command(int argc, char **argv); /* cli_receive.c */
 int q25tok_weights_command(int argc, char **argv); /* cli_dequant.c */
 int q25tok_probe_command(int argc, char **argv);   /* cli_probe.c */
 int q25tok_generate_command(int argc, char **argv); /* cli_generate.c */
+int q25tok_compare_command(int argc, char **argv);  /* cli_compare.c */
 
 int main(int argc, char **argv)
 {
@@ -366,6 +371,8 @@ int main(int argc, char **argv)
         return q25tok_probe_command(argc - 2, argv + 2);
     if (strcmp(argv[1], "generate") == 0)
         return q25tok_generate_command(argc - 2, argv + 2);
+    if (strcmp(argv[1], "compare") == 0)
+        return q25tok_compare_command(argc - 2, argv + 2);
     if (strcmp(argv[1], "dequant") == 0 || strcmp(argv[1], "tensor") == 0)
         return q25tok_weights_command(argc, argv);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
