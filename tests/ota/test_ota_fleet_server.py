@@ -180,7 +180,10 @@ def test_a_rollout_reaches_every_board_and_a_refusing_board_is_reported_failed(
     devices = seen["devices"]
     assert all(devices[d]["last_state"] == "Finished" and devices[d]["sw_version"] == versions[full] for d in fine)
     assert devices[REFUSING]["last_state"] == "Error" and devices[REFUSING]["sw_version"] != versions[full]
-    assert seen["counts"] == {w: (WAVE - (w == last), int(w == last)) for w in seen["counts"]}
+    # goosebit 0.2.12 counts a rollout's reports by read-modify-write: two boards reporting at
+    # once count one. So each board's record is the check; the counts only bound it
+    assert {w: f for w, (_, f) in seen["counts"].items()} == {w: int(w == last) for w in seen["counts"]}
+    assert all(0 < ok <= WAVE - (w == last) for w, (ok, _) in seen["counts"].items())
     assert "does not reserve" in server.device_log(REFUSING)  # the board's error, on the server
     release_a = None
     for d in fine:
@@ -193,7 +196,7 @@ def test_a_rollout_reaches_every_board_and_a_refusing_board_is_reported_failed(
     seen = roll_out(server, fleet, "tokenizer A2", ids[tok], versions[tok], tmp_path)
     devices = seen["devices"]
     assert all(devices[d]["last_state"] == "Finished" and devices[d]["sw_version"] == versions[tok] for d in fine)
-    assert seen["counts"] == {w: (WAVE - (w == last), 0) for w in seen["counts"]}
+    assert all(0 < ok <= WAVE - (w == last) and failed == 0 for w, (ok, failed) in seen["counts"].items())
     assert devices[REFUSING]["last_state"] == "Error"  # the server offers nothing to a failed board
     tokenizer = (ota_builds["A2"] / "tokenizer" / "tokenizer.q25tokrt").read_bytes()
     for d in fine:
