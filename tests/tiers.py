@@ -35,7 +35,7 @@ TIERS = {
     "board": ("_boards", "board_root"),  # the emulated board (QEMU, Debian's arm64 packages)
     "bitbake": ("ws",),  # a BitBake workspace (tests/yocto.py)
     "reference": ("llama_reference",),  # llama.cpp, in its child process
-    "campaign": ("campaign",),  # power cuts, crash boots, fuzzing, yocto-check-layer
+    "campaign": ("campaign",),  # power cuts, crash boots, fuzzing, yocto-check-layer, a fleet
 }
 QUICK = "quick"
 # seconds per test, its setup, call and teardown together (pytest-timeout's whole-item timer):

@@ -61,11 +61,13 @@ def _signer(a: argparse.Namespace):
     return (lambda desc: cms_signature(desc, a.sign_key, a.sign_cert)) if a.sign_key else None
 
 
-def _write(a: argparse.Namespace, plan: OtaPlan, settings: dict, out: Path) -> dict:
+def _write(a: argparse.Namespace, plan: OtaPlan, board, settings: dict, out: Path) -> dict:
     from ..ota import mender, swupdate
 
     if a.compression is not None and a.format != "mender":
         raise UsageError("--compression is for --format mender (an .swu carries its files as they are)")
+    if a.sw_version is not None and a.format != "swupdate":
+        raise UsageError("--sw-version is for --format swupdate (a Mender artifact is named by its release)")
     sign = _signer(a)
     try:
         with atomic_file(out) as f, tempfile.TemporaryDirectory(dir=out.parent) as scratch:
@@ -81,8 +83,9 @@ def _write(a: argparse.Namespace, plan: OtaPlan, settings: dict, out: Path) -> d
                 }
             else:
                 revs = tuple(a.hw_revision or [settings["swupdate_hw_revision"]])
-                swupdate.write_swu(f, plan, revs, sign=sign)
-                info = {"hardware_compatibility": list(revs)}
+                version = a.sw_version or swupdate.default_version(plan)
+                swupdate.write_swu(f, plan, board.name, revs, sign=sign, version=version)
+                info = {"version": version, "hardware_compatibility": {"board": board.name, "revisions": list(revs)}}
     except OSError as e:
         raise OutputError(f"{out}: cannot write the artifact: {e.strerror or e}") from None
     return info
@@ -107,7 +110,7 @@ def cmd_package(a: argparse.Namespace) -> int:
         kind = "tokenizer" if a.tokenizer_only else "release"
         out = a.out or Path(f"q25-{target.name}-{kind}-{plan.build_release}{EXTENSIONS[a.format]}")
         prog.step(f"writing the {a.format} artifact")
-        info = _write(a, plan, ota_settings(target.board), out)
+        info = _write(a, plan, target.board, ota_settings(target.board), out)
     result = {
         "artifact": str(out),
         "format": a.format,
@@ -123,9 +126,21 @@ def cmd_package(a: argparse.Namespace) -> int:
         json.dumps(result, indent=2)
         if a.json
         else f"{out}: {a.format} {plan.mode} artifact {plan.artifact_name} "
-        f"({result['size']:,} bytes{', signed' if a.sign_key else ''})"
+        f"({result['size']:,} bytes{', signed' if a.sign_key else ''})" + _matched_by(info)
     )
     return 0
+
+
+def _matched_by(info: dict) -> str:
+    """What an update server matches an .swu by, and where each value comes from."""
+    if "version" not in info:
+        return ""
+    hw = info["hardware_compatibility"]
+    return (
+        f"\n  version {info['version']} (--sw-version sets it)"
+        f"\n  hardware-compatibility {hw['board']} {', '.join(hw['revisions'])} (the board file's name, "
+        "as in /etc/hwrevision; the revision from [ota] swupdate_hw_revision or --hw-revision)"
+    )
 
 
 def add_commands(sub) -> None:
@@ -184,6 +199,11 @@ def add_commands(sub) -> None:
         action="append",
         metavar="REV",
         help="SWUpdate hardware-compatibility (repeatable; default [ota] swupdate_hw_revision)",
+    )
+    p.add_argument(
+        "--sw-version",
+        metavar="VERSION",
+        help="SWUpdate software version, as update servers compare it (default 1.0.0+RELEASE-ID)",
     )
     from .deploy import add_output_options, forward_prompts
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from ota_helpers import stand_in
@@ -110,6 +112,7 @@ class ClientBoard:
         (root / RUNTIME.lstrip("/")).parent.mkdir(parents=True)
         shutil.copy2(q25tok, root / RUNTIME.lstrip("/"))
         self.memory = root / STAND_IN.lstrip("/") / "mem"
+        self.reboot_mark = root / "reboot-requested"
         stand_in(self.memory.parent / "device-tree", self.memory, reserving)
         self.board_file = root.parent / f"{root.name}-qemu.toml"
         self.board_file.write_text(
@@ -121,15 +124,67 @@ class ClientBoard:
             .replace('path = "/lib/firmware/q25"', f'path = "/lib/firmware/q25"\nruntime = "{RUNTIME}"')
         )
 
-    def run(self, *argv: str) -> subprocess.CompletedProcess:
+    def _argv(self, *argv: str, net: str = "") -> tuple[list[str], dict[str, str]]:
         env = {"PATH": str(self.root / "bin"), "TMPDIR": str(self.root / "tmp"), "LC_ALL": "C"}
-        return subprocess.run(
-            ["unshare", "--mount", "/bin/sh", "-c", NAMESPACE, "sh", str(self.root), *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        ns = ["unshare", "--mount", "--net"] if net else ["unshare", "--mount"]
+        return [*ns, "/bin/sh", "-c", net + NAMESPACE, "sh", str(self.root), *argv], env
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        args, env = self._argv(*argv)
+        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+
+    def suricatta(
+        self, server: tuple[int, Path], device_id: str, cert: Path, log: Path, sw_version: str | None = None
+    ) -> subprocess.Popen:
+        """``swupdate -u``: the suricatta daemon polling ``server`` (hawkBit's device API) as
+        ``device_id``, with the board's ``/etc/swupdate.cfg``: its ``suricatta`` section (tenant,
+        id, url, poll delay), ``identify`` (the board name and revision of /etc/hwrevision, which
+        the server matches images by) and the post-update command, the board's reboot: here it
+        leaves :attr:`reboot_mark`, and the test starts the daemon again as the board's boot
+        would, with ``sw_version``, the version of the image it now runs: in ``identify`` (the
+        configData SWUpdate sends at start: goosebit records it as the board's version, and
+        without it would hand the image again) and ``-c 2`` (SWUpdate without a bootloader's
+        persistent update state is told on the command line that the installed update is good,
+        and reports its success). Its own session: stop it with :func:`stop`.
+
+        ``server``: the port the board reaches the server at on its loopback, and the Unix socket
+        that carries it there. Each board has a network namespace of its own (SWUpdate binds
+        abstract Unix sockets, ``NotifyServer`` to ``NotifyServer10``: at most 11 instances share
+        one), where socat forwards 127.0.0.1:PORT to the socket."""
+        port, sock = server
+        net = (
+            f"/sbin/ip link set lo up; /usr/bin/socat TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr "
+            f"UNIX-CONNECT:{sock} & "
         )
+        board, revision = (self.root / "etc/hwrevision").read_text().split()
+        (self.root / "etc/swupdate.cfg").write_text(
+            "globals:\n{\n"
+            "\tverbose = true;\n\tloglevel = 6;\n"
+            f'\tpublic-key-file = "{cert}";\n'
+            f'\tpostupdatecmd = "{self.root}/bin/touch {self.reboot_mark}";\n'
+            "};\n"
+            "suricatta:\n{\n"
+            '\ttenant = "DEFAULT";\n'
+            f'\tid = "{device_id}";\n'
+            f'\turl = "http://127.0.0.1:{port}";\n'
+            "\tpolldelay = 1;\n\tretry = 2;\n\tretrywait = 1;\n"
+            "};\n"
+            "identify: (\n"
+            f'\t{{ name = "hw_boardname"; value = "{board}"; }},\n'
+            f'\t{{ name = "hw_revision"; value = "{revision}"; }}'
+            + (f',\n\t{{ name = "sw_version"; value = "{sw_version}"; }}\n' if sw_version else "\n")
+            + ");\n"
+        )
+        swupdate = shutil.which("swupdate") or "swupdate"
+        args, env = self._argv(
+            swupdate, "-f", "/etc/swupdate.cfg", "-u", f"-i {device_id}" + (" -c 2" if sw_version else ""), net=net
+        )
+        with open(log, "ab") as out:
+            # SIGPIPE ignored, as systemd starts a service (IgnoreSIGPIPE=yes) and as Python has
+            # it: SWUpdate 2022.12 dies of it when its peer hangs up mid-update
+            return subprocess.Popen(
+                args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, restore_signals=False
+            )
 
     def mender(self, *args: str) -> subprocess.CompletedProcess:
         return self.run(shutil.which("mender") or "mender", "--no-syslog", *args)
@@ -142,6 +197,21 @@ class ClientBoard:
         r = self.mender("show-provides")
         assert r.returncode == 0, r.stderr
         return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a daemon started in its own session, and its children."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)  # the session's group: swupdate's own children too
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            if sig == signal.SIGTERM:
+                time.sleep(0.2)  # its children's exit
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def current_release(root: Path) -> Path:

@@ -5,6 +5,7 @@ and the cpio layout and reproducibility."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from ota_helpers import cpio_members, package, swupdate_check
@@ -40,7 +41,7 @@ def test_layout_sw_description_first(signed_swu, ota_builds):
     desc = data[off : off + size].decode()
     digests = {a["path"]: a["sha256"] for a in json.loads((ota_builds["A"] / "manifest.json").read_text())["artifacts"]}
     assert f'sha256 = "{digests["tokenizer/tokenizer.q25tokrt"]}";' in desc
-    assert 'hardware-compatibility: [ "1.0" ];' in desc
+    assert '\tqemu =\n\t{\n\t\thardware-compatibility: [ "1.0" ];' in desc  # the board section (hwrevision name)
     assert desc.count("filename =") == len(names) - 2  # every file but the description and its signature
     assert '"/lib/firmware/q25/.q25-ota-incoming/tokenizer.q25tokrt"' in desc
 
@@ -127,3 +128,31 @@ def test_reproducible_and_key_checks(tmp_path, capsys, ota_builds, keys, signed_
     assert main([*base, "--sign-key", str(keys["rsa.pem"]), "--sign-cert", str(keys["ec.crt"])]) == 1
     assert "not for the key" in capsys.readouterr().err
     assert not (tmp_path / "x.swu").exists()
+
+
+def test_the_version_and_compatibility_a_server_matches_are_printed_and_settable(
+    tmp_path, capsys, swupdate, ota_builds, keys
+):
+    argv = ["package", "--target", "qemu", "--build", str(ota_builds["A"]), "--format", "swupdate"]
+    signing = ["--sign-key", str(keys["rsa.pem"]), "--sign-cert", str(keys["rsa.crt"])]
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "d.swu"), *signing]) == 0
+    said = capsys.readouterr().out
+    release = re.search(r"artifact q25-qemu-release-([0-9a-f]{16}) ", said).group(1)
+    assert f"version 1.0.0+{release} (--sw-version sets it)" in said
+    assert "hardware-compatibility qemu 1.0 (the board file's name" in said and "--hw-revision" in said
+    out = tmp_path / "v.swu"
+    assert main([*argv, "--out", str(out), "--sw-version", "2.3.4", "--hw-revision", "1.1", "--json", *signing]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["version"] == "2.3.4"
+    assert info["hardware_compatibility"] == {"board": "qemu", "revisions": ["1.1"]}
+    off, size = cpio_members(out.read_bytes())["sw-description"]
+    assert '\tversion = "2.3.4";' in out.read_bytes()[off : off + size].decode()
+    assert "SWUPDATE successful" in swupdate_check(out, keys["rsa.crt"], tmp_path, hw="qemu:1.1")
+    # another board name with the same revision: SWUpdate finds no section for it
+    assert "SWUPDATE successful" not in swupdate_check(out, keys["rsa.crt"], tmp_path, hw="zcu104:1.1")
+    assert main([*argv, "--out", str(tmp_path / "b.swu"), "--sw-version", "2.0 beta"]) == 1
+    assert "SWUpdate version: '2.0 beta' is not a plain name" in capsys.readouterr().err
+    mender = ["package", "--target", "qemu", "--build", str(ota_builds["A"]), "--format", "mender"]
+    assert main([*mender, "--out", str(tmp_path / "m.mender"), "--sw-version", "2.0"]) == 2
+    assert not (tmp_path / "b.swu").exists() and not (tmp_path / "m.mender").exists()
