@@ -126,7 +126,9 @@ class ClientBoard:
 
     def _argv(self, *argv: str, net: str = "") -> tuple[list[str], dict[str, str]]:
         env = {"PATH": str(self.root / "bin"), "TMPDIR": str(self.root / "tmp"), "LC_ALL": "C"}
-        ns = ["unshare", "--mount", "--net"] if net else ["unshare", "--mount"]
+        # always a network namespace of its own: swupdate binds the abstract socket @NotifyServer,
+        # one per network namespace, and a second swupdate beside it (another test) hangs
+        ns = ["unshare", "--mount", "--net"]
         return [*ns, "/bin/sh", "-c", net + NAMESPACE, "sh", str(self.root), *argv], env
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:
