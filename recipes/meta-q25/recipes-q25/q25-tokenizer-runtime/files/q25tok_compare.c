@@ -177,6 +177,20 @@ static int state(const words *w, unsigned at, fwd_state *x)
     return 0;
 }
 
+/* items (n of them, elem bytes each, room for *cap) with room for one more: the same pointer,
+ * or the array reallocated to twice its capacity (first when empty); NULL when out of memory,
+ * items and *cap left as they were */
+static void *room(void *items, unsigned *cap, unsigned n, size_t elem, unsigned first)
+{
+    if (n < *cap)
+        return items;
+    unsigned grown = *cap ? *cap * 2 : first;
+    void *p = realloc(items, (size_t)grown * elem);
+    if (p)
+        *cap = grown;
+    return p;
+}
+
 /* one line of a dump into st: 0, 1 for a line that is not one (why in *why), -1 out of memory */
 static int dump_line(const words *w, fwd_steps *st, const char **why)
 {
@@ -187,13 +201,10 @@ static int dump_line(const words *w, fwd_steps *st, const char **why)
             return *why = "a bad step line", 1;
         if (st->n == MAX_STEPS)
             return *why = "more steps than q25tok generates", 1;
-        if (st->n == st->cap) {
-            unsigned cap = st->cap ? st->cap * 2 : 16;
-            fwd_step *s = realloc(st->s, (size_t)cap * sizeof *s);
-            if (!s)
-                return -1;
-            st->s = s, st->cap = cap;
-        }
+        fwd_step *grown = room(st->s, &st->cap, st->n, sizeof *st->s, 16);
+        if (!grown)
+            return -1;
+        st->s = grown;
         fwd_step *s = &st->s[st->n++];
         memset(s, 0, sizeof *s);
         s->token = token, s->margin = margin;
@@ -218,13 +229,10 @@ static int dump_line(const words *w, fwd_steps *st, const char **why)
         layer == s->nlayers) {
         if (s->nlayers == MAX_LAYERS)
             return *why = "more layers than a model has", 1;
-        if (s->nlayers == s->cap) {
-            unsigned cap = s->cap ? s->cap * 2 : 32;
-            fwd_state *l = realloc(s->layers, (size_t)cap * sizeof *l);
-            if (!l)
-                return -1;
-            s->layers = l, s->cap = cap;
-        }
+        fwd_state *grown = room(s->layers, &s->cap, s->nlayers, sizeof *s->layers, 32);
+        if (!grown)
+            return -1;
+        s->layers = grown;
         return state(w, 3, &s->layers[s->nlayers++]) ? (*why = "a bad number", 1) : 0;
     }
     return *why = "an unexpected line", 1;
