@@ -125,6 +125,8 @@ def render_status(results: list[dict]) -> str:
             detail.append(f"the image's own assets (model {r['image']['model_sha256'][:12]})")
         if r.get("reserved") is False:
             detail.append("unreserved: " + ", ".join(f"{u['node']} {u['why']}" for u in r["unreserved"]))
+        if r.get("residency_by") == "load record":
+            detail.append("regions as loaded this boot, not read back (--verify)")
         if fw := (r.get("release") or {}).get("forward"):  # the weights' last forward pass (not run here)
             at = f" at {fw['release']}" if fw.get("release") else ""
             detail.append(f"forward pass passed{at} ({fw['prompts']} prompt{'' if fw['prompts'] == 1 else 's'})")

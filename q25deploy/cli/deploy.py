@@ -189,6 +189,12 @@ def add_commands(sub) -> None:
         description="Show each board's current and previous release and whether its state file "
         "and current link agree; exit 13 when a board cannot be read or they disagree.",
     )
+    group(st, HOW["status"]).add_argument(
+        "--verify",
+        action="store_true",
+        help="read every reserved region back (q25tok verify) even when this boot's load record says "
+        "they hold the current partitions",
+    )
     group(st, OUTPUT).add_argument(
         "--svg",
         metavar="FILE",
@@ -230,6 +236,8 @@ def _fleet(a: argparse.Namespace):
         become=a.become,
         transfer=getattr(a, "transfer", "auto"),
         allow_unreserved=getattr(a, "allow_unreserved", False),
+        # --svg colours each region by what is read back from it
+        verify_regions=getattr(a, "verify", False) or bool(getattr(a, "svg", None)),
     )
     # the first boards' logins start once the parsed arguments and the target name the hosts
     # and every check before a login has passed; the fleet's modules load while they go on

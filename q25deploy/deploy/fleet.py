@@ -36,8 +36,8 @@ from .hosts import HostSpec
 from .options import Options, host_list
 from .release import Release, release_from_build, tokenizer_only
 from .reserved import refusal, unheld
+from .residency import held
 from .residency import load as load_regions
-from .residency import verify as verify_regions
 from .smoke import plugin_checks, smoke_test
 from .trusted_q25tok import Unverified, release_q25tok
 
@@ -424,10 +424,12 @@ class Fleet:
                 result.update(self._reserved_status(files, pmap))
                 try:
                     with self._q25tok(board, files, listed) as q25tok:
-                        verified = verify_regions(board, files, q25tok, **self.board_paths)
+                        verified = held(board, files, q25tok, read_back=self.opts.verify_regions, **self.board_paths)
                 except Unverified as e:
                     verified = {"state": "failed", "regions": [], "detail": str(e)}
                 result["residency"], result["regions"] = verified["state"], verified["regions"]
+                # this boot's load record (the regions read back when they were loaded), or read back now
+                result["residency_by"] = "load record" if verified.get("cached") else "read back"
             phases.mark("verify")
             return result
 

@@ -30,6 +30,7 @@ class Options:
     become: str | None = None  # --become: overrides the board file's [ssh] become
     transfer: str = "auto"  # deploy --transfer: large files through OpenSSH's ssh (auto, openssh) or paramiko
     allow_unreserved: bool = False  # deploy: send a plan the board's device tree does not reserve (a warning)
+    verify_regions: bool = False  # status --verify: read the regions back whatever this boot's load record says
 
 
 #: the most a hosts file may hold (a few thousand boards' lines)

@@ -11,7 +11,9 @@ warning, a failure with ``--strict``.
 A load that read every region back records ``<boot id> <sha256 of the region table>`` in
 ``.q25deploy-loaded``; a later load in the same boot with the same table (an unchanged
 redeploy, a tokenizer-only update) finds the regions already hold their partitions and
-skips the copy. A reboot (another boot id) or another table loads again.
+skips the copy. A reboot (another boot id) or another table loads again. ``status`` reports
+that record as it is (:func:`held`: the regions are read back only without one, or when
+asked, ``status --verify``) and never writes or removes it.
 
 A region that does not hold its partition is read once more (``q25tok verify --diff``, which
 compares it with the release's partition file on the board: read through the same Device
@@ -31,30 +33,36 @@ EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes
 
 LOADED = ".q25deploy-loaded"
 # $1 current, $2 the q25tok to run (the caller's choice), $3 load|verify, $4 region table,
-# $5 memory, $6 device tree, $7 the loaded stamp ("-": none). A stamp that cannot be written
-# (a directory planted at its name) fails the load: it would otherwise fail silently
+# $5 memory, $6 device tree, $7 the loaded stamp ("-": none), $8 "read" when the stamp is only
+# read (status: nothing is written or removed). A stamp that cannot be written (a directory
+# planted at its name) fails the load: it would otherwise fail silently
 SCRIPT = r"""[ -f "$4" ] || { echo no-table; exit 0; }; q="$2"
 if [ "$7" != - ]; then
   want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$4" | cut -d" " -f1)"
   [ -f "$7" ] && [ ! -L "$7" ] && [ "$(cat "$7" 2>/dev/null)" = "$want" ] && { echo cached; exit 0; }
-  if [ -e "$7" ] || [ -L "$7" ]; then rm -f "$7" || exit 1; fi
+  if [ "$8" != read ] && { [ -e "$7" ] || [ -L "$7" ]; }; then rm -f "$7" || exit 1; fi
 fi
 "$q" "$3" --mem "$5" --dt "$6" "$4"; st=$?
 [ $st = 6 ] && "$q" verify --diff --mem "$5" --dt "$6" "$4" 2>/dev/null | grep '^differs '  # where (a newer q25tok)
-if [ $st = 0 ] && [ "$7" != - ]; then  # never through a planted name
+if [ $st = 0 ] && [ "$7" != - ] && [ "$8" != read ]; then  # never through a planted name
   t=$(mktemp "$7.XXXXXX") && { echo "$want" > "$t" && mv -f "$t" "$7" || { rm -f "$t"; false; }; } ||
     { echo "q25tok: cannot write the load stamp $7" >&2; exit 1; }
 fi
 exit $st"""
 
 
-def run_q25tok(board: Board, files, command: str, q25tok: str, *, memory: str, device_tree: str) -> dict:
+def run_q25tok(
+    board: Board, files, command: str, q25tok: str, *, memory: str, device_tree: str, stamp: str = ""
+) -> dict:
     """``q25tok load|verify`` on ``current``'s region table through ``memory`` (``/dev/mem``),
-    checked against ``device_tree``; per-region results (a load this boot already did: cached)."""
+    checked against ``device_tree``; per-region results (a load this boot already did: cached).
+    ``stamp``: the load record's use, ``write`` (a load's default), ``read`` or ``none``
+    (a verify's default: the regions are read back whatever the record says)."""
     cur = files.cur()
-    stamp = files.path(LOADED) if command == "load" else "-"
+    stamp = stamp or ("write" if command == "load" else "none")
+    path = "-" if stamp == "none" else files.path(LOADED)
     status, out, err = board.run(
-        ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, stamp],
+        ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, path, stamp],
         check=False,
         timeout=600,
     )
@@ -151,3 +159,10 @@ def load(board: Board, files, q25tok: str, **paths: str) -> dict:
 
 def verify(board: Board, files, q25tok: str, **paths: str) -> dict:
     return run_q25tok(board, files, "verify", q25tok, **paths)
+
+
+def held(board: Board, files, q25tok: str, *, read_back: bool = False, **paths: str) -> dict:
+    """What ``status`` reports of the regions: this boot's load record when it names the
+    current region table (``cached``: not read again), else (or with ``read_back``) what
+    ``q25tok verify`` reads back. Nothing on the board is written."""
+    return run_q25tok(board, files, "verify", q25tok, stamp="none" if read_back else "read", **paths)

@@ -104,6 +104,38 @@ def test_status_says_whether_the_current_plan_is_reserved(tmp_path, capsys, ssh,
     assert row.split()[4] == "NO" and "unreserved: q25-region0@" in row
 
 
+def test_status_reports_this_boots_load_and_reads_the_regions_back_when_asked(tmp_path, capsys, ssh, sized, q25tok):
+    """``status`` reports the regions from this boot's load record (the deploy's load read
+    them back); ``--verify`` reads them back now, and finds a byte changed since. A record
+    of another table (or another boot) is read back, and status never writes or removes it."""
+    srv, root, build = ssh["servers"][0], tmp_path / "board", sized["tiny"]
+    here, _, mem = reserved_board(tmp_path, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and res[0]["residency"]["state"] == "resident", res
+    region = json.loads((build / "partition_map.json").read_text())["regions"][0]
+    with open(mem, "r+b") as f:  # something wrote into the region after the load
+        f.seek(region["base"] + 100)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 0x10]))
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, action="status")
+    assert code == 0 and res[0]["residency"] == "resident" and res[0]["residency_by"] == "load record", res
+    argv = board_argv("status", ssh, srv, root, *here, known_hosts=srv.known_hosts(tmp_path / "kh"))
+    capsys.readouterr()
+    assert main(argv) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.split()[5] == "resident" and "regions as loaded this boot, not read back (--verify)" in row
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, "--verify", action="status")
+    assert code == 0 and res[0]["residency"] == "failed" and res[0]["residency_by"] == "read back", res
+    assert [r["state"] for r in res[0]["regions"]] == ["MISMATCH"]
+    stamp = root / "lib" / "firmware" / "q25" / ".q25deploy-loaded"
+    stale = stamp.read_text().replace(stamp.read_text().split()[0], "0" * 36)  # another boot's
+    stamp.write_text(stale)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, action="status")
+    assert res[0]["residency"] == "failed" and res[0]["residency_by"] == "read back", res
+    assert stamp.read_text() == stale
+
+
 def test_one_fixed_reservation_takes_two_model_sizes_each_resident(tmp_path, capsys, ssh, sized, q25tok):
     srv, root = ssh["servers"][0], tmp_path / "board"
     small, large = sized["tiny+reserve"], sized["tiny-untied+reserve"]
