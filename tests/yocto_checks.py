@@ -56,3 +56,52 @@ def check_packaging(info: dict, expected: dict[str, str]) -> list[str]:
         if got != pkg:
             problems.append(f"{path}: in package {got}, expected {pkg}")
     return problems
+
+
+#: yocto-check-layer's common tests (scripts/lib/checklayer/cases/common.py) for a software
+#: layer; test_security from styhead on
+COMMON_TESTS = (
+    "test_readme",
+    "test_parse",
+    "test_show_environment",
+    "test_world",
+    "test_world_inherit_class",
+    "test_signatures",
+    "test_layerseries_compat",
+    "test_patches_upstream_status",
+)
+# unittest's verbose report of a test, through the tool's logger: the test's line
+# "INFO: test_readme (common.CommonCheckLayer.test_readme)", then "INFO:  ... ok" (or on one line)
+_TEST = re.compile(r"\b(test_\w+) \([\w.]+\)")
+_OUTCOME = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)\s*$")
+
+
+def check_layer_results(log: str) -> dict[str, str]:
+    """Each test's outcome in a yocto-check-layer log (its ``--output-log``): ``ok``, ``FAIL``,
+    ``ERROR``, ``skipped ...``, ``expected failure`` or ``unexpected success``."""
+    found: dict[str, str] = {}
+    test = None
+    for line in log.splitlines():
+        if m := _TEST.search(line):
+            test = m.group(1)
+        if test and (m := _OUTCOME.search(line)):
+            found[test], test = m.group(1), None
+    return found
+
+
+def check_layer_problems(results: dict[str, str], tests: tuple[str, ...] = COMMON_TESTS) -> list[str]:
+    """Every test of ``tests`` that did not pass or did not run, judged test by test (a summary
+    alone would not say which). Scarthgap still marks test_patches_upstream_status
+    ``expectedFailure``, so a layer with no malformed patch is an "unexpected success" there
+    (later series dropped the marker; OE's result class counts it as a pass); anywhere else an
+    unexpected success is a problem."""
+    problems = []
+    for test in tests:
+        outcome = results.get(test)
+        if outcome is None:
+            problems.append(f"{test}: not run")
+        elif outcome == "ok" or (test == "test_patches_upstream_status" and outcome == "unexpected success"):
+            continue
+        else:
+            problems.append(f"{test}: {outcome}")
+    return problems

@@ -2,7 +2,7 @@
 # yocto-check-layer (OE-core's Yocto Project Compatible checks) on an emitted meta-q25, with a
 # Yocto snapshot of ../shared/yocto (MACHINE qemuarm64, nodistro, offline). It parses the
 # world several times and compares task signatures with and without the layer: minutes, so it
-# is not part of the default test run (tests/test_bitbake.py runs it with Q25_YOCTO_CHECK_LAYER=1).
+# is in the campaign tier (tests/packer/test_check_layer.py).
 #
 #   q25deploy build --target qemu --layer-maintainer 'Name <name@example.org>' --out q25-build/qemu
 #   tools/check_layer.sh q25-build/qemu/meta-q25 [SERIES [xilinx]]   # as a non-root user
@@ -12,9 +12,11 @@
 # and meta-xilinx-core as dependencies (kv260, zcu104). Q25_YOCTO_SNAPSHOTS: the snapshot folder;
 # Q25_CHECK_LAYER_WORKDIR: where to unpack and build (kept; default: a new temporary folder).
 # Needs the Yocto host packages and an en_US.UTF-8 locale (.ci/run installs them). The exit
-# status is yocto-check-layer's; its log is in the build folder (check-layer.log).
+# status is yocto-check-layer's; its log is in the build folder (check-layer.log). Read it test
+# by test: scarthgap's tool marks test_patches_upstream_status expectedFailure, so a layer with
+# no malformed patch is an "unexpected success" there (tests/packer/test_check_layer.py).
 set -euo pipefail
-if [ $# -lt 1 ]; then sed -n '2,15p' "$0" >&2; exit 2; fi
+if [ $# -lt 1 ]; then sed -n '2,17p' "$0" >&2; exit 2; fi
 if [ "$(id -u)" = 0 ]; then echo "check_layer.sh: BitBake refuses to run as root: run it as a normal user" >&2; exit 2; fi
 layer=$(realpath "$1")
 series=${2:-scarthgap}
@@ -47,7 +49,11 @@ BB_NUMBER_PARSE_THREADS = "2"
 EOF
 fi
 if [ "${3:-}" = xilinx ]; then
-    deps=(--dependency "$tree/meta-arm/meta-arm" "$tree/meta-arm/meta-arm-toolchain" "$tree/meta-xilinx/meta-xilinx-core")
+    # in BBLAYERS for every step (--additional-layers), their own dependencies found among --dependency
+    deps=(--dependency "$tree/meta-arm/meta-arm" "$tree/meta-arm/meta-arm-toolchain" "$tree/meta-xilinx/meta-xilinx-core"
+          --additional-layers "$tree/meta-xilinx/meta-xilinx-core")
 fi
 echo "check_layer.sh: yocto-check-layer $layer ($series${3:+, $3}, in $tree/build-check-layer)" >&2
-yocto-check-layer --output-log check-layer.log "${deps[@]}" -- "$layer"
+# --no-auto: only the layer named (not layers found below it); --no-auto-dependency: not its
+# dependencies as well (OE-core would be checked as a layer of its own)
+yocto-check-layer --no-auto --no-auto-dependency --output-log check-layer.log "${deps[@]}" -- "$layer"

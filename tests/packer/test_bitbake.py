@@ -10,12 +10,8 @@ broken layer fails those same checks.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +25,6 @@ from yocto import (
     board_machines,
     edited_layer,
     selected,
-    snapshots,
     unpacked_s,
 )
 from yocto_checks import check_license, check_packaging, check_sources, md5, package_of
@@ -303,59 +298,6 @@ def test_broken_s_workdir_fails(tmp_path, builds, ws):
     assert r.returncode != 0 and any("Using S = ${WORKDIR} is no longer supported" in p for p in problems), r.output[
         -3000:
     ]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("board, deps", [("qemu", ""), ("kv260", "xilinx")])
-def test_yocto_check_layer(tmp_path, qwen25_tiny, ws, board, deps, campaign):
-    """OE-core's yocto-check-layer (README, parse, environment, world, signatures) passes on
-    scarthgap for the qemu layer, and for kv260's with meta-arm + meta-xilinx-core, through
-    tools/check_layer.sh. Minutes each: opt-in."""
-    if not os.environ.get("Q25_YOCTO_CHECK_LAYER"):
-        pytest.skip("yocto-check-layer takes minutes: set Q25_YOCTO_CHECK_LAYER=1 or run tools/check_layer.sh")
-    out = ws.root / f"check-layer-{board}"
-    shutil.rmtree(out, ignore_errors=True)
-    assert (
-        main(
-            [
-                "build",
-                "--target",
-                board,
-                "--model",
-                str(qwen25_tiny),
-                "--out",
-                str(out),
-                "--layer-maintainer",
-                "q25deploy test <q25deploy-test@example.org>",
-            ]
-        )
-        == 0
-    )
-    script = ws.root / "check_layer.sh"
-    shutil.copyfile(Path(__file__).resolve().parents[2] / "tools" / "check_layer.sh", script)
-    ws.tree("scarthgap")
-    ws.chown(out)
-    ws.chown(script)
-    env = {
-        "HOME": ws.home(),
-        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-        "Q25_YOCTO_SNAPSHOTS": str(snapshots()),
-        "Q25_CHECK_LAYER_WORKDIR": str(ws.root),
-    }
-    t0 = time.monotonic()
-    r = subprocess.run(
-        ws.as_user(["bash", str(script), str(out / LAYER), "scarthgap", *([deps] if deps else [])], env),
-        cwd=ws.root,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    ws.timings.append(
-        (f"scarthgap: yocto-check-layer ({board}{', ' + deps if deps else ''})", time.monotonic() - t0, "")
-    )
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-    assert "INFO: meta-q25" in r.stdout + r.stderr and "PASS" in r.stdout + r.stderr
 
 
 def test_a_hostile_model_name_parses_as_plain_data(tmp_path, ws):
