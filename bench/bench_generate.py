@@ -6,14 +6,17 @@ example, cross-built (static, armv8-a, the Debian cross toolchain) from the sour
 in llama-cpp-python's sdist; our side is `q25tok generate --files` (the partition files, page
 cache: what the board's CPU should read, docs/runtime.md). Each side is timed as a whole
 process (model load, prompt, N tokens), best of --repeat, in wall time and in CPU time (user +
-system over all threads: llama-simple runs 4 threads, q25tok one; on a busy host the CPU time
-is the steadier figure); the native host build of q25tok and the host's numpy reference
+system over all threads: llama-simple runs 4 threads, q25tok --threads 1 by default; on a busy
+host the CPU time is the steadier figure). --threads 1,4 times q25tok under qemu once per
+thread count (a row each; the lines must be the same), e.g. the board's four A53 cores against
+one; --q25tok-only leaves llama.cpp out (no sdist needed). The native host build (one thread) of q25tok and the host's numpy reference
 (q25deploy/model, a fresh Python process: imports, the GGUF's weights dequantised, the prompt
 and N tokens) are timed too, for scale. Tokens per second = N / the wall time.
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/sdist
     python3 bench/bench_generate.py --sdist /tmp/sdist/llama_cpp_python-0.3.36.tar.gz
     python3 bench/bench_generate.py --llama-simple BUILD/bin/llama-simple   # already built
+    python3 bench/bench_generate.py --q25tok-only --presets 0.5b --threads 1,4 --repeat 1
 """
 
 from __future__ import annotations
@@ -112,20 +115,23 @@ def main() -> None:
     ap.add_argument("--presets", default="tiny,0.5b")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--threads", default="1", help="q25tok's --threads under qemu, a comma-separated list (1)")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--sdist", type=Path, help="llama-cpp-python's sdist (.tar.gz): build llama-simple from it")
     g.add_argument("--llama-simple", type=Path, help="an aarch64 llama-simple already built")
+    g.add_argument("--q25tok-only", action="store_true", help="time q25tok alone (no llama.cpp)")
     args = ap.parse_args()
+    thread_counts = [int(n) for n in args.threads.split(",")]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        llama_simple = args.llama_simple or build_llama_simple(args.sdist, tmp / "llama")
+        llama_simple = None if args.q25tok_only else args.llama_simple or build_llama_simple(args.sdist, tmp / "llama")
         build_runtime(tmp / "host")
         build_runtime(tmp / "arm", cross="aarch64")
         print(
-            "| model | steps | q25tok qemu-a53 wall / CPU | llama.cpp qemu-a53 wall / CPU | ratio wall / CPU "
-            "| q25tok host | numpy reference host |"
+            "| model | steps | q25tok threads | q25tok qemu-a53 wall / CPU | llama.cpp qemu-a53 wall / CPU "
+            "| ratio wall / CPU | q25tok host | numpy reference host |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         for preset in args.presets.split(","):
             model, out = tmp / f"{preset}.gguf", tmp / preset
             write_model(model, preset, str(VOCAB))
@@ -134,29 +140,35 @@ def main() -> None:
             text, _, ids = BuildDir(out).smoke_ids[1][0]
             tables = [str(out / "partitions" / "regions.tab"), str(out / "partitions" / "tensors.tab")]
             gen = ["generate", "--files", "--steps", str(args.steps), "--hparams", str(hparams(out, model))]
-            arm = [*QEMU, str(tmp / "arm" / "q25tok"), *gen, *tables, *map(str, ids)]
-            ours, ours_cpu, lines, _ = timed(arm, args.repeat)
-            host, _, host_lines, _ = timed([str(tmp / "host" / "q25tok"), *gen, *tables, *map(str, ids)], 1)
-            steps = [ln for ln in lines.splitlines() if ln.startswith("step")]
-            assert steps == [ln for ln in host_lines.splitlines() if ln.startswith("step")]
+            host, _, host_lines, _ = timed(
+                [str(tmp / "host" / "q25tok"), *gen, "--threads", "1", *tables, *map(str, ids)], 1
+            )
+            host_steps = [ln for ln in host_lines.splitlines() if ln.startswith("step")]
             py = [sys.executable, "-c", REFERENCE, str(ROOT), str(model), str(args.steps), *map(str, ids)]
             ref, _, ref_lines, _ = timed(py, 1)
-            if [ln.split()[3] for ln in ref_lines.splitlines()] != [ln.split()[5] for ln in steps]:
+            if [ln.split()[3] for ln in ref_lines.splitlines()] != [ln.split()[5] for ln in host_steps]:
                 print(f"{preset}: the reference's tokens differ from q25tok's (a near tie?)", file=sys.stderr)
-            simple = [*QEMU, str(llama_simple), "-m", str(model), "-n", str(args.steps), text.decode()]
-            llama, llama_cpu, _, err = timed(simple, args.repeat)
-            m = re.search(r"decoded (\d+) tokens in ([\d.]+) s", err)
-            e = re.search(r"eval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
-            inner = f"; its timers: {m[1]} tokens in {m[2]} s" if m else ""
-            inner += f", {float(e[1]) / int(e[2]):.0f} ms per token after the prompt" if e else ""
+            llama_cell, llama = "not run", None
+            if llama_simple is not None:
+                simple = [*QEMU, str(llama_simple), "-m", str(model), "-n", str(args.steps), text.decode()]
+                llama, llama_cpu, _, err = timed(simple, args.repeat)
+                m = re.search(r"decoded (\d+) tokens in ([\d.]+) s", err)
+                e = re.search(r"eval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
+                inner = f"; its timers: {m[1]} tokens in {m[2]} s" if m else ""
+                inner += f", {float(e[1]) / int(e[2]):.0f} ms per token after the prompt" if e else ""
+                llama_cell = f"{llama:.2f} / {llama_cpu:.2f} s ({args.steps / llama:.2f} tok/s{inner})"
             n = args.steps
-            print(
-                f"| {preset}, {len(ids)}-token prompt | {n} | {ours:.2f} / {ours_cpu:.2f} s ({n / ours:.2f} tok/s) "
-                f"| {llama:.2f} / {llama_cpu:.2f} s ({n / llama:.2f} tok/s{inner}) "
-                f"| {ours / llama:.2f}x / {ours_cpu / llama_cpu:.2f}x | {host:.2f} s ({n / host:.1f} tok/s) "
-                f"| {ref:.2f} s ({n / ref:.1f} tok/s) |",
-                flush=True,
-            )
+            for threads in thread_counts:
+                arm = [*QEMU, str(tmp / "arm" / "q25tok"), *gen, "--threads", str(threads), *tables, *map(str, ids)]
+                ours, ours_cpu, lines, _ = timed(arm, args.repeat)
+                assert [ln for ln in lines.splitlines() if ln.startswith("step")] == host_steps
+                ratio = f"{ours / llama:.2f}x / {ours_cpu / llama_cpu:.2f}x" if llama is not None else "-"
+                print(
+                    f"| {preset}, {len(ids)}-token prompt | {n} | {threads} "
+                    f"| {ours:.2f} / {ours_cpu:.2f} s ({n / ours:.2f} tok/s) | {llama_cell} | {ratio} "
+                    f"| {host:.2f} s ({n / host:.1f} tok/s) | {ref:.2f} s ({n / ref:.1f} tok/s) |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     CHECK(q25_nl_tokenizer_runtime_image_open(img, 10, &b2, v2, &info, 0) == Q25_ERR_MAGIC);
     CHECK(q25_nl_tokenizer_runtime_image_open(img, size - 1, &b2, v2, &info, 0) == Q25_ERR_HEADER);
     CHECK(q25_nl_tokenizer_bundle_encode_bpe_bounded(v, NULL, 5, 0, scratch, 1, out2, 1, &st) == Q25_ERR_ARG);
-    for (int code = 0; code >= -11; code--)
+    for (int code = 0; code >= Q25_ERR_THREADS; code--)
         CHECK(strcmp(q25_strerror(code), "unknown error") != 0);
     CHECK(strcmp(q25_strerror(-99), "unknown error") == 0);
 

@@ -4,10 +4,12 @@ prompts: greedy tokens equal wherever llama.cpp's top-two margin is clear, every
 within a normalised mean squared error, on this machine under ASan+UBSan and on aarch64 under
 qemu-aarch64 -cpu cortex-a53; --mem (a file standing in for /dev/mem, loaded by q25tok load)
 gives what --files gives, and a byte flipped in one layer's weights is seen first at that
-layer; hostile hyperparameters and tables are refused with a one-line error."""
+layer; --threads N gives the same bytes for any N (host, aarch64, and no race under
+ThreadSanitizer); hostile hyperparameters and tables are refused with a one-line error."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -16,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from requirements import need_program
 from test_c_runtime import QEMU_LIBS, SAN_ENV, arm_q25tok, san_q25tok  # noqa: F401 (session fixtures)
 from test_probe import flip, loaded
 
 from q25deploy.builddir import BuildDir
 from q25deploy.model.gguf import GGUFFile
+from q25deploy.resources import BUILD_PRODUCT_PATTERNS, runtime_sources
 
 REGIONS, TENSORS = "partitions/regions.tab", "partitions/tensors.tab"
 STEPS = 8
@@ -274,6 +278,55 @@ def test_hostile_tensor_tables_are_refused(san_q25tok, release, prompts, tmp_pat
     (b / TENSORS).write_text("\n".join(lines) + "\n")
     r = generate([san_q25tok], b, prompts[0], "--files")
     assert r.returncode == code and r.stdout == "", (r.returncode, r.stderr)
+
+
+def same_at_any_thread_count(exe: list, b: Path, ids: list[int], tmp: Path, counts, env=SAN_ENV) -> None:
+    """generate's lines (--dump-layers) and its logits file, byte for byte, for each --threads
+    in counts and for the default (the online CPUs): model_forward.c's matmul splits a chunk's
+    rows among the threads, each row's arithmetic unchanged."""
+    outs = []
+    for n in [*counts, None]:
+        lf = tmp / f"logits-{n}.f32"
+        threads = [] if n is None else ["--threads", n]
+        r = generate(exe, b, ids, "--files", "--dump-layers", "--logits", lf, *threads, env=env)
+        assert r.returncode == 0, r.stderr
+        outs.append((r.stdout, lf.read_bytes()))
+    assert len(parse(outs[0][0])) == STEPS and len(outs[0][1]) > 0
+    assert all(o == outs[0] for o in outs[1:]), [n for n, o in zip([*counts, None], outs) if o != outs[0]]
+
+
+def test_any_thread_count_gives_the_same_bytes(san_q25tok, release, prompts, tmp_path):  # noqa: F811
+    same_at_any_thread_count([san_q25tok], release, prompts[0], tmp_path, [1, 2, 3])
+
+
+def test_any_thread_count_gives_the_same_bytes_on_aarch64(arm_q25tok, release, prompts, tmp_path):  # noqa: F811
+    exe = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
+    same_at_any_thread_count(exe, release, prompts[0], tmp_path, [1, 2, 3, 4], env=None)
+
+
+def test_the_worker_threads_race_nowhere(release, prompts, tmp_path):
+    """The pool under ThreadSanitizer (the Makefile's build with -fsanitize=thread): three
+    threads over the tiny model, a prompt of several batches' chunks and two steps."""
+    cc = need_program("cc", "Debian: gcc")
+    build = tmp_path / "src"
+    shutil.copytree(runtime_sources(), build, ignore=shutil.ignore_patterns(*BUILD_PRODUCT_PATTERNS))
+    tsan = "-O1 -g -fsanitize=thread"
+    cmd = ["make", "-s", "-C", build, f"CC={cc}", f"CFLAGS={tsan}", f"LDFLAGS={tsan}", "q25tok"]
+    subprocess.run(list(map(str, cmd)), check=True, capture_output=True)
+    env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1:exitcode=66"}
+    r = generate([build / "q25tok"], release, prompts[0], "--files", "--steps", "2", "--threads", "3", env=env)
+    if r.returncode != 0 and "FATAL: ThreadSanitizer" in r.stderr:  # e.g. a kernel's mmap layout it cannot use
+        pytest.skip(r.stderr.splitlines()[0])
+    assert r.returncode == 0 and "WARNING: ThreadSanitizer" not in r.stderr, r.stderr
+    one = generate([build / "q25tok"], release, prompts[0], "--files", "--steps", "2", "--threads", "1", env=env)
+    assert one.returncode == 0 and one.stdout == r.stdout, one.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "x", "65", "-1", ""])
+def test_a_thread_count_not_from_1_to_64_is_a_usage_error(san_q25tok, release, prompts, value):  # noqa: F811
+    r = generate([san_q25tok], release, prompts[0], "--files", "--threads", value)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stderr)
+    assert r.stderr == f"q25tok: generate: --threads {value}: not a number from 1 to 64\n"
 
 
 def test_usage_and_ids(san_q25tok, release, prompts):  # noqa: F811

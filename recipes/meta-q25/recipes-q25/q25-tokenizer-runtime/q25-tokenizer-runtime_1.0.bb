@@ -49,6 +49,8 @@ S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}/q25tok"
 # with -fno-fast-math -ffp-contract=off after CFLAGS: a fused multiply-add would round once
 # where numpy rounds twice, and the A53 has FMA. model_forward.c (q25tok generate) likewise.
 # Do not add -ffast-math to this recipe's CFLAGS.
+# The Makefile links q25tok with -lm -pthread itself, after LDFLAGS (the forward pass's
+# worker threads), so this recipe's LDFLAGS need not name them.
 
 # WARNFLAGS without the Makefile's -Werror: a new compiler's new warning must not break an
 # image build (q25deploy's own host builds and tests keep -Werror)

@@ -1,5 +1,5 @@
 /*
- * q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N]
+ * q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--threads N]
  *                 [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...
  *
  * Runs Qwen2.5's forward pass (model_forward.c) on the prompt ID... from the weights in the
@@ -14,11 +14,14 @@
  *     output norm N values V V V V         and the output head's input (norm: float64 sum of
  *                                          squares; values at k * n_embd / 4, k = 0..3)
  *
+ * --threads N (1..64; default the online CPUs, at most 8) splits each matrix's rows among N
+ * threads (model_forward.c): the output is byte for byte the same for any N. 0 or not a
+ * number: one line on stderr, exit 2.
  * --logits FILE writes every step's logits (n_vocab float32, little-endian) for tests, into
  * a new file (q25tok_create_new: never through a link, never over a file).
  * --hparams defaults to model_hparams.txt in the directory above REGION_TABLE's (a build's or
  * release's top). Exit codes: 0 ok, 1 I/O error, 2 usage, 4 an ID >= n_vocab, 5 out of
- * memory or past the context, 6 a region not reserved or a malformed table, 7 a weight type
+ * memory, past the context or the threads not started, 6 a region not reserved or a malformed table, 7 a weight type
  * q25_dequantize does not know, 8 a tensor missing, 9 hyperparameters malformed or not the
  * tensors', 10 the --logits FILE refused (it exists, or a link or another user's directory is in
  * its way).
@@ -41,7 +44,7 @@ enum {
     EXIT_IO = 1, EXIT_USAGE = 2, EXIT_ID = 4, EXIT_CAPACITY = 5, EXIT_REGION = 6, EXIT_UNSUPPORTED = 7,
     EXIT_NOT_FOUND = 8, EXIT_MODEL = 9
 };
-enum { MAX_IDS = 4096, MAX_STEPS = 4096, MAX_BATCH = 64, TOP = 5 };
+enum { MAX_IDS = 4096, MAX_STEPS = 4096, MAX_BATCH = 64, TOP = 5, DEFAULT_MAX_THREADS = 8 };
 
 typedef struct summary {
     double norm;
@@ -99,8 +102,8 @@ static void top_k(const float *logits, uint32_t n, uint32_t *ids, float *vals)
 
 static int usage(void)
 {
-    fputs("usage: q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--dump-layers]\n"
-          "                       [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n",
+    fputs("usage: q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--threads N]\n"
+          "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n",
           stderr);
     return EXIT_USAGE;
 }
@@ -116,9 +119,17 @@ static int parse_count(const char *s, unsigned long max, unsigned long *out)
     return 1;
 }
 
+/* the online CPUs, at most DEFAULT_MAX_THREADS (the board's A53 has 4) */
+static unsigned long default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > DEFAULT_MAX_THREADS ? DEFAULT_MAX_THREADS : (unsigned long)n;
+}
+
 static int exit_code(int st)
 {
     switch (st) {
+    case Q25_ERR_THREADS: return EXIT_CAPACITY;
     case Q25_ERR_MODEL: return EXIT_MODEL;
     case Q25_ERR_NOT_FOUND: return EXIT_NOT_FOUND;
     case Q25_ERR_UNSUPPORTED: return EXIT_UNSUPPORTED;
@@ -197,7 +208,7 @@ int q25tok_generate_command(int argc, char **argv)
     static q25tok_regions rg;
     static run r;
     size_t n_ids = 0, n_tables = 0;
-    unsigned long steps = 8, v;
+    unsigned long steps = 8, threads = default_threads(), v;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--mem") == 0 && i + 1 < argc)
             mem = argv[++i];
@@ -210,6 +221,12 @@ int q25tok_generate_command(int argc, char **argv)
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
             if (!parse_count(argv[++i], MAX_STEPS, &steps) || steps == 0)
                 return usage();
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (!parse_count(argv[++i], Q25_MAX_THREADS, &threads) || threads == 0) {
+                fprintf(stderr, "q25tok: generate: --threads %s: not a number from 1 to %d\n", argv[i],
+                        Q25_MAX_THREADS);
+                return EXIT_USAGE;
+            }
         } else if (strcmp(argv[i], "--files") == 0)
             rg.files = 1;
         else if (strcmp(argv[i], "--dump-layers") == 0)
@@ -237,7 +254,7 @@ int q25tok_generate_command(int argc, char **argv)
         return EXIT_CAPACITY;
     }
     const uint32_t n_batch = n_ids < MAX_BATCH ? (uint32_t)n_ids : MAX_BATCH;
-    size_t size = q25_model_workspace(&hp, (uint32_t)n_ctx, n_batch);
+    size_t size = q25_model_workspace(&hp, (uint32_t)n_ctx, n_batch, (uint32_t)threads);
     void *ws = size ? malloc(size) : NULL;
     r.logits = malloc((size_t)hp.n_vocab * sizeof(float));
     r.st.s = calloc((size_t)hp.n_layer + 2, sizeof(summary));
@@ -257,7 +274,7 @@ int q25tok_generate_command(int argc, char **argv)
     if (!rc) {
         q25_weights w = {rg.regions, (const void *const *)rg.mapped, rg.n, text, len};
         char missing[Q25_TENSOR_NAME_MAX] = "";
-        int st = q25_model_open(&r.m, &hp, &w, (uint32_t)n_ctx, n_batch, ws, size, missing);
+        int st = q25_model_open(&r.m, &hp, &w, (uint32_t)n_ctx, n_batch, (uint32_t)threads, ws, size, missing);
         if (st != Q25_OK) {
             fprintf(stderr, "q25tok: generate: %s%s%s\n", q25_strerror(st), missing[0] ? ": " : "", missing);
             rc = exit_code(st);
@@ -279,6 +296,7 @@ int q25tok_generate_command(int argc, char **argv)
         rc = generate(&r, ids, n_ids, steps);
     if (r.logits_out && fclose(r.logits_out) != 0 && !rc)
         rc = EXIT_IO;
+    q25_model_close(&r.m); /* joins the workers before their workspace goes */
     free(text);
     free(ws);
     free(r.logits);

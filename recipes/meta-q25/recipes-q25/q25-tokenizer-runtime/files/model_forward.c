@@ -14,14 +14,25 @@
  * at a time by q25_dequantize, and multiplied with every position of the batch while the row is
  * in the cache. Memory is the caller's workspace, bounded by q25_model_workspace: no weight
  * matrix is ever dequantised whole. Built with -ffp-contract=off (no fused multiply-add, on
- * the A53 as on the host). It calls libm (-lm), so it is not one of the q25tok_*.c files that
- * tools and tests link without it.
+ * the A53 as on the host). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
+ * of the q25tok_*.c files that tools and tests link without them.
+ *
+ * Threads (n_threads > 1 at q25_model_open): the chunk is still fetched by the calling thread
+ * alone (Device-memory rules, one reader), then its rows are split into n_threads contiguous
+ * ranges; the caller takes the first, the pool's n_threads - 1 workers the others, each with
+ * its own dequantised-row buffer, writing disjoint outputs. A row's arithmetic (q25_dequantize,
+ * then dot, in the same order) does not depend on who computes it: the results are bit for bit
+ * those of one thread. The workers are started at open and joined at q25_model_close; one
+ * mutex and two condition variables hand each chunk over (no thread is spawned per matmul).
  *
  * SPDX-License-Identifier: MIT
  */
+#define _POSIX_C_SOURCE 200809L
 #include "q25tok.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,19 +50,44 @@ struct q25_layer_weights {
 
 int q25_model_params_check(const q25_model_params *p); /* q25tok_params.c */
 
+/* ---- the thread pool (in the workspace when n_threads > 1) ----------------------------- */
+/* one chunk of one matmul: rows [0, nr) of raw, row r being output r0 + r */
+typedef struct job {
+    uint32_t type, n;
+    const uint8_t *raw;
+    uint64_t row_bytes, in, out, r0, nr;
+    const float *x, *bias;
+    float *y;
+} job;
+
+struct q25_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;  /* go: a new job (or stop) for the workers; done: pending hit 0 */
+    uint64_t gen;             /* bumped for every job handed over */
+    uint32_t n_threads, pending, stop, started;
+    job j;
+    int status[Q25_MAX_THREADS];
+    float *rows[Q25_MAX_THREADS]; /* rows[0] = m->row, the caller's */
+    pthread_t tid[Q25_MAX_THREADS];
+    struct worker {
+        struct q25_pool *pool;
+        uint32_t index;
+    } workers[Q25_MAX_THREADS];
+};
+
 /* ---- sizes --------------------------------------------------------------------------- */
 typedef struct layout {
-    uint64_t layers, kv, x, gate, scores, row, raw, total;
+    uint64_t layers, kv, x, gate, scores, row, raw, pool, rows, total;
 } layout;
 
 static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
 
 /* every count is bounded by q25_model_params_check, n_ctx and n_batch by 2^24: no product
  * below overflows 64 bits (the largest is 2 * 512 * 2^24 * 65536 * 4 < 2^63) */
-static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, layout *l)
+static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, uint32_t n_threads, layout *l)
 {
     if (q25_model_params_check(p) != Q25_OK || n_ctx < 1 || n_ctx > p->n_ctx_train || n_batch < 1
-        || n_batch > n_ctx)
+        || n_batch > n_ctx || n_threads < 1 || n_threads > Q25_MAX_THREADS)
         return 0;
     uint64_t kv_dim = (uint64_t)p->head_dim * p->n_head_kv, wide = p->n_ff > p->n_embd ? p->n_ff : p->n_embd;
     l->layers = align64((uint64_t)p->n_layer * sizeof(q25_layer_weights));
@@ -61,14 +97,17 @@ static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, lay
     l->scores = align64((uint64_t)n_ctx * sizeof(float));
     l->row = align64(wide * sizeof(float));
     l->raw = align64(wide * 4 > RAW_CHUNK ? wide * 4 : RAW_CHUNK); /* one F32 row at least */
-    l->total = l->layers + 2 * l->kv + 4 * l->x + 2 * l->gate + l->scores + 2 * l->row + l->raw + 64;
+    l->pool = n_threads > 1 ? align64(sizeof(struct q25_pool)) : 0;
+    l->rows = (uint64_t)(n_threads - 1) * l->row; /* the workers' dequantised rows */
+    l->total = l->layers + 2 * l->kv + 4 * l->x + 2 * l->gate + l->scores + 2 * l->row + l->raw + l->pool
+               + l->rows + 64;
     return l->total <= SIZE_MAX;
 }
 
-size_t q25_model_workspace(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch)
+size_t q25_model_workspace(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, uint32_t n_threads)
 {
     layout l;
-    return plan(p, n_ctx, n_batch, &l) ? (size_t)l.total : 0;
+    return plan(p, n_ctx, n_batch, n_threads, &l) ? (size_t)l.total : 0;
 }
 
 /* ---- opening: every tensor found and checked against the parameters ------------------ */
@@ -97,13 +136,17 @@ static int find(const q25_model *m, const char *name, uint64_t ne0, uint64_t ne1
     return Q25_OK;
 }
 
+static int pool_start(q25_model *m, struct q25_pool *p, uint32_t n_threads, float *rows, uint64_t row_stride);
+
 int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w, uint32_t n_ctx,
-                   uint32_t n_batch, void *workspace, size_t size, char missing[Q25_TENSOR_NAME_MAX])
+                   uint32_t n_batch, uint32_t n_threads, void *workspace, size_t size,
+                   char missing[Q25_TENSOR_NAME_MAX])
 {
     layout l;
-    if (!m || !p || !w || !w->regions || !w->mapped || (!w->table && w->table_len) || !workspace)
+    if (!m || !p || !w || !w->regions || !w->mapped || (!w->table && w->table_len) || !workspace || n_threads < 1
+        || n_threads > Q25_MAX_THREADS)
         return Q25_ERR_ARG;
-    if (!plan(p, n_ctx, n_batch, &l))
+    if (!plan(p, n_ctx, n_batch, n_threads, &l))
         return Q25_ERR_MODEL;
     if (size < l.total)
         return Q25_ERR_ARG;
@@ -125,8 +168,12 @@ int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w
     m->scores = (float *)b, b += l.scores;
     m->row = (float *)b, b += l.row;
     m->vec = (float *)b, b += l.row;
-    m->raw = b;
+    m->raw = b, b += l.raw;
     m->raw_cap = (size_t)l.raw;
+    m->n_threads = n_threads;
+    struct q25_pool *pool = n_threads > 1 ? (struct q25_pool *)b : NULL;
+    b += l.pool;
+    float *rows = (float *)b; /* n_threads - 1 rows of l.row bytes */
 
     const uint64_t e = p->n_embd, kv = (uint64_t)p->head_dim * p->n_head_kv, ff = p->n_ff;
     int st = find(m, "token_embd.weight", e, p->n_vocab, &m->embd, missing);
@@ -160,6 +207,10 @@ int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w
             st = find(m, name, want[k].ne0, want[k].ne1, want[k].t, missing);
         }
     }
+    if (st == Q25_OK && pool)
+        st = pool_start(m, pool, n_threads, rows, l.row / sizeof(float));
+    if (st != Q25_OK)
+        m->layers = NULL; /* not open: q25_model_eval refuses it, q25_model_close has nothing to do */
     return st;
 }
 
@@ -196,8 +247,141 @@ static float dot(const float *restrict a, const float *restrict b, size_t n)
     return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
 }
 
+/* rows [a, b) of a fetched chunk: each dequantised into row, then dotted with every vector */
+static int chunk_rows(const job *c, uint64_t a, uint64_t b, float *row)
+{
+    for (uint64_t r = a; r < b; r++) {
+        if (q25_dequantize(c->type, c->raw + r * c->row_bytes, (size_t)c->in, row) != Q25_OK)
+            return Q25_ERR_ARG;
+        const float bias = c->bias ? c->bias[c->r0 + r] : 0.0f;
+        for (uint32_t j = 0; j < c->n; j++) {
+            float v = dot(row, c->x + (size_t)j * c->in, (size_t)c->in);
+            c->y[(size_t)j * c->out + c->r0 + r] = c->bias ? v + bias : v;
+        }
+    }
+    return Q25_OK;
+}
+
+/* thread i of n takes rows [nr * i / n, nr * (i + 1) / n) of the chunk (nr * i fits: nr is at
+ * most RAW_CHUNK or a row's floats, i < Q25_MAX_THREADS) */
+static uint64_t split(uint64_t nr, uint32_t i, uint32_t n) { return nr * i / n; }
+
+static void *pool_worker(void *arg)
+{
+    struct worker *wk = arg;
+    struct q25_pool *p = wk->pool;
+    const uint32_t i = wk->index;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->gen == seen && !p->stop)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->gen;
+        const job c = p->j;
+        pthread_mutex_unlock(&p->mu);
+        const int st = chunk_rows(&c, split(c.nr, i, p->n_threads), split(c.nr, i + 1, p->n_threads), p->rows[i]);
+        pthread_mutex_lock(&p->mu);
+        p->status[i] = st;
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* stops and joins the workers started so far, and frees the pool's primitives */
+static void pool_stop(struct q25_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 1; i <= p->started; i++)
+        pthread_join(p->tid[i], NULL);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->go);
+    pthread_mutex_destroy(&p->mu);
+}
+
+/* n_threads - 1 workers, with every signal blocked (signals go to the caller's thread) */
+static int pool_start(q25_model *m, struct q25_pool *p, uint32_t n_threads, float *rows, uint64_t row_stride)
+{
+    p->n_threads = n_threads;
+    p->gen = 0;
+    p->pending = p->stop = p->started = 0;
+    p->rows[0] = m->row;
+    for (uint32_t i = 1; i < n_threads; i++) {
+        p->rows[i] = rows + (size_t)(i - 1) * row_stride;
+        p->workers[i].pool = p;
+        p->workers[i].index = i;
+    }
+    if (pthread_mutex_init(&p->mu, NULL) != 0)
+        return Q25_ERR_THREADS;
+    if (pthread_cond_init(&p->go, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        return Q25_ERR_THREADS;
+    }
+    if (pthread_cond_init(&p->done, NULL) != 0) {
+        pthread_cond_destroy(&p->go);
+        pthread_mutex_destroy(&p->mu);
+        return Q25_ERR_THREADS;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    const int masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
+    int st = Q25_OK;
+    for (uint32_t i = 1; st == Q25_OK && i < n_threads; i++) {
+        if (pthread_create(&p->tid[i], NULL, pool_worker, &p->workers[i]) != 0)
+            st = Q25_ERR_THREADS;
+        else
+            p->started = i;
+    }
+    if (masked)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (st != Q25_OK)
+        pool_stop(p);
+    else
+        m->pool = p;
+    return st;
+}
+
+void q25_model_close(q25_model *m)
+{
+    if (!m)
+        return;
+    if (m->pool)
+        pool_stop(m->pool);
+    m->pool = NULL;
+    m->layers = NULL;
+}
+
+/* one fetched chunk: by the caller alone, or split among the pool's threads */
+static int run_chunk(q25_model *m, const job *c)
+{
+    struct q25_pool *p = m->pool;
+    if (!p)
+        return chunk_rows(c, 0, c->nr, m->row);
+    pthread_mutex_lock(&p->mu);
+    p->j = *c;
+    p->pending = p->n_threads - 1;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    int st = chunk_rows(c, 0, split(c->nr, 1, p->n_threads), m->row);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending)
+        pthread_cond_wait(&p->done, &p->mu);
+    for (uint32_t i = 1; i < p->n_threads; i++)
+        st = st == Q25_OK ? p->status[i] : st;
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
 /* y[j][r] = row r of t . x[j] (+ bias[r]) for the n vectors of x (t->ne[0] each): the
- * rows come out of the region a chunk at a time and are dequantised one at a time */
+ * rows come out of the region a chunk at a time (by this thread: fetch) and are dequantised
+ * one at a time, by this thread or split among the pool's */
 static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n, float *y, const float *bias)
 {
     uint32_t be, bb;
@@ -205,19 +389,16 @@ static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n,
         return Q25_ERR_ARG;
     const uint64_t in = t->ne[0], out = t->ne[1], row_blocks = in / be, row_bytes = row_blocks * bb;
     const uint64_t per = m->raw_cap / row_bytes; /* >= 1: raw_cap holds a float32 row of the widest */
+    job c = {t->type, n, m->raw, row_bytes, in, out, 0, 0, x, bias, y};
     for (uint64_t r0 = 0; r0 < out; r0 += per) {
         const uint64_t nr = out - r0 < per ? out - r0 : per;
         if (fetch(m, t, r0 * row_blocks, nr * row_blocks) != Q25_OK)
             return Q25_ERR_ARG;
-        for (uint64_t r = 0; r < nr; r++) {
-            if (q25_dequantize(t->type, m->raw + r * row_bytes, (size_t)in, m->row) != Q25_OK)
-                return Q25_ERR_ARG;
-            const float b = bias ? bias[r0 + r] : 0.0f;
-            for (uint32_t j = 0; j < n; j++) {
-                float v = dot(m->row, x + (size_t)j * in, (size_t)in);
-                y[(size_t)j * out + r0 + r] = bias ? v + b : v;
-            }
-        }
+        c.r0 = r0;
+        c.nr = nr;
+        int st = run_chunk(m, &c);
+        if (st != Q25_OK)
+            return st;
     }
     return Q25_OK;
 }

@@ -3,9 +3,10 @@
  *
  * Opens a Q25TOKRT runtime image in place (see docs/runtime-image.md), and encodes UTF-8
  * text to Qwen2 token ids exactly as llama.cpp's llama_tokenize(add_special=false) does,
- * and decodes ids back to bytes. C11, libc only. The library never allocates: views live in
- * caller-provided structs, encoding works in a caller-provided scratch buffer, and every
- * read of the image is bounds-checked, whatever the image contains.
+ * and decodes ids back to bytes. C11, libc only (and POSIX threads for the forward pass's
+ * workers). The library never allocates: views live in caller-provided structs, encoding
+ * works in a caller-provided scratch buffer, and every read of the image is bounds-checked,
+ * whatever the image contains.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -39,7 +40,8 @@ enum q25_status {
     Q25_ERR_TABLE = -12,       /* a region or tensor table line is malformed */
     Q25_ERR_NOT_FOUND = -13,   /* no tensor of that name in the tensor table */
     Q25_ERR_UNSUPPORTED = -14, /* a ggml type q25_dequantize does not know */
-    Q25_ERR_MODEL = -15        /* model parameters malformed, out of bounds, or not the tensors' shapes */
+    Q25_ERR_MODEL = -15,       /* model parameters malformed, out of bounds, or not the tensors' shapes */
+    Q25_ERR_THREADS = -16      /* q25_model_open could not start its worker threads */
 };
 
 /* flags */
@@ -293,8 +295,10 @@ int q25_dequantize(uint32_t type, const void *src, size_t n, float *dst);
  * n_head, n_head_kv, head_dim, n_rot, rope_freq_base, rms_eps, tied_output, n_ctx_train.
  * q25_model_params_parse reads and bounds them (no allocation); q25_model_open checks them
  * against every tensor's type, shape and place in its region before any weight is read.
- * model_forward.c calls libm (expf, sinf, cosf, powf, sqrtf): link with -lm. */
+ * model_forward.c calls libm (expf, sinf, cosf, powf, sqrtf) and POSIX threads: link with
+ * -lm -pthread. */
 #define Q25_MAX_LAYERS 512
+#define Q25_MAX_THREADS 64 /* n_threads of q25_model_workspace / q25_model_open: 1..64 */
 
 typedef struct q25_model_params {
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab, n_ctx_train;
@@ -315,31 +319,49 @@ typedef struct q25_weights {
     size_t table_len;
 } q25_weights;
 
-typedef struct q25_layer_weights q25_layer_weights; /* q25tok_forward.c */
+typedef struct q25_layer_weights q25_layer_weights; /* model_forward.c */
+typedef struct q25_pool q25_pool;                   /* model_forward.c: the worker threads */
 
-/* A model opened on a caller's workspace: the library allocates nothing. The workspace holds
- * the KV cache (2 x n_layer x n_ctx x n_kv floats), one batch of activations, one row of
- * dequantised weights and a bounded chunk of raw blocks: never a whole weight matrix. */
+/* A model opened on a caller's workspace: the library allocates nothing (but the stacks of
+ * its worker threads, which pthread_create allocates). The workspace holds the KV cache
+ * (2 x n_layer x n_ctx x n_kv floats), one batch of activations, one row of dequantised
+ * weights per thread, a bounded chunk of raw blocks (never a whole weight matrix) and, with
+ * n_threads > 1, the pool's state. The struct and the workspace must stay where they are
+ * from q25_model_open to q25_model_close. */
 typedef struct q25_model {
     q25_model_params hp;
     q25_weights w;
-    uint32_t n_ctx, n_batch, n_past;
+    uint32_t n_ctx, n_batch, n_past, n_threads;
     q25_tensor embd, out_norm, output; /* output: token_embd's copy when tied */
     q25_layer_weights *layers;
     float *k_cache, *v_cache, *x, *xn, *q, *att, *gate, *up, *scores, *row, *vec;
     uint8_t *raw;
     size_t raw_cap;
+    q25_pool *pool; /* NULL with one thread */
 } q25_model;
 
-/* Workspace bytes for n_ctx positions and batches of n_batch tokens; 0 when the parameters
- * are out of bounds or the size does not fit size_t. */
-size_t q25_model_workspace(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch);
-/* Q25_OK; Q25_ERR_MODEL: parameters out of bounds or not a tensor's shape (or tied_output=1
+/* Workspace bytes for n_ctx positions, batches of n_batch tokens and n_threads threads
+ * (1..Q25_MAX_THREADS; each further thread adds one row of floats of the widest matrix and,
+ * from 2, the pool's state: a few KiB); 0 when the parameters are out of bounds or the size
+ * does not fit size_t. */
+size_t q25_model_workspace(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, uint32_t n_threads);
+/* Opens the model for n_threads threads (the workspace sized for as many): with n_threads > 1
+ * it starts n_threads - 1 workers (signals blocked) that q25_model_eval hands the rows of each
+ * fetched chunk to; the calling thread fetches every chunk itself (the region is read as with
+ * one thread) and takes its share of the rows. Results are bit for bit the same for any
+ * n_threads. n_threads = 1 starts no thread. Every successful open wants a q25_model_close.
+ * Q25_OK; Q25_ERR_MODEL: parameters out of bounds or not a tensor's shape (or tied_output=1
  * with an output.weight); Q25_ERR_NOT_FOUND: a tensor missing (its name in `missing`, if
  * given); Q25_ERR_TABLE: a malformed table line, or a tensor outside its region's partition;
- * Q25_ERR_UNSUPPORTED: a type q25_dequantize does not know; Q25_ERR_ARG: a workspace too small. */
+ * Q25_ERR_UNSUPPORTED: a type q25_dequantize does not know; Q25_ERR_ARG: a workspace too
+ * small or n_threads out of range; Q25_ERR_THREADS: a worker could not be started (none is
+ * left running). On any error nothing is left to close. */
 int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w, uint32_t n_ctx,
-                   uint32_t n_batch, void *workspace, size_t size, char missing[Q25_TENSOR_NAME_MAX]);
+                   uint32_t n_batch, uint32_t n_threads, void *workspace, size_t size,
+                   char missing[Q25_TENSOR_NAME_MAX]);
+/* Stops and joins the workers (none with one thread); the model is closed: q25_model_eval
+ * refuses it (Q25_ERR_ARG) and the workspace may be freed. NULL or a closed model: nothing. */
+void q25_model_close(q25_model *m);
 
 /* Called with the hidden state (n_embd floats) of the last position of the ids evaluated:
  * layer -1 is the token embedding (layer 0's input), 0..n_layer-1 the residual stream after
@@ -347,7 +369,7 @@ int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w
 typedef void (*q25_layer_fn)(void *arg, int layer, const float *hidden, uint32_t n_embd);
 
 /* Appends n ids at positions n_past.. (the KV cache keeps them) and writes the logits of the
- * last one (n_vocab floats). Q25_ERR_TOKEN_ID for an id >= n_vocab, Q25_ERR_OUT_CAPACITY past
+ * last one (n_vocab floats). One caller at a time per model (fn runs on the calling thread). Q25_ERR_TOKEN_ID for an id >= n_vocab, Q25_ERR_OUT_CAPACITY past
  * n_ctx, Q25_ERR_ARG for a read outside a region. */
 int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg);
 

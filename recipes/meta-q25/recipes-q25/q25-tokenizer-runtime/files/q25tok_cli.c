@@ -47,7 +47,7 @@ static const char *usage_text =
     "       q25tok dequant TYPE FILE   (ggml blocks to float32 on stdout)\n"
     "       q25tok tensor TENSOR_TABLE NAME\n"
     "       q25tok probe [--mem PATH] [--dt DIR | --files] REGION_TABLE TENSOR_TABLE [ID...]\n"
-    "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N]\n"
+    "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--threads N]\n"
     "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
     "       q25tok compare EXPECTED PROMPT DUMP   (a generate --dump-layers against q25-forward.txt)\n"
     "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,\n"

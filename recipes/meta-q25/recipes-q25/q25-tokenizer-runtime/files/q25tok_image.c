@@ -38,6 +38,7 @@ const char *q25_strerror(int status)
     case Q25_ERR_NOT_FOUND: return "no such tensor in the tensor table";
     case Q25_ERR_UNSUPPORTED: return "ggml type not supported by q25_dequantize";
     case Q25_ERR_MODEL: return "model parameters malformed, out of bounds, or not the tensors' shapes";
+    case Q25_ERR_THREADS: return "cannot start the worker threads";
     default: return "unknown error";
     }
 }
