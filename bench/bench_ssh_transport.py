@@ -36,8 +36,8 @@ from ssh_throughput import client_cpu, connect, cpu_seconds, download, in_parall
 from sshd import keygen  # noqa: E402
 
 from q25deploy.board.boardfile import load_board  # noqa: E402
-from q25deploy.deploy.connection import Board  # noqa: E402
-from q25deploy.deploy.hosts import HostSpec  # noqa: E402
+from q25deploy.deploy.transport.connection import Board  # noqa: E402
+from q25deploy.deploy.transport.hosts import HostSpec  # noqa: E402
 from q25deploy.resources import data_dir  # noqa: E402
 
 METRICS = ("MB/s", "board CPU ms/MB", "client CPU ms/MB")

@@ -15,8 +15,8 @@ from board_fixtures import wait_until
 from dropbear_default import apply_window, oe_dropbear_files, window_function
 
 from q25deploy.cli import main
-from q25deploy.deploy.connection import Board
-from q25deploy.deploy.hosts import HostSpec
+from q25deploy.deploy.transport.connection import Board
+from q25deploy.deploy.transport.hosts import HostSpec
 from q25deploy.packer.dropbear import BBAPPEND
 
 TARGETS = Path(__file__).resolve().parents[3] / "targets"
@@ -104,8 +104,8 @@ def test_uploads_in_parallel_survive_dropbears_early_channel_close(board, transp
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from q25deploy.deploy import openssh
-    from q25deploy.deploy.sshboard import OpenSshBoard
+    from q25deploy.deploy.transport import openssh
+    from q25deploy.deploy.transport.sshboard import OpenSshBoard
 
     spec = HostSpec("127.0.0.1", "root", board.port)
     if transport == "openssh":
