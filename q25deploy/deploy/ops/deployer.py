@@ -41,8 +41,7 @@ from ..state.boardfiles import STATE_NAME, BoardFiles
 from ..state.forward_known import recorded
 from ..state.release import STATE_FORMAT, Release, plan_transfer
 from ..transport import interrupt
-from ..transport.boardbase import HASH_FILES
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import HASH_FILES, BoardSession
 from ..transport.host_result import HostResult
 from . import receiver
 
@@ -94,7 +93,7 @@ PROMOTE = (
 )
 
 
-def preflight(board: Board, files: BoardFiles, *, expect_arch: str | None, need_bytes: int) -> None:
+def preflight(board: BoardSession, files: BoardFiles, *, expect_arch: str | None, need_bytes: int) -> None:
     _, out, _ = board.run(["sh", "-c", PREFLIGHT, "sh", files.path("releases"), files.base], check=False)
     words = out.decode("utf-8", "replace").split()
     arch = words[0] if words else "unknown"
@@ -118,7 +117,7 @@ class Flows(Protocol):
 
 
 def deploy(
-    board: Board,
+    board: BoardSession,
     files: BoardFiles,
     release: Release,
     *,
@@ -185,7 +184,7 @@ def deploy(
         return res
 
 
-def stopped(board: Board, files: BoardFiles | None, res: HostResult, staged: str = "") -> HostResult:
+def stopped(board: BoardSession, files: BoardFiles | None, res: HostResult, staged: str = "") -> HostResult:
     """A board that Ctrl-C stopped before its switch: what this run staged is removed (where the
     session still answers; else the next run's preflight does) and the result says the board
     is as it was."""
@@ -227,7 +226,7 @@ def _check_deployed(files: BoardFiles, res: HostResult, state: dict, smoke, load
 
 
 def _stage(
-    board: Board,
+    board: BoardSession,
     files: BoardFiles,
     release: Release,
     transfer,
@@ -292,7 +291,7 @@ def _stage(
     return staging, bool(repair)
 
 
-def _drop(board: Board, staging: str) -> None:
+def _drop(board: BoardSession, staging: str) -> None:
     """Remove a failed staging directory if the board still answers (else the next run does)."""
     try:
         board.run(["rm", "-rf", staging], check=False)
@@ -300,7 +299,7 @@ def _drop(board: Board, staging: str) -> None:
         pass  # a cut connection: the error that matters is the one being raised
 
 
-def _bad_links(board: Board, kept: list[tuple], progress) -> list:
+def _bad_links(board: BoardSession, kept: list[tuple], progress) -> list:
     """Of the files to link, ``(file, the board's kept copy)``, those whose copy no longer
     matches their digest: sent again as new files, not linked. The kept copy is left as it is:
     the receivers write only a new file, never through a link (issue 44)."""
@@ -388,7 +387,7 @@ def failure_reason(smoke: dict, limit: int = 200) -> str:
 
 
 def rollback(
-    board: Board, files: BoardFiles, state: dict | None = None, load: Callable[[], dict] | None = None
+    board: BoardSession, files: BoardFiles, state: dict | None = None, load: Callable[[], dict] | None = None
 ) -> HostResult:
     """Back to the previous release (call under ``files.lock()``)."""
     res = HostResult(board.spec.name)
@@ -416,7 +415,7 @@ def rollback(
     return res
 
 
-def status(board: Board, files: BoardFiles, device_tree: str | None = None, also: str | None = None) -> dict:
+def status(board: BoardSession, files: BoardFiles, device_tree: str | None = None, also: str | None = None) -> dict:
     """The board's releases; with ``device_tree``, its reserved memory is read in the same command
     (``files.live_reserved``), and so is ``also`` (``files.also_read``)."""
     state, pending, link = files.snapshot(device_tree, also)  # a pending switch: the next deploy or rollback settles it

@@ -33,8 +33,7 @@ from ..state.trusted_q25tok import Unverified, release_q25tok
 from ..transport import interrupt, openssh, reach, sshboard
 from ..transport.become import check as check_become
 from ..transport.become import prefix as become_prefix
-from ..transport.boardbase import BoardBase as Board
-from ..transport.boardbase import known_hosts_path
+from ..transport.boardbase import BoardSession, known_hosts_path
 from ..transport.host_result import HostResult
 from ..transport.hosts import HostSpec
 from .deployer import BoardFiles, deploy, failure_reason, rollback, status
@@ -121,10 +120,10 @@ class Fleet:
         return release_from_build(self.opts.build_dir, rb)
 
     # -- per host -------------------------------------------------------------------------
-    def _connect(self, spec: HostSpec) -> Board:
+    def _connect(self, spec: HostSpec) -> BoardSession:
         """The session: OpenSSH's ``ssh`` alone where it can carry it (see :mod:`.sshboard`), else
         paramiko (imported only then: fabric, paramiko and cryptography are a slow import)."""
-        board: Board | None = None
+        board: BoardSession | None = None
         why = ""
         pending = self.pending.pop(spec.name, None)
         if pending is None:
@@ -136,7 +135,7 @@ class Fleet:
         )
         if client is not None:
             try:
-                board = sshboard.OpenSshBoard(
+                board = sshboard.OpenSshSession(
                     spec,
                     client,
                     identity=self.opts.identity,
@@ -148,9 +147,9 @@ class Fleet:
             except openssh.Unavailable as e:  # ssh cannot be told what paramiko would use, or did not log in
                 board, why = None, str(e)
         if board is None:
-            from ..transport.connection import Board as ParamikoBoard
+            from ..transport.connection import ParamikoSession
 
-            board = ParamikoBoard(
+            board = ParamikoSession(
                 spec,
                 identity=self.opts.identity,
                 known_hosts=self.opts.known_hosts,
@@ -185,7 +184,7 @@ class Fleet:
             except OSError as e:
                 raise DeployError(f"{path}: cannot create the known_hosts file: {e.strerror}") from None
 
-    def _files(self, board: Board) -> BoardFiles:
+    def _files(self, board: BoardSession) -> BoardFiles:
         # {host} {port} {user} give each board its own root when several share a machine
         spec = board.spec
         root = (
@@ -196,7 +195,9 @@ class Fleet:
         return BoardFiles(board, root, self.install_dir)
 
     @contextmanager
-    def _q25tok(self, board: Board, files: BoardFiles, listed: dict | None, own: str | None = None) -> Iterator[str]:
+    def _q25tok(
+        self, board: BoardSession, files: BoardFiles, listed: dict | None, own: str | None = None
+    ) -> Iterator[str]:
         """The q25tok this board's commands run (:mod:`.trusted_q25tok`). When the current
         release's record (``listed``: the state file's, or the image's assets) names a q25tok, a
         private copy of it: of this machine's digest when it is that one (``own``, the file this
@@ -254,7 +255,7 @@ class Fleet:
         return first_prompts(record, n)
 
     @contextmanager
-    def _switching(self, spec: HostSpec, board: Board) -> Iterator[None]:
+    def _switching(self, spec: HostSpec, board: BoardSession) -> Iterator[None]:
         """Records ``spec`` in :attr:`past_switch` when its board's switch began (it is shielded)."""
         try:
             yield
@@ -352,7 +353,7 @@ class Fleet:
             return res
 
     @staticmethod
-    def _owners(board: Board, files: BoardFiles):
+    def _owners(board: BoardSession, files: BoardFiles):
         """The owners check (:mod:`.owners`) the lock's holder runs before it takes the lock."""
         return lambda run: owners.check(board, files.base, writes=True, run=run)
 
@@ -380,7 +381,7 @@ class Fleet:
         why = unheld(pmap["regions"], files.live_reserved)
         return {"reserved": not why, "unreserved": [{"node": r["node"], "why": w} for r, w in why]}
 
-    def _load(self, board: Board, files: BoardFiles, own: str | None = None):
+    def _load(self, board: BoardSession, files: BoardFiles, own: str | None = None):
         """``q25tok load`` with the q25tok :meth:`_q25tok` chooses for the release current is
         then (after a switch, or after switching back: read from the state file)."""
 

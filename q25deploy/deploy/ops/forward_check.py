@@ -22,7 +22,7 @@ from ...common import is_sha256
 from ...layout import REGION_TABLE, TENSOR_TABLE
 from ...model.record_compare import first_difference, parse_dump
 from ..state.forward_known import forward_key
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import BoardSession
 
 EXIT_USAGE = 2  # q25tok: an unknown command (an image older than generate)
 GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
@@ -46,7 +46,7 @@ def generate_script(q25tok: str, source: list[str], tables: list[str], steps: in
 
 
 def forward_step(
-    board: Board,
+    board: BoardSession,
     report: Report,
     cur: str,
     q25tok: str,
@@ -86,7 +86,7 @@ def forward_step(
 
 
 def check_forward(
-    board: Board, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
+    board: BoardSession, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
 ) -> bool:
     """Runs the forward pass on the board and adds one check per smoke prompt to ``report``
     (``record``: the build's forward record, already known to be of the board's model); True

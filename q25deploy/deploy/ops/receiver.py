@@ -29,7 +29,7 @@ from contextlib import ExitStack
 
 from ...layout import RUNTIME_BIN
 from ..state.trusted_q25tok import Unverified, release_q25tok
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import BoardSession
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # each argument a q25tok to try; prints the first that receives into a new file (in a directory
@@ -44,7 +44,7 @@ PROBE = (
 )
 
 
-def probe(board: Board, candidates: Sequence[str]) -> str | None:
+def probe(board: BoardSession, candidates: Sequence[str]) -> str | None:
     """The first of ``candidates`` that works as a receiver on the board, or None."""
     candidates = [c for c in dict.fromkeys(candidates) if c]
     if not candidates:
@@ -55,7 +55,7 @@ def probe(board: Board, candidates: Sequence[str]) -> str | None:
 
 
 def choose(
-    board: Board,
+    board: BoardSession,
     candidates: Sequence[str],
     uploads: list,
     staged: Callable[[str], str],

@@ -23,8 +23,7 @@ from ...errors import Q25Error
 from ...plugin.routing import board_hooks
 from ...tokenizer.prompts import SMOKE_PROMPTS
 from ..state.residency import differing_tensors, verify
-from ..transport.boardbase import HASH_FILES
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import HASH_FILES, BoardSession
 from .deployer import BoardFiles
 from .forward_check import forward_step
 
@@ -62,7 +61,7 @@ class _Report:
 
 
 def smoke_test(
-    board: Board,
+    board: BoardSession,
     files: BoardFiles,
     *,
     expected: Sequence[list[int]],
@@ -133,7 +132,7 @@ def plugin_checks(pm, target) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def run_plugin_checks(board: Board, report: _Report, checks: Sequence[tuple[str, str | None, str]]) -> None:
+def run_plugin_checks(board: BoardSession, report: _Report, checks: Sequence[tuple[str, str | None, str]]) -> None:
     for name, command, why in checks:
         if command is None:
             report.check(name, False, why)
@@ -152,7 +151,7 @@ echo "@@special"; if [ -n "$special" ]; then "$q" encode --special "$img" $speci
 rm -rf "$d"; exit $st"""
 
 
-def _check_ids(board: Board, report: _Report, expected: Sequence[list[int]], q25tok: str, image: str) -> None:
+def _check_ids(board: BoardSession, report: _Report, expected: Sequence[list[int]], q25tok: str, image: str) -> None:
     """Every smoke prompt encoded on the board (in two q25tok calls) gives the ``expected`` ids
     (the host codec's, see :mod:`.expected`)."""
     args = []
@@ -185,7 +184,7 @@ def _ids_differ(got: list[int] | None, want: list[int], err: bytes) -> str:
     return f"id {k} of {len(want)}: board {got[k : k + 8]} ({len(got)} ids), host {want[k : k + 8]}"
 
 
-def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dict]) -> None:
+def _check_partitions(board: BoardSession, report: _Report, cur: str, regions: list[dict]) -> None:
     if regions:
         paths = {posixpath.join(cur, r["file"]): r["file"] for r in regions}
         status, out, _ = board.run(["sh", "-c", HASH_FILES, "sh", *paths], check=False, timeout=3600)
@@ -194,7 +193,7 @@ def _check_partitions(board: Board, report: _Report, cur: str, regions: list[dic
         report.check("partition sha256", status == 0 and not bad, ", ".join(bad))
 
 
-def _check_device_tree(board: Board, report: _Report, device_tree: str, regions: list[dict]) -> None:
+def _check_device_tree(board: BoardSession, report: _Report, device_tree: str, regions: list[dict]) -> None:
     """The running kernel's device tree reserves every planned region at its base and size."""
     for r in regions:
         status, out, _ = board.run(["cat", f"{device_tree}/reserved-memory/{r['node']}/reg"], check=False)
@@ -238,7 +237,7 @@ def _check_residency(report: _Report, resident: dict, pmap: dict) -> None:
 
 
 def _check_probe(
-    board: Board, report: _Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict, pmap: dict
+    board: BoardSession, report: _Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict, pmap: dict
 ) -> None:
     """``q25tok probe`` (one board command) reads the resident regions' first and last blocks
     of every tensor and the smoke ids' embedding rows, dequantized: the digests equal the

@@ -15,7 +15,7 @@ import re
 from ... import schema
 from ...common import json_bytes
 from ...errors import DeployError, SchemaError
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import BoardSession
 from .boardlock import LOCK_NAME, board_lock
 from .reserved import LISTING, parse_listing, split_listing
 
@@ -84,7 +84,7 @@ class BoardFiles:
     """Paths on one board under ``base``: the install directory, under the remote root (a
     chroot or data partition) when one is given. Nothing else is prefixed by the remote root."""
 
-    def __init__(self, board: Board, remote_root: str, install_dir: str) -> None:
+    def __init__(self, board: BoardSession, remote_root: str, install_dir: str) -> None:
         self.board = board
         root = _plain(remote_root, "remote root") if remote_root else ""
         self.root = "/" + root if root else ""

@@ -25,8 +25,7 @@ from contextlib import contextmanager
 from ...errors import DeployError
 from ..transport.agent import PLAIN, SERVE, Agent
 from ..transport.become import hint as become_hint
-from ..transport.boardbase import COMMAND_TIMEOUT, lost_errors
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import COMMAND_TIMEOUT, BoardSession, lost_errors
 from ..transport.openssh import last_line
 
 LOCK_NAME = ".q25deploy.lock"
@@ -97,7 +96,9 @@ def _describe(record: str) -> str:
 
 
 @contextmanager
-def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT, first: First | None = None) -> Iterator[None]:
+def board_lock(
+    board: BoardSession, path: str, *, wait: float = LOCK_WAIT, first: First | None = None
+) -> Iterator[None]:
     """Hold the board's lock at ``path`` for the duration of the block; its holder is the
     session's agent (every ``board.run`` of the block goes through it). ``first(run)`` is called
     before each attempt to take the lock, with a ``run(argv)`` (status, stdout, stderr) through
@@ -136,7 +137,7 @@ def board_lock(board: Board, path: str, *, wait: float = LOCK_WAIT, first: First
         yield
 
 
-def _ask(board: Board, agent: Agent, first: First, path: str) -> None:
+def _ask(board: BoardSession, agent: Agent, first: First, path: str) -> None:
     """The holder's one command before the lock, then "go"; the agent is closed if ``first`` refuses."""
     try:
         try:
@@ -160,7 +161,7 @@ def _ask(board: Board, agent: Agent, first: First, path: str) -> None:
 
 
 @contextmanager
-def board_session(board: Board) -> Iterator[None]:
+def board_session(board: BoardSession) -> Iterator[None]:
     """Every ``board.run`` of the block through one agent, without the lock (read-only work)."""
     take = getattr(board, "take_agent", None)  # the session's own shell, where it runs one
     chan = (take() if take else None) or board.start(["sh", "-c", PLAIN, "sh"], LOCK_MAX_AGE)

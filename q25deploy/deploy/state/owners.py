@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from ...errors import DeployError
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import BoardSession
 from ..transport.openssh import last_line
 from .boardfiles import INTENT_NAME, STATE_NAME
 
@@ -220,7 +220,7 @@ def _user_refusal(listing: Listing, install_dir: str, user: str) -> str | None:
     return None
 
 
-def check(board: Board, install_dir: str, *, writes: bool, run=None) -> None:
+def check(board: BoardSession, install_dir: str, *, writes: bool, run=None) -> None:
     """Refuse, in one line, an install dir this session may not use (see the module text).
     Root installs with ``--become`` or a root login; a deploy user's session is checked only
     where it ``writes`` (deploy, rollback): reading another's install dir changes nothing.

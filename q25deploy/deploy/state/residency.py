@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ...layout import REGION_TABLE as TABLE
 from ..transport.become import hint as become_hint
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import BoardSession
 
 EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes differ
 
@@ -52,7 +52,7 @@ exit $st"""
 
 
 def run_q25tok(
-    board: Board, files, command: str, q25tok: str, *, memory: str, device_tree: str, stamp: str = ""
+    board: BoardSession, files, command: str, q25tok: str, *, memory: str, device_tree: str, stamp: str = ""
 ) -> dict:
     """``q25tok load|verify`` on ``current``'s region table through ``memory`` (``/dev/mem``),
     checked against ``device_tree``; per-region results (a load this boot already did: cached).
@@ -153,15 +153,15 @@ def differing_tensors(region: dict, pmap: dict) -> str:
     return "; ".join(x for x in [text, *(n for n in notes if n != "more")] if x)
 
 
-def load(board: Board, files, q25tok: str, **paths: str) -> dict:
+def load(board: BoardSession, files, q25tok: str, **paths: str) -> dict:
     return run_q25tok(board, files, "load", q25tok, **paths)
 
 
-def verify(board: Board, files, q25tok: str, **paths: str) -> dict:
+def verify(board: BoardSession, files, q25tok: str, **paths: str) -> dict:
     return run_q25tok(board, files, "verify", q25tok, **paths)
 
 
-def held(board: Board, files, q25tok: str, *, read_back: bool = False, **paths: str) -> dict:
+def held(board: BoardSession, files, q25tok: str, *, read_back: bool = False, **paths: str) -> dict:
     """What ``status`` reports of the regions: this boot's load record when it names the
     current region table (``cached``: not read again), else (or with ``read_back``) what
     ``q25tok verify`` reads back. Nothing on the board is written."""

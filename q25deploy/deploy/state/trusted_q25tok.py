@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ...errors import DeployError
-from ..transport.boardbase import BoardBase as Board
+from ..transport.boardbase import BoardSession
 
 # $1 the release's q25tok, $2 its sha256, $3 the record naming it ("-": the workstation's own):
 # prints the private copy. The record is opened once (fd 4) and what is checked (owner, mode,
@@ -56,7 +56,7 @@ class Unverified(DeployError):
 
 
 @contextmanager
-def release_q25tok(board: Board, path: str, sha256: str, record: str = "-") -> Iterator[str]:
+def release_q25tok(board: BoardSession, path: str, sha256: str, record: str = "-") -> Iterator[str]:
     """A private copy of the release's ``path`` whose sha256 is ``sha256`` (the workstation's
     digest, or one the board's root-written ``record`` names), for the block's commands
     (removed after); :class:`Unverified` when the board's file or record is not that."""

@@ -5,7 +5,7 @@ or doas for the install directory, ``/dev/mem`` (``q25tok load/verify``), the bo
 and ``sync`` (board file ``[ssh] become``, ``--become`` on the command line). ``-n``: the
 board must never ask for a password (nothing would answer; a deploy would hang), so a rule
 that wants one is refused here, at connect time, with what to configure on the board. Pure
-text and one probe; :class:`~q25deploy.deploy.transport.connection.Board` puts the prefix on commands.
+text and one probe; :class:`~q25deploy.deploy.transport.connection.ParamikoSession` puts the prefix on commands.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def unknown_key(spec: HostSpec, known_hosts: str) -> HostKeyError:
     )
 
 
-class BoardBase:
+class BoardSession:
     """A connected board (a context manager); subclasses open channels (``start``, ``_exec``)
     and send files (``upload``, ``expect_upload``)."""
 

@@ -30,7 +30,7 @@ from .boardbase import (
     HASHER,
     RECEIVE,
     UPLOAD_TIMEOUT,
-    BoardBase,
+    BoardSession,
     changed_key,
     known_hosts_path,
     unknown_key,
@@ -40,7 +40,7 @@ from .identity import encrypted, refused
 from .limits import MAX_ANSWER, keep_tail, too_large
 from .session import CHANNEL_WINDOW, CIPHERS, MACS, MAX_PACKET, RecordNewHost, transport_factory
 
-__all__ = ["COMMAND_TIMEOUT", "HASHER", "HASH_FILES", "RECEIVE", "UPLOAD_TIMEOUT", "Board"]
+__all__ = ["COMMAND_TIMEOUT", "HASHER", "HASH_FILES", "RECEIVE", "UPLOAD_TIMEOUT", "ParamikoSession"]
 CHUNK = 1 << 20
 
 
@@ -52,7 +52,7 @@ def _close(chan) -> None:
         pass
 
 
-class Board(BoardBase):
+class ParamikoSession(BoardSession):
     """A connected board, through paramiko. Use as a context manager."""
 
     def __init__(

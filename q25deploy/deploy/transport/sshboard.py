@@ -34,13 +34,13 @@ from ...errors import DeployError, HostKeyError, Q25Error
 from . import interrupt, openssh, reach
 from .agent import PLAIN
 from .algorithms import CIPHERS, MACS
-from .boardbase import UPLOAD_TIMEOUT, BoardBase, changed_key, known_hosts_path, unknown_key
+from .boardbase import UPLOAD_TIMEOUT, BoardSession, changed_key, known_hosts_path, unknown_key
 from .hosts import HostSpec
 from .limits import CHUNK, MAX_ANSWER, keep_tail, too_large
 
 # the master's own session: says it logged in, then holds the connection until its stdin closes
 # the master's own session: says it logged in, then serves the session's read-only commands
-# (the agent of :func:`~.boardlock.board_session`, see :meth:`OpenSshBoard.take_agent`) until
+# (the agent of :func:`~.boardlock.board_session`, see :meth:`OpenSshSession.take_agent`) until
 # its stdin closes, which also ends the connection
 HOLD = openssh.ANNOUNCE + "exec sh -c " + shlex.quote(PLAIN) + " sh"
 CONNECT_TIMEOUT = 15.0
@@ -190,7 +190,7 @@ class MasterChannel:
 class PendingLogin:
     """An ``ssh`` master that is logging in: started as soon as the board is known (see
     :func:`begin_login`), while the command imports what it needs, and adopted by
-    :class:`OpenSshBoard`; :meth:`close` ends one that no board adopted."""
+    :class:`OpenSshSession`; :meth:`close` ends one that no board adopted."""
 
     def __init__(self, spec: HostSpec, client: str, identity: str | None, known_hosts: str | None, timeout: float):
         path = known_hosts_path(known_hosts)
@@ -267,7 +267,7 @@ def begin_logins(specs, opts) -> dict:
     return started
 
 
-class OpenSshBoard(BoardBase):
+class OpenSshSession(BoardSession):
     """A connected board through one ``ssh`` master (see the module text)."""
 
     def __init__(
@@ -350,7 +350,7 @@ class OpenSshBoard(BoardBase):
 
     def upload(self, src: BinaryIO, size: int, dest: str, progress=None) -> str:
         """Stream ``size`` bytes into ``dest`` on the board, hashed by the board as it writes
-        them; returns the board's sha256 (see ``connection.Board.upload``)."""
+        them; returns the board's sha256 (see ``connection.ParamikoSession.upload``)."""
         name = os.path.basename(dest)
         try:
             status, out, err = self.bulk.upload(

@@ -18,7 +18,7 @@ from deploy_helpers import INSTALL, deploy, tree, wrapped_board
 from sshd import USER
 
 from q25deploy.deploy.ops.deployer import BoardFiles
-from q25deploy.deploy.transport.connection import Board
+from q25deploy.deploy.transport.connection import ParamikoSession
 from q25deploy.deploy.transport.hosts import HostSpec
 
 
@@ -221,7 +221,7 @@ def test_removing_a_release_never_removes_the_current_one(tmp_path, capsys, ssh,
     code, res, _ = deploy(capsys, ssh, srv, root, models["A"], runtime=q25tok)
     rid = res[0]["release"]
     spec = HostSpec("127.0.0.1", USER, srv.port)
-    with Board(
+    with ParamikoSession(
         spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")), trust_new_host=False
     ) as board:
         files = BoardFiles(board, str(root), "/lib/firmware/q25")

@@ -13,8 +13,8 @@ import pytest
 from deploy_helpers import deploy, older_q25tok
 
 from q25deploy.deploy.ops import receiver
-from q25deploy.deploy.transport.connection import Board
-from q25deploy.deploy.transport.sshboard import OpenSshBoard
+from q25deploy.deploy.transport.connection import ParamikoSession
+from q25deploy.deploy.transport.sshboard import OpenSshSession
 from q25deploy.resources import data_dir
 
 
@@ -22,7 +22,7 @@ from q25deploy.resources import data_dir
 def received(monkeypatch):
     """(file name, the board's receiver) for every upload (a spy: the uploads are real)."""
     seen: list[tuple[str, str | None]] = []
-    for cls in (Board, OpenSshBoard):  # the paramiko session's, the OpenSSH session's
+    for cls in (ParamikoSession, OpenSshSession):  # the paramiko session's, the OpenSSH session's
 
         def spy(self, src, size, dest, progress=None, real=cls.upload):
             seen.append((posixpath.basename(dest), self.receiver))

@@ -18,7 +18,7 @@ class Target:
     name, plugin, board = "qemu", "qemu", None
 
 
-class Board:
+class ScriptedSession:
     def __init__(self) -> None:
         self.commands: list[list[str]] = []
 
@@ -54,8 +54,8 @@ class Raises:
         raise KeyError("board.fpga")
 
 
-def checks_of(*plugins) -> tuple[list[dict], Board]:
-    report, board = _Report(False), Board()
+def checks_of(*plugins) -> tuple[list[dict], ScriptedSession]:
+    report, board = _Report(False), ScriptedSession()
     run_plugin_checks(board, report, plugin_checks(manager(*plugins), Target()))
     return report.checks, board
 

@@ -19,7 +19,7 @@ from sshd import USER
 from q25deploy.cli import main
 from q25deploy.deploy.state.boardfiles import BoardFiles
 from q25deploy.deploy.state.boardlock import LOCK_NAME, _describe, board_lock
-from q25deploy.deploy.transport.connection import Board
+from q25deploy.deploy.transport.connection import ParamikoSession
 from q25deploy.deploy.transport.hosts import HostSpec
 
 # an escape sequence that clears the screen, homes the cursor and prints a result line of its own
@@ -97,7 +97,7 @@ def test_a_lock_record_with_a_huge_since_is_taken_over_not_a_crash(tmp_path, ssh
         planted = f"q25deploy-lock:{os.getpid()}:{10**18 - 1}:{boot}:ghost@gone"  # a live process
         os.symlink(planted, base / LOCK_NAME)
         spec = HostSpec("127.0.0.1", USER, srv.port)
-        with Board(
+        with ParamikoSession(
             spec, identity=str(ssh["key"]), known_hosts=str(srv.known_hosts(tmp_path / "kh")), trust_new_host=False
         ) as board:
             files = BoardFiles(board, str(root), "/lib/firmware/q25")

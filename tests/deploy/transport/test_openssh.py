@@ -18,7 +18,7 @@ from requirements import need_program
 from sshd import USER
 
 from q25deploy.deploy.transport import openssh
-from q25deploy.deploy.transport.connection import Board
+from q25deploy.deploy.transport.connection import ParamikoSession
 from q25deploy.deploy.transport.hosts import HostSpec
 from q25deploy.errors import DeployError
 
@@ -47,9 +47,9 @@ def logins(log: Path) -> list[list[str]]:
     return [argv for argv in calls if "--" in argv]
 
 
-def board(ssh, server, tmp_path, *, identity=None, transfer="auto") -> Board:
+def board(ssh, server, tmp_path, *, identity=None, transfer="auto") -> ParamikoSession:
     kh = server.known_hosts(tmp_path / f"kh_{server.port}")
-    return Board(
+    return ParamikoSession(
         HostSpec("127.0.0.1", USER, server.port),
         identity=str(identity or ssh["key"]),
         known_hosts=str(kh),

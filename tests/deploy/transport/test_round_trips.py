@@ -13,10 +13,10 @@ from deploy_helpers import INSTALL, board_argv, deploy
 from sshd import USER
 
 from q25deploy.cli import main
-from q25deploy.deploy.transport.connection import Board
+from q25deploy.deploy.transport.connection import ParamikoSession
 from q25deploy.deploy.transport.hosts import HostSpec
 from q25deploy.deploy.transport.session import QuickAckSocket
-from q25deploy.deploy.transport.sshboard import OpenSshBoard
+from q25deploy.deploy.transport.sshboard import OpenSshSession
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def channels(monkeypatch):
     """Every SSH channel a command opens, by its first word (a spy: the channels are real)."""
     opened: list[str] = []
     name = lambda argv: argv[0] if argv[0] != "sh" else argv[2].split()[0][:12]  # noqa: E731
-    real, start, upload = Board._channel, OpenSshBoard.start, OpenSshBoard.upload
+    real, start, upload = ParamikoSession._channel, OpenSshSession.start, OpenSshSession.upload
 
     def spy(self, argv, timeout):
         opened.append(name(argv))
@@ -38,9 +38,9 @@ def channels(monkeypatch):
         opened.append("receive")
         return upload(self, src, size, dest, progress)
 
-    monkeypatch.setattr(Board, "_channel", spy)
-    monkeypatch.setattr(OpenSshBoard, "start", spy_start)
-    monkeypatch.setattr(OpenSshBoard, "upload", spy_upload)
+    monkeypatch.setattr(ParamikoSession, "_channel", spy)
+    monkeypatch.setattr(OpenSshSession, "start", spy_start)
+    monkeypatch.setattr(OpenSshSession, "upload", spy_upload)
     return opened
 
 
@@ -164,7 +164,7 @@ def test_requests_and_acknowledgements_go_out_at_once(ssh):
     where a plain socket settles in it after a few exchanges."""
     srv = ssh["servers"][0]
     kh = srv.known_hosts(ssh["key"].parent / f"known_hosts_nodelay_{srv.port}")
-    with Board(
+    with ParamikoSession(
         HostSpec("127.0.0.1", USER, srv.port), identity=str(ssh["key"]), known_hosts=str(kh), trust_new_host=False
     ) as board:
         sock = board.transport.sock

@@ -17,7 +17,7 @@ from requirements import need_program
 from sshd import USER, keygen
 
 from q25deploy.deploy.transport import sshboard
-from q25deploy.deploy.transport.connection import Board
+from q25deploy.deploy.transport.connection import ParamikoSession
 from q25deploy.deploy.transport.hosts import HostSpec
 from q25deploy.errors import DeployError, HostKeyError
 
@@ -28,10 +28,10 @@ def client():
     return "ssh"
 
 
-def _board(ssh, known_hosts: Path, client: str) -> sshboard.OpenSshBoard:
+def _board(ssh, known_hosts: Path, client: str) -> sshboard.OpenSshSession:
     server = ssh["servers"][0]
     spec = HostSpec("127.0.0.1", USER, server.port)
-    return sshboard.OpenSshBoard(spec, client, identity=str(ssh["key"]), known_hosts=str(known_hosts))
+    return sshboard.OpenSshSession(spec, client, identity=str(ssh["key"]), known_hosts=str(known_hosts))
 
 
 def test_one_login_carries_every_command_and_its_socket_goes_at_the_end(tmp_path, ssh, client):
@@ -49,9 +49,9 @@ def test_one_login_carries_every_command_and_its_socket_goes_at_the_end(tmp_path
     assert board.master.proc.wait(timeout=5) is not None
 
 
-def _paramiko_board(ssh, known_hosts: Path, client: str) -> Board:
+def _paramiko_board(ssh, known_hosts: Path, client: str) -> ParamikoSession:
     spec = HostSpec("127.0.0.1", USER, ssh["servers"][0].port)
-    return Board(spec, identity=str(ssh["key"]), known_hosts=str(known_hosts), trust_new_host=False)
+    return ParamikoSession(spec, identity=str(ssh["key"]), known_hosts=str(known_hosts), trust_new_host=False)
 
 
 def test_host_keys_are_refused_with_the_paramiko_sessions_errors(tmp_path, ssh, client):
