@@ -6,7 +6,7 @@ board has SFTP: OpenSSH). One boot per server setting (dropbear per -W receive w
 OpenSSH); per boot: every cipher + MAC pairing both sides share (paramiko has no
 chacha20-poly1305, Debian's dropbear no AES-GCM); the best pairing over 1, 2, 4 channels of
 one connection (each channel has its own server window) and over 2 connections;
-q25deploy's `Board.upload`; a download (`head -c N /dev/zero`: the client's window).
+q25deploy's `ParamikoSession.upload`; a download (`head -c N /dev/zero`: the client's window).
 Rows run round-robin (the host is shared), the best of --repeat rounds counts; MB/s is
 10^6 bytes per second of wall time, payload into `cat > /dev/null`.
 
@@ -36,8 +36,8 @@ from ssh_throughput import client_cpu, connect, cpu_seconds, download, in_parall
 from sshd import keygen  # noqa: E402
 
 from q25deploy.board.boardfile import load_board  # noqa: E402
-from q25deploy.deploy.connection import Board  # noqa: E402
-from q25deploy.deploy.hosts import HostSpec  # noqa: E402
+from q25deploy.deploy.transport.connection import ParamikoSession  # noqa: E402
+from q25deploy.deploy.transport.hosts import HostSpec  # noqa: E402
 from q25deploy.resources import data_dir  # noqa: E402
 
 METRICS = ("MB/s", "board CPU ms/MB", "client CPU ms/MB")
@@ -151,7 +151,7 @@ class Runner:
         small = tg.transport(*pair, window=2 << 20)
         opened += [t, small]
         spec = HostSpec("127.0.0.1", "root", tg.qemu.port)
-        b = Board(spec, identity=str(tg.key), known_hosts=str(tg.kh), trust_new_host=False)
+        b = ParamikoSession(spec, identity=str(tg.key), known_hosts=str(tg.kh), trust_new_host=False)
         opened.append(b)
         self.notes.append(f"{tg.label}: q25deploy's connection.py negotiates {negotiated(b.transport)}")
         n = len(self.payload)
@@ -163,7 +163,7 @@ class Runner:
             ("best pair, 4 channels", lambda: upload(t, self.payload, 4)),
             ("best pair, 2 connections", lambda: two_connections(tg, pair, self.payload)),
             (
-                "q25deploy Board.upload (connection.py)",
+                "q25deploy ParamikoSession.upload (connection.py)",
                 lambda: _timed(lambda: b.upload(io.BytesIO(self.payload), n, "/dev/null")),
             ),
             ("download, client window 64 MiB", lambda: download(t, n)),

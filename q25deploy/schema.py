@@ -337,7 +337,7 @@ def parse_state(doc: Any, where: str) -> dict:
         optional(release_name, rec.get("image"), where, f"{f}.image")
         if not isinstance(rec.get("deployed_at", ""), str):
             raise _fail(where, f"{f}.deployed_at", "expected a string")
-        if "forward" in rec:  # the forward pass this release passed (deploy/forward_known.py)
+        if "forward" in rec:  # the forward pass this release passed (deploy/state/forward_known.py)
             fw = obj(rec["forward"], where, f"{f}.forward")
             hex64(fw.get("key"), where, f"{f}.forward.key"), size(fw.get("prompts"), where, f"{f}.forward.prompts")
             optional(release_id, fw.get("release"), where, f"{f}.forward.release")

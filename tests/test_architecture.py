@@ -102,7 +102,7 @@ def test_the_document_lists_the_contracts_layers():
 
 def test_the_document_names_every_module():
     """Outside the picture, each module is named in backticks: its path under the package
-    (``deploy/fleet``, ``packer.layer``) or its own name in its subpackage's paragraph."""
+    (``deploy/ops/fleet``, ``packer.layer``) or its own name in its subpackage's paragraph."""
     prose = re.sub(r"```.*?```", "", DOC.read_text(), flags=re.S)
     words = {w for span in re.findall(r"`([^`]+)`", prose) for w in re.split(r"[\s,()/.:⟨⟩]+", span)}
     missing = [

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from q25deploy import schema
-from q25deploy.deploy.release import release_from_build
+from q25deploy.deploy.state.release import release_from_build
 from q25deploy.errors import SchemaError
 
 H = "a" * 64

@@ -174,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        if "q25deploy.deploy.options" in sys.modules:  # the hosts files it read: read once per command
-            sys.modules["q25deploy.deploy.options"].forget_hosts_files()
+        if "q25deploy.deploy.ops.options" in sys.modules:  # the hosts files it read: read once per command
+            sys.modules["q25deploy.deploy.ops.options"].forget_hosts_files()
         phases.write()  # Q25_PHASE_TIMES (benchmarks): where the time went
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..common import printable
 
-IDS = "encode prompt "  # the name of each prompt's ids check (deploy/smoke.py): one line for all that pass
+IDS = "encode prompt "  # the name of each prompt's ids check (deploy/ops/smoke.py): one line for all that pass
 
 
 def _seconds(r) -> str:

@@ -53,7 +53,7 @@ RUNTIME_HELP = {
     "status": DEPLOYED_BIN,
     "rollback": DEPLOYED_BIN,
 }
-#: what --strict does: every warning of the smoke test (deploy/smoke.py, forward_check.py) fails it
+#: what --strict does: every warning of the smoke test (deploy/ops/smoke.py, forward_check.py) fails it
 STRICT_HELP = (
     "every smoke-test warning fails the test: regions not in the live device tree or not loaded, "
     "no probe or forward pass, a near tie"
@@ -213,8 +213,8 @@ def add_commands(sub) -> None:
 
 
 def _fleet(a: argparse.Namespace):
-    from ..deploy.identity import check_identity
-    from ..deploy.options import Options
+    from ..deploy.ops.options import Options
+    from ..deploy.transport.identity import check_identity
 
     check_identity(a.identity)  # a key that can log in nowhere: exit 2, before any board is contacted
 
@@ -259,12 +259,12 @@ def _fleet(a: argparse.Namespace):
 
             build = BuildDir(build_dir)
             build.check_for(target.board)
-        from ..deploy.boardbase import known_hosts_path
+        from ..deploy.transport.boardbase import known_hosts_path
 
         known_hosts_path(opts.known_hosts)  # a ~user that names nobody: one line, before any login
         opts.build_dir = build_dir
         pending = _begin_logins(a, opts, target.board)
-        from ..deploy.fleet import Fleet
+        from ..deploy.ops.fleet import Fleet
 
         return Fleet(opts, target, pm, pending, build)
     except BaseException:
@@ -274,14 +274,14 @@ def _fleet(a: argparse.Namespace):
 
 
 def _begin_logins(a: argparse.Namespace, opts, board) -> dict:
-    """Logins (host name → :class:`~q25deploy.deploy.sshboard.PendingLogin`) to the first
+    """Logins (host name → :class:`~q25deploy.deploy.transport.sshboard.PendingLogin`) to the first
     ``--jobs`` boards with ``board``'s SSH defaults, under way in the background. Empty while
     a check that needs no board would fail (a bad ``--become`` or host list: the command reports
     it before any login) or with ``status --svg`` (it reads the build before any board is
     contacted)."""
-    from ..deploy.become import prefix as become_prefix
-    from ..deploy.options import host_list
-    from ..deploy.sshboard import begin_logins
+    from ..deploy.ops.options import host_list
+    from ..deploy.transport.become import prefix as become_prefix
+    from ..deploy.transport.sshboard import begin_logins
     from ..errors import Q25Error
 
     if getattr(a, "svg", None):
@@ -311,7 +311,7 @@ def cmd_fleet(a: argparse.Namespace) -> int:
         fleet.close_pending()
     if a.command == "status":
         if svgs:
-            from ..deploy.status_svg import write_status_svgs
+            from ..deploy.ops.status_svg import write_status_svgs
 
             write_status_svgs(svgs, results, fleet.target.board, fleet.partition_map)
         from .board_report import render_status
@@ -352,7 +352,7 @@ def _svg_paths(a: argparse.Namespace, fleet) -> dict:
         return {}
     if fleet.opts.build_dir is None:
         raise UsageError("status --svg draws a build's memory map: give --build")
-    from ..deploy.status_svg import plan_from_map, svg_paths
+    from ..deploy.ops.status_svg import plan_from_map, svg_paths
 
     paths = svg_paths(a.svg, [h.name for h in fleet.hosts])
     plan_from_map(fleet.partition_map, fleet.target.board)  # the map through the schema, before any board

@@ -24,7 +24,7 @@ EXTENSIONS = {"mender": ".mender", "swupdate": ".swu"}
 
 def _plan(a: argparse.Namespace, target, pm) -> OtaPlan:
     from ..builddir import BuildDir
-    from ..deploy.expected import BuildIds
+    from ..deploy.ops.expected import BuildIds
     from ..ota.plan import plan_package
     from ..plugin.routing import board_hooks
 

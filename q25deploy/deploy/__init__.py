@@ -1,4 +1,4 @@
-"""Putting a build on boards over SSH (fabric): releases, the transfer, the switch and rollback,
-the on-board smoke test, and fleets of boards at once.
+"""Putting a build on boards over SSH: ``transport/`` (the session to a board), ``state/`` (what the
+board holds: releases, install dir, lock, residency) and ``ops/`` (deploy, rollback, status, smoke, fleets).
 
-Exports (by module): ``fleet.Fleet``/``Options``, ``release.release_from_build``, ``deployer.deploy``."""
+Exports (by module): ``ops.fleet.Fleet``/``ops.options.Options``, ``state.release.release_from_build``, ``ops.deployer.deploy``."""

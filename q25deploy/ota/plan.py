@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from .. import schema
 from ..board.ota_settings import check_name
 from ..common import stream_sha256
-from ..deploy.release import release_from_build
+from ..deploy.state.release import release_from_build
 from ..errors import DeployError, PackageError, SchemaError
 from ..model.record_compare import first_prompts
 from ..tokenizer.prompts import SMOKE_PROMPTS

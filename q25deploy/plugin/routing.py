@@ -43,7 +43,7 @@ def _sequence_of(kind: type) -> Callable[[object], bool]:
 
 
 #: a board hook's answer that is not None: (its check, what it must be); q25deploy_smoke_checks'
-#: answers are checked one check at a time (deploy/smoke.py)
+#: answers are checked one check at a time (deploy/ops/smoke.py)
 ANSWERS: dict[str, tuple[Callable[[object], bool], str]] = {
     "q25deploy_image_layout": (lambda answer: isinstance(answer, ImageLayout), "an ImageLayout"),
     "q25deploy_partition_plan": (_sequence_of(Partition), "a list of Partitions"),

@@ -158,7 +158,7 @@ def _help_of(command: str, option: str) -> str:
 @pytest.mark.parametrize("command", ["smoke", "status", "rollback"])
 def test_only_deploy_says_runtime_bin_is_sent(command):
     """smoke, status and rollback send nothing: their --runtime-bin is the digest the release's
-    q25tok is run by (deploy/fleet.py's _q25tok), and their --build is not sent either."""
+    q25tok is run by (deploy/ops/fleet.py's _q25tok), and their --build is not sent either."""
     assert "send" in _help_of("deploy", "--runtime-bin")
     text = _help_of(command, "--runtime-bin")
     assert "nothing is sent" in text and "sha256" in text and not text.startswith("send")
@@ -167,9 +167,9 @@ def test_only_deploy_says_runtime_bin_is_sent(command):
 
 @pytest.mark.parametrize("command", ["deploy", "smoke"])
 def test_strict_says_every_smoke_warning_fails(command):
-    """--strict turns every warning of the smoke test into a failure (deploy/smoke.py's
+    """--strict turns every warning of the smoke test into a failure (deploy/ops/smoke.py's
     _Report.warn: device tree, residency, probe, forward pass, near ties), not only a missing
-    device tree; tests/deploy/test_board_report.py runs it."""
+    device tree; tests/deploy/ops/test_board_report.py runs it."""
     text = _help_of(command, "--strict")
     assert text.startswith("every smoke-test warning fails the test")
     assert ("rolls back" in text) == (command == "deploy")

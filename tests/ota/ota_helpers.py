@@ -165,7 +165,7 @@ def swupdate_install(bb: str, root: Path, swu: Path) -> subprocess.CompletedProc
 
 def layout(root: Path) -> dict:
     """Everything under the install dir: files with their bytes, links, the state without times
-    and without the forward passes a deploy records (deploy/forward_known.py: the OTA commit runs
+    and without the forward passes a deploy records (deploy/state/forward_known.py: the OTA commit runs
     its pass every time and records none)."""
     base = root / INSTALL
     out = {}

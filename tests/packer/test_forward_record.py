@@ -13,7 +13,7 @@ import pytest
 from q25deploy import layout, schema
 from q25deploy.builddir import BuildDir
 from q25deploy.cli import main
-from q25deploy.deploy.release import release_from_build
+from q25deploy.deploy.state.release import release_from_build
 from q25deploy.errors import SchemaError
 from q25deploy.model.forward import Forward, KVCache
 from q25deploy.model.gguf import GGUFFile

@@ -18,7 +18,7 @@ import pytest
 from q25deploy.board.dtsi import reserved_memory_dtsi
 from q25deploy.board.plan import place_regions, plan_partitions
 from q25deploy.cli import main as cli
-from q25deploy.deploy.smoke import _Report, plugin_checks, run_plugin_checks
+from q25deploy.deploy.ops.smoke import _Report, plugin_checks, run_plugin_checks
 from q25deploy.plugin import CommandSpec, ImageLayout, TargetSpec, hookimpl, hookspecs
 from q25deploy.plugin import manager as plugin_manager
 from q25deploy.plugin.routing import ANSWERS, BOARD_HOOKS, BROADCAST

@@ -186,7 +186,7 @@ def test_the_build_tensor_table_finds_every_tensor(builds, san_q25tok):  # noqa:
     """partitions/tensors.tab: q25_tensor_find gives each tensor's place as the partition map
     says, and the bytes there dequantize as the GGUF's do."""
     from q25deploy.builddir import BuildDir
-    from q25deploy.deploy.release import release_from_build
+    from q25deploy.deploy.state.release import release_from_build
 
     b = BuildDir(builds["kv260"])
     pmap, table = b.partition_map, b.tensor_table

@@ -252,7 +252,7 @@ def test_verify_diff_names_the_tensor_and_byte_range_of_a_flipped_bit(tmp_path, 
     """Issue 45, item 3: one flipped bit in a region: ``verify --diff`` gives the partition's
     differing byte range, which the host maps to the tensor (name, bytes of its size); the
     region read through the same Device-memory accesses as ``verify``."""
-    from q25deploy.deploy.residency import _add_differs, _region, differing_tensors
+    from q25deploy.deploy.state.residency import _add_differs, _region, differing_tensors
 
     b = builds["qemu"]
     pmap = json.loads((b / "partition_map.json").read_text())

@@ -310,7 +310,7 @@ state_valid() {  # FILE: a board state exactly as q25deploy writes it (keys sort
         } while (k == "        ],")
         if (L[i++] != "      },") fail()
     }
-    function forward(    v) {  # the forward pass a deploy recorded (q25deploy/deploy/forward_known.py)
+    function forward(    v) {  # the forward pass a deploy recorded (q25deploy/deploy/state/forward_known.py)
         v = take(I "  ", "key"); if (!hex(v, 64) || !comma) fail()
         v = take(I "  ", "prompts"); if (v !~ /^[0-9]+$/) fail()
         if (comma) { v = take(I "  ", "release"); if (!hex(v, 16) || comma) fail() }

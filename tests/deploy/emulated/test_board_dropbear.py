@@ -15,8 +15,8 @@ from board_fixtures import wait_until
 from dropbear_default import apply_window, oe_dropbear_files, window_function
 
 from q25deploy.cli import main
-from q25deploy.deploy.connection import Board
-from q25deploy.deploy.hosts import HostSpec
+from q25deploy.deploy.transport.connection import ParamikoSession
+from q25deploy.deploy.transport.hosts import HostSpec
 from q25deploy.packer.dropbear import BBAPPEND
 
 TARGETS = Path(__file__).resolve().parents[3] / "targets"
@@ -30,7 +30,7 @@ EXPECTED = {"dropbear": ("aes128-ctr", "hmac-sha2-256", "none"), "openssh": ("ae
 @both_flavours
 def test_q25deploy_negotiates_the_fast_pairing(board):
     spec = HostSpec("127.0.0.1", "root", board.port)
-    with Board(spec, identity=str(board.key), known_hosts=str(board.known_hosts), trust_new_host=False) as b:
+    with ParamikoSession(spec, identity=str(board.key), known_hosts=str(board.known_hosts), trust_new_host=False) as b:
         t = b.transport
         cipher, mac, compression = EXPECTED[board.flavour]
         assert (t.local_cipher, t.local_compression) == (cipher, compression)
@@ -104,14 +104,14 @@ def test_uploads_in_parallel_survive_dropbears_early_channel_close(board, transp
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from q25deploy.deploy import openssh
-    from q25deploy.deploy.sshboard import OpenSshBoard
+    from q25deploy.deploy.transport import openssh
+    from q25deploy.deploy.transport.sshboard import OpenSshSession
 
     spec = HostSpec("127.0.0.1", "root", board.port)
     if transport == "openssh":
-        b = OpenSshBoard(spec, openssh.find_client(), identity=str(board.key), known_hosts=str(board.known_hosts))
+        b = OpenSshSession(spec, openssh.find_client(), identity=str(board.key), known_hosts=str(board.known_hosts))
     else:
-        b = Board(spec, identity=str(board.key), known_hosts=str(board.known_hosts), trust_new_host=False)
+        b = ParamikoSession(spec, identity=str(board.key), known_hosts=str(board.known_hosts), trust_new_host=False)
     data = os.urandom(2092)  # the size of the tokenizer-only deploy's manifest
     with b:
         b.run(["mkdir", "-p", "/tmp/gate"])

@@ -34,7 +34,7 @@ def test_deploy_runs_the_forward_pass_from_ddr_and_a_flipped_byte_names_its_laye
     assert len(forward) == len(record["prompts"]) and all(
         c["ok"] and "from the reserved regions" in c["detail"] for c in forward
     ), res
-    # the same deploy again: root's state records the pass, so it is not run again (deploy/forward_known.py)
+    # the same deploy again: root's state records the pass, so it is not run again (deploy/state/forward_known.py)
     release = res[0]["release"]
     code, res = q25(
         capsys, board.q25("deploy", b.path, "--strict", "--forward", "all", "--runtime-bin", str(q25tok_aarch64))

@@ -21,7 +21,7 @@ from board_checks import INSTALL, q25, resident
 from requirements import need_program
 
 from q25deploy.cli import main
-from q25deploy.deploy.release import release_from_build
+from q25deploy.deploy.state.release import release_from_build
 from q25deploy.model.synthetic import write_model
 from q25deploy.ota.mender import payload_tar, read_members
 from q25deploy.resources import OTA_SCRIPT as SCRIPT

@@ -136,7 +136,7 @@ def assert_status_svg_shows_residency(capsys, conn: list, build: Path, tmp_path:
     assert main(table) == 0
     head, row = capsys.readouterr().out.splitlines()[:2]  # status's table: a header, a row per board
     assert head.split() == ["host", "ok", "current", "previous", "reserved", "residency", "detail"]
-    # the detail: the forward pass the deploy recorded (deploy/forward_known.py), then the map
+    # the detail: the forward pass the deploy recorded (deploy/state/forward_known.py), then the map
     detail = rf"forward pass passed \(1 prompt\); map {re.escape(str(tmp_path / 'table.svg'))}$"
     assert re.search(rf"\byes +resident +{detail}", row), row
     import paramiko

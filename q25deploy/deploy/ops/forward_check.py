@@ -1,0 +1,157 @@
+"""The smoke test's forward pass: the board runs Qwen2.5 (``q25tok generate --dump-layers``) on
+every smoke prompt from the weights it holds and the report compares each step with the
+build's ``forward_record.json`` (:mod:`q25deploy.model.record_compare`, docs/forward.md).
+
+From DDR (``--mem``, through the reserved regions, Device memory) when the regions are
+reserved (resident, or reserved but not as built: then the layer that goes wrong is named);
+from the partition files (``--files``) otherwise, with a warning (a failure with ``strict``).
+A difference beyond the record's tolerances fails the check and names the prompt, the step and
+the first layer (or the embedding, the output head, the logits or the token) that differs; a
+token that differs at a near tie (the host's top-two margin below
+:data:`~q25deploy.model.record_compare.TOKEN_MARGIN`) is a warning, a failure with ``strict``.
+A q25tok without ``generate`` (an older image) is a warning, a failure with ``strict``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from typing import Protocol
+
+from ...common import is_sha256
+from ...layout import REGION_TABLE, TENSOR_TABLE
+from ...model.record_compare import first_difference, parse_dump
+from ..state.forward_known import forward_key
+from ..transport.boardbase import BoardSession
+
+EXIT_USAGE = 2  # q25tok: an unknown command (an image older than generate)
+GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
+MARK = "@@q25-prompt-done"
+
+
+class Report(Protocol):
+    strict: bool
+
+    def check(self, name: str, ok: bool, detail: str = "", **extra) -> bool: ...
+
+    def warn(self, name: str, msg: str) -> None: ...
+
+
+def generate_script(q25tok: str, source: list[str], tables: list[str], steps: int, prompts: list[list[int]]) -> str:
+    """One board command for every prompt: each prompt's dump, then a marker line; stops at
+    the first failure with its status (what it printed on stderr tells why)."""
+    head = [q25tok, "generate", *source, "--steps", str(steps), "--dump-layers", *tables]
+    lines = [f"{shlex.join([*head, *map(str, ids)])} || exit $?; echo {MARK}" for ids in prompts]
+    return "\n".join(lines)
+
+
+def forward_step(
+    board: BoardSession,
+    report: Report,
+    cur: str,
+    q25tok: str,
+    record: dict,
+    residency: dict,
+    paths: dict[str, str],
+    *,
+    partition_map: dict,
+    known: dict[str, str] | None,
+) -> dict | None:
+    """The smoke test's forward pass, or, given ``known`` (the board state's passed passes:
+    :func:`.forward_known.verified`), not where the same key passed from resident regions: one
+    check says so. Returns
+    the state's ``forward`` entry for a pass that passed (or was known to), else None; without
+    ``known`` (``q25deploy smoke``: nothing is recorded) the pass always runs."""
+    if known is None:
+        check_forward(board, report, cur, q25tok, record, residency, paths)
+        return None
+    source = "mem" if residency.get("state") in ("resident", "failed") else "files"
+    status, out, _ = board.run(["sh", "-c", 'sha256sum "$(command -v "$1")"', "sh", q25tok], check=False)
+    sha = out.decode("ascii", "replace").split()[0] if status == 0 and out.split() else ""
+    key = forward_key(partition_map, sha, record, source) if is_sha256(sha) else None
+    n = len(record["prompts"])
+    # only regions that ``q25tok verify`` has just proven to hold these partitions stand for the
+    # weights that passed; partition files a quick smoke did not hash again do not
+    at = known.get(key) if key and residency.get("state") == "resident" else None
+    if at:
+        report.check(
+            "forward pass",
+            True,
+            f"not run: these weights, this q25tok and this record passed it at release {at} "
+            f"({n} prompt{'' if n == 1 else 's'}; q25deploy smoke runs it)",
+        )
+        return {"key": key, "prompts": n, "release": at}
+    passed = check_forward(board, report, cur, q25tok, record, residency, paths)
+    return {"key": key, "prompts": n} if passed and key else None
+
+
+def check_forward(
+    board: BoardSession, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
+) -> bool:
+    """Runs the forward pass on the board and adds one check per smoke prompt to ``report``
+    (``record``: the build's forward record, already known to be of the board's model); True
+    when it ran and every prompt passed clear of a near tie."""
+    tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
+    if residency.get("state") in ("resident", "failed"):
+        source, where = ["--mem", paths["memory"], "--dt", paths["device_tree"]], "from the reserved regions"
+    else:
+        source, where = ["--files"], "from the partition files"
+        report.warn("forward pass", "forward pass run from the partition files: they are not in reserved memory")
+    prompts = record["prompts"]
+    script = generate_script(q25tok, source, tables, record["steps"], [p["ids"] for p in prompts])
+    status, out, err = board.run(["sh", "-c", script], check=False, timeout=GENERATE_TIMEOUT)
+    text, why = out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
+    if status == EXIT_USAGE and "usage" in why and MARK not in text:
+        report.warn("forward pass", f"forward pass not run: this q25tok has no generate ({why[-80:]})")
+        return False
+    passed = True
+    dumps = text.split(MARK + "\n")[: len(prompts)]  # each prompt's dump; a failed one's partial output last
+    for i, prompt in enumerate(prompts):
+        name = f"forward prompt {i}"
+        if i >= len(dumps) or (i == len(dumps) - 1 and status != 0):
+            report.check(name, False, f"q25tok generate failed (exit {status}): {why[-160:] or 'no output'}")
+            return False
+        try:
+            steps = parse_dump(dumps[i])
+        except ValueError as e:
+            passed = report.check(name, False, f"q25tok generate printed {e}")
+            continue
+        try:
+            diff = first_difference(prompt, steps)
+        except Exception as e:  # a record or dump the comparison cannot read: this board's failure
+            passed = report.check(
+                name, False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}"
+            )
+            continue
+        got = [s["token"] for s in steps[: len(prompt["steps"])]]
+        want = [s["token"] for s in prompt["steps"]]
+        tokens = {"tokens": got, "expected": want}  # what the board generated, what the host did
+        if diff is not None:
+            detail = f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}"
+            passed = report.check(name, False, f"{detail}; board tokens {_ids(got)}, host {_ids(want)}", **tokens)
+            continue
+        tie = _near_tie(prompt, steps)
+        if tie:
+            report.warn(name, f"{name}: {tie}")
+            passed = False  # not recorded: the next deploy runs it and warns again
+        report.check(name, True, f"{len(prompt['steps'])} steps as the host {where}: tokens {_ids(got)}", **tokens)
+    return passed
+
+
+def _ids(tokens: list[int]) -> str:
+    return " ".join(map(str, tokens)) or "none"
+
+
+def _layer_name(where: str) -> str:
+    """``layer N`` with the tensors that compute it (what an accelerator engineer looks at)."""
+    return f"{where} (blk.{where.split()[1]}.*)" if where.startswith("layer ") and where[6:].isdigit() else where
+
+
+def _near_tie(prompt: dict, steps: list[dict]) -> str | None:
+    """The step where the board took the other side of a near tie (first_difference then stops
+    comparing: the contexts differ from there on)."""
+    for s, (want, got) in enumerate(zip(prompt["steps"], steps)):
+        if got["token"] != want["token"]:
+            margin = "none" if want["margin"] is None else f"{want['margin']:.3g}"
+            return f"step {s}: token {got['token']}, host {want['token']} at a near tie (host margin {margin}): compared up to there"
+    return None
