@@ -18,7 +18,7 @@ from q25deploy.cli import main
 from q25deploy.model.synthetic import write_model
 from q25deploy.resources import data_dir
 
-VOCAB = Path(__file__).parents[1] / "data" / "ggml-vocab-qwen2.gguf"
+VOCAB = Path(__file__).parents[2] / "data" / "ggml-vocab-qwen2.gguf"
 
 
 def board_file(tmp_path: Path) -> tuple[Path, Path, Path]:

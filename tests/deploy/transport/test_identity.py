@@ -103,7 +103,7 @@ def test_an_unreadable_key_is_a_usage_error(tmp_path, capsys, listener, monkeypa
         if python is None:
             pytest.skip("no /usr/bin/python3 the deploy user can run")
         check = "from q25deploy.deploy.transport.identity import check_identity as c; import sys; c(sys.argv[1])"
-        root = Path(__file__).resolve().parents[2]
+        root = Path(__file__).resolve().parents[3]
         env = {**os.environ, "PYTHONPATH": str(root), "HOME": str(d)}
         r = subprocess.run(
             [python, "-c", check, str(key)],

@@ -26,7 +26,7 @@ from sshd import SlowProxy
 # tier's limit, not the quick tier's
 pytestmark = pytest.mark.timeout(900)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # bytes/s per connection: B's release (> 3 MiB) takes > 3 s to send. Where the session is one ssh
 # master (auto) the files share its connection, and what is in flight on it (up to the channel's
 # window, 2 MiB) goes before the clean-up's command: at 256 KiB/s that alone was 8 s
