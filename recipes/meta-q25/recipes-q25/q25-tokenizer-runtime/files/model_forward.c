@@ -537,9 +537,20 @@ static int embed(q25_model *m, const uint32_t *ids, uint32_t n)
     return Q25_OK;
 }
 
-int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg)
+/* the size of the next batch of the rem ids still to evaluate: as full as n_batch allows,
+ * except that the one before the last is cut short so the last holds at least n_out (with
+ * n_out = 1 that is full batches and then the remainder, as q25_model_eval always split) */
+static uint32_t next_batch(size_t rem, uint32_t n_batch, uint32_t n_out)
 {
-    if (!m || !m->layers || !logits || !ids || n == 0)
+    if (rem <= n_batch)
+        return (uint32_t)rem;
+    return rem - n_batch >= n_out ? n_batch : (uint32_t)(rem - n_out); /* rem - n_out < n_batch here */
+}
+
+int q25_model_eval_last(q25_model *m, const uint32_t *ids, size_t n, uint32_t n_out, float *logits, q25_rows_fn fn,
+                        void *arg)
+{
+    if (!m || !m->layers || !logits || !ids || n == 0 || n_out < 1 || n_out > n || n_out > m->n_batch)
         return Q25_ERR_ARG;
     if (n > m->n_ctx - m->n_past)
         return Q25_ERR_OUT_CAPACITY;
@@ -549,22 +560,23 @@ int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q
     const uint32_t e = m->hp.n_embd;
     int st = Q25_OK;
     for (size_t done = 0; st == Q25_OK && done < n;) {
-        const uint32_t nb = (uint32_t)(n - done < m->n_batch ? n - done : m->n_batch);
+        const uint32_t nb = next_batch(n - done, m->n_batch, n_out);
         const int last_batch = done + nb == n;
-        const float *last = m->x + (size_t)(nb - 1) * e;
+        const float *last = m->x + (size_t)(nb - (last_batch ? n_out : 1)) * e; /* the n_out rows reported */
         st = embed(m, ids + done, nb);
         if (st == Q25_OK && last_batch && fn)
-            fn(arg, -1, last, e);
+            fn(arg, -1, last, n_out, e);
         for (uint32_t il = 0; st == Q25_OK && il < m->hp.n_layer; il++) {
             st = layer(m, il, nb);
             if (st == Q25_OK && last_batch && fn)
-                fn(arg, (int)il, last, e);
+                fn(arg, (int)il, last, n_out, e);
         }
         if (st == Q25_OK && last_batch && (st = load_vec(m, &m->out_norm, m->vec)) == Q25_OK) {
-            rms_norm(last, m->vec, m->xn, e, m->hp.rms_eps);
+            for (uint32_t j = 0; j < n_out; j++) /* xn holds n_batch >= n_out rows */
+                rms_norm(last + (size_t)j * e, m->vec, m->xn + (size_t)j * e, e, m->hp.rms_eps);
             if (fn)
-                fn(arg, (int)m->hp.n_layer, m->xn, e);
-            st = matmul(m, &m->output, m->xn, 1, logits, NULL);
+                fn(arg, (int)m->hp.n_layer, m->xn, n_out, e);
+            st = matmul(m, &m->output, m->xn, n_out, logits, NULL); /* one pass over the head */
         }
         if (st == Q25_OK) {
             m->n_past += nb;
@@ -572,4 +584,23 @@ int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q
         }
     }
     return st;
+}
+
+/* q25_model_eval's callback, seen through q25_model_eval_last's (one row each time) */
+typedef struct one_row {
+    q25_layer_fn fn;
+    void *arg;
+} one_row;
+
+static void call_one_row(void *arg, int layer, const float *rows, uint32_t n_rows, uint32_t n_embd)
+{
+    const one_row *o = arg;
+    (void)n_rows;
+    o->fn(o->arg, layer, rows, n_embd);
+}
+
+int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg)
+{
+    one_row o = {fn, arg};
+    return q25_model_eval_last(m, ids, n, 1, logits, fn ? call_one_row : NULL, &o);
 }

@@ -373,14 +373,34 @@ typedef void (*q25_layer_fn)(void *arg, int layer, const float *hidden, uint32_t
  * n_ctx, Q25_ERR_ARG for a read outside a region. */
 int q25_model_eval(q25_model *m, const uint32_t *ids, size_t n, float *logits, q25_layer_fn fn, void *arg);
 
+/* Called with n_rows contiguous hidden states (n_rows x n_embd floats) of the last n_rows
+ * positions of the ids evaluated, once per layer: -1 the token embeddings, 0..n_layer-1 the
+ * residual stream after that layer, n_layer the output head's inputs (rms_norm(x) * output_norm). */
+typedef void (*q25_rows_fn)(void *arg, int layer, const float *rows, uint32_t n_rows, uint32_t n_embd);
+
+/* Teacher forcing: appends n ids at positions n_past.. as q25_model_eval does, and writes the
+ * logits of the LAST n_out of them: logits holds n_out x n_vocab floats, row j that of position
+ * (n_past before the call) + n - n_out + j. 1 <= n_out <= n and n_out <= the model's n_batch,
+ * else Q25_ERR_ARG. The ids are split into batches (each one pass over every weight matrix) so
+ * that the last batch holds all n_out positions, and the output head is read once for them. A
+ * position's arithmetic depends neither on the split nor on n_out: its logits and states are
+ * bit for bit those q25_model_eval gives when that position is the last evaluated. The
+ * workspace of q25_model_workspace covers it (no further memory). q25_model_eval is
+ * q25_model_eval_last with n_out = 1. Errors as q25_model_eval's. */
+int q25_model_eval_last(q25_model *m, const uint32_t *ids, size_t n, uint32_t n_out, float *logits, q25_rows_fn fn,
+                        void *arg);
+
 /* The forward pass a board printed (`q25tok generate --dump-layers`: dump, dump_size bytes)
  * against prompt `prompt` of a q25-forward.txt (expected), compared as record_compare.py
  * compares them (q25tok_compare.c, docs/forward.md) with the file's tolerances. Writes one
- * line (no newline) into msg: where they first differ ("step S: WHERE: DETAIL"), the near-tie
- * the comparison stopped at, or why a text is malformed; "" when they agree. */
+ * line (no newline) into msg: where they first differ ("step S: WHERE: DETAIL"), else the
+ * first near-tie ("near-tie at step S: token T, host H (margin M)": a token that differs where
+ * the host's margin is below the tolerance; the steps are teacher-forced, so every step is
+ * still compared after it), or why a text is malformed; "" when they agree. The file's first
+ * line must be "q25-forward 2". */
 enum {
     Q25_FORWARD_AGREE = 0,
-    Q25_FORWARD_NEAR_TIE = 1,     /* agree up to a token the host's margin lets differ */
+    Q25_FORWARD_NEAR_TIE = 1,     /* agree but for tokens the host's margin lets differ */
     Q25_FORWARD_DIFFERS = 2,
     Q25_FORWARD_BAD_EXPECTED = 3, /* the forward file is malformed or lacks the prompt */
     Q25_FORWARD_BAD_DUMP = 4,     /* the dump is malformed */
