@@ -1,6 +1,6 @@
 /*
- * q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--threads N]
- *                 [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...
+ * q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N | --positions N]
+ *                 [--threads N] [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...
  *
  * Runs Qwen2.5's forward pass (model_forward.c) on the prompt ID... from the weights in the
  * reserved regions (through /dev/mem, Device memory: q25_region_read only) or, with --files,
@@ -14,6 +14,14 @@
  *     output norm N values V V V V         and the output head's input (norm: float64 sum of
  *                                          squares; values at k * n_embd / 4, k = 0..3)
  *
+ * --positions N (1..64, at most the number of IDs; not with --steps) is teacher forcing: no
+ * token is chosen and fed back; every ID is evaluated in one q25_model_eval_last (batches of
+ * up to 64 positions, the last batch holding the N reported, the output head read once for
+ * them) and the last N positions are printed as steps 0..N-1, P their absolute positions
+ * (0-based index of the ID), ID the argmax there: byte for byte what --steps prints for a
+ * position whose fed token was the argmax (--positions 1 prints what --steps 1 prints), the
+ * logits file holding those N positions' logits in order. The context is the IDs alone.
+ * Out of range, more than the IDs, or with --steps: one line on stderr, exit 2.
  * --threads N (1..64; default the online CPUs, at most 8) splits each matrix's rows among N
  * threads (model_forward.c): the output is byte for byte the same for any N. 0 or not a
  * number: one line on stderr, exit 2.
@@ -51,22 +59,25 @@ typedef struct summary {
     float values[4];
 } summary;
 
-/* the states of one step, kept by the layer callback until the step's line is printed */
+/* the states of the positions reported, kept by the rows callback until their lines are printed */
 typedef struct states {
-    summary *s; /* n_layer + 2: the embedding, each layer, the output head's input */
+    summary *s; /* per position n_layer + 2: the embedding, each layer, the output head's input */
     uint32_t n_layer;
 } states;
 
-static void keep(void *arg, int layer, const float *h, uint32_t n)
+static void keep(void *arg, int layer, const float *rows, uint32_t n_rows, uint32_t n)
 {
     states *st = arg;
-    summary *s = &st->s[layer + 1];
-    double sum = 0.0;
-    for (uint32_t i = 0; i < n; i++)
-        sum += (double)h[i] * (double)h[i];
-    s->norm = sqrt(sum);
-    for (uint32_t k = 0; k < 4; k++)
-        s->values[k] = h[k * n / 4];
+    for (uint32_t j = 0; j < n_rows; j++) {
+        const float *h = rows + (size_t)j * n;
+        summary *s = &st->s[(size_t)j * (st->n_layer + 2) + (size_t)(layer + 1)];
+        double sum = 0.0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += (double)h[i] * (double)h[i];
+        s->norm = sqrt(sum);
+        for (uint32_t k = 0; k < 4; k++)
+            s->values[k] = h[k * n / 4];
+    }
 }
 
 static void print_summary(const char *what, const summary *s)
@@ -102,8 +113,8 @@ static void top_k(const float *logits, uint32_t n, uint32_t *ids, float *vals)
 
 static int usage(void)
 {
-    fputs("usage: q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--threads N]\n"
-          "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n",
+    fputs("usage: q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N | --positions N]\n"
+          "                       [--threads N] [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n",
           stderr);
     return EXIT_USAGE;
 }
@@ -147,38 +158,67 @@ typedef struct run {
     int dump;
 } run;
 
-static int generate(run *r, const uint32_t *ids, size_t n_ids, unsigned long steps)
+/* one step's lines for position pos (its logits, its states s[0 .. n_layer + 1]) and its
+ * logits appended to --logits FILE; the argmax in *token */
+static int report(run *r, unsigned long step, uint32_t pos, const float *logits, const summary *s, uint32_t *token)
 {
     const uint32_t n_vocab = r->m.hp.n_vocab;
+    uint32_t top[TOP];
+    float val[TOP];
+    top_k(logits, n_vocab, top, val);
+    *token = top[0];
+    printf("step %lu pos %u token %u margin %.9g\ntop", step, pos, top[0], (double)(val[0] - val[1]));
+    for (int k = 0; k < TOP; k++)
+        printf(" %u %.9g", top[k], (double)val[k]);
+    putchar('\n');
+    if (r->dump) {
+        print_summary("embd", &s[0]);
+        for (uint32_t l = 0; l < r->st.n_layer; l++) {
+            char what[32];
+            snprintf(what, sizeof what, "layer %u", l);
+            print_summary(what, &s[l + 1]);
+        }
+        print_summary("output", &s[r->st.n_layer + 1]);
+    }
+    if (r->logits_out && fwrite(logits, sizeof(float), n_vocab, r->logits_out) != n_vocab) {
+        fprintf(stderr, "q25tok: generate: cannot write the logits\n");
+        return EXIT_IO;
+    }
+    return 0;
+}
+
+/* greedy: the prompt, then each step's argmax fed back, one q25_model_eval per step */
+static int generate(run *r, const uint32_t *ids, size_t n_ids, unsigned long steps)
+{
     uint32_t next = 0;
     for (unsigned long s = 0; s < steps; s++) {
-        int st = s == 0 ? q25_model_eval(&r->m, ids, n_ids, r->logits, keep, &r->st)
-                        : q25_model_eval(&r->m, &next, 1, r->logits, keep, &r->st);
+        int st = s == 0 ? q25_model_eval_last(&r->m, ids, n_ids, 1, r->logits, keep, &r->st)
+                        : q25_model_eval_last(&r->m, &next, 1, 1, r->logits, keep, &r->st);
         if (st != Q25_OK) {
             fprintf(stderr, "q25tok: generate: step %lu: %s\n", s, q25_strerror(st));
             return exit_code(st);
         }
-        uint32_t top[TOP];
-        float val[TOP];
-        top_k(r->logits, n_vocab, top, val);
-        next = top[0];
-        printf("step %lu pos %u token %u margin %.9g\ntop", s, r->m.n_past - 1, next, (double)(val[0] - val[1]));
-        for (int k = 0; k < TOP; k++)
-            printf(" %u %.9g", top[k], (double)val[k]);
-        putchar('\n');
-        if (r->dump) {
-            print_summary("embd", &r->st.s[0]);
-            for (uint32_t l = 0; l < r->st.n_layer; l++) {
-                char what[32];
-                snprintf(what, sizeof what, "layer %u", l);
-                print_summary(what, &r->st.s[l + 1]);
-            }
-            print_summary("output", &r->st.s[r->st.n_layer + 1]);
-        }
-        if (r->logits_out && fwrite(r->logits, sizeof(float), n_vocab, r->logits_out) != n_vocab) {
-            fprintf(stderr, "q25tok: generate: cannot write the logits\n");
-            return EXIT_IO;
-        }
+        int rc = report(r, s, r->m.n_past - 1, r->logits, r->st.s, &next);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* teacher-forced: every id in one q25_model_eval_last, the last `positions` reported as steps */
+static int forced(run *r, const uint32_t *ids, size_t n_ids, uint32_t positions)
+{
+    int st = q25_model_eval_last(&r->m, ids, n_ids, positions, r->logits, keep, &r->st);
+    if (st != Q25_OK) {
+        fprintf(stderr, "q25tok: generate: %s\n", q25_strerror(st));
+        return exit_code(st);
+    }
+    for (uint32_t j = 0; j < positions; j++) {
+        uint32_t token;
+        int rc = report(r, j, (uint32_t)(n_ids - positions + j), r->logits + (size_t)j * r->m.hp.n_vocab,
+                        r->st.s + (size_t)j * (r->st.n_layer + 2), &token);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -208,7 +248,9 @@ int q25tok_generate_command(int argc, char **argv)
     static q25tok_regions rg;
     static run r;
     size_t n_ids = 0, n_tables = 0;
-    unsigned long steps = 8, threads = default_threads(), v;
+    unsigned long steps = 8, threads = default_threads(), positions = 0, v;
+    const char *positions_arg = NULL;
+    int steps_given = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--mem") == 0 && i + 1 < argc)
             mem = argv[++i];
@@ -221,6 +263,14 @@ int q25tok_generate_command(int argc, char **argv)
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
             if (!parse_count(argv[++i], MAX_STEPS, &steps) || steps == 0)
                 return usage();
+            steps_given = 1;
+        } else if (strcmp(argv[i], "--positions") == 0 && i + 1 < argc) {
+            positions_arg = argv[++i];
+            if (!parse_count(positions_arg, MAX_BATCH, &positions) || positions == 0) {
+                fprintf(stderr, "q25tok: generate: --positions %s: not a number from 1 to %d\n", positions_arg,
+                        MAX_BATCH);
+                return EXIT_USAGE;
+            }
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (!parse_count(argv[++i], Q25_MAX_THREADS, &threads) || threads == 0) {
                 fprintf(stderr, "q25tok: generate: --threads %s: not a number from 1 to %d\n", argv[i],
@@ -240,6 +290,15 @@ int q25tok_generate_command(int argc, char **argv)
     }
     if (n_tables != 2 || n_ids == 0)
         return usage();
+    if (positions_arg && steps_given) {
+        fprintf(stderr, "q25tok: generate: --positions %s: not with --steps (one or the other)\n", positions_arg);
+        return EXIT_USAGE;
+    }
+    if (positions_arg && positions > n_ids) {
+        fprintf(stderr, "q25tok: generate: --positions %s: more than the %zu ids given\n", positions_arg, n_ids);
+        return EXIT_USAGE;
+    }
+    const uint32_t n_out = positions_arg ? (uint32_t)positions : 1;
     char dir[1024], path[1100];
     q25tok_table_dir(tables[0], dir);
     snprintf(path, sizeof path, "%s../model_hparams.txt", dir);
@@ -247,17 +306,20 @@ int q25tok_generate_command(int argc, char **argv)
     int rc = load_hparams(hparams ? hparams : path, &hp);
     if (rc)
         return rc;
-    const uint64_t n_ctx = n_ids + steps - 1;
+    const uint64_t n_ctx = positions_arg ? n_ids : n_ids + steps - 1; /* forced: the ids are all there is */
     if (n_ctx > hp.n_ctx_train) {
-        fprintf(stderr, "q25tok: generate: %zu ids and %lu steps exceed the model's context (%u)\n", n_ids, steps,
-                hp.n_ctx_train);
+        if (positions_arg)
+            fprintf(stderr, "q25tok: generate: %zu ids exceed the model's context (%u)\n", n_ids, hp.n_ctx_train);
+        else
+            fprintf(stderr, "q25tok: generate: %zu ids and %lu steps exceed the model's context (%u)\n", n_ids, steps,
+                    hp.n_ctx_train);
         return EXIT_CAPACITY;
     }
     const uint32_t n_batch = n_ids < MAX_BATCH ? (uint32_t)n_ids : MAX_BATCH;
     size_t size = q25_model_workspace(&hp, (uint32_t)n_ctx, n_batch, (uint32_t)threads);
     void *ws = size ? malloc(size) : NULL;
-    r.logits = malloc((size_t)hp.n_vocab * sizeof(float));
-    r.st.s = calloc((size_t)hp.n_layer + 2, sizeof(summary));
+    r.logits = malloc((size_t)n_out * hp.n_vocab * sizeof(float));
+    r.st.s = calloc((size_t)n_out * (hp.n_layer + 2), sizeof(summary));
     r.st.n_layer = hp.n_layer;
     if (!ws || !r.logits || !r.st.s) {
         fprintf(stderr, "q25tok: generate: out of memory (%zu bytes of workspace)\n", size);
@@ -293,7 +355,7 @@ int q25tok_generate_command(int argc, char **argv)
         }
     }
     if (!rc)
-        rc = generate(&r, ids, n_ids, steps);
+        rc = positions_arg ? forced(&r, ids, n_ids, n_out) : generate(&r, ids, n_ids, steps);
     if (r.logits_out && fclose(r.logits_out) != 0 && !rc)
         rc = EXIT_IO;
     q25_model_close(&r.m); /* joins the workers before their workspace goes */

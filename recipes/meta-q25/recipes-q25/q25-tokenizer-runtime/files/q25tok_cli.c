@@ -8,7 +8,8 @@
  *   q25tok receive FILE                    stdin into FILE, hashed as written (cli_receive.c)
  *   q25tok dequant TYPE FILE / tensor TABLE NAME   weights (cli_dequant.c)
  *   q25tok probe REGION_TABLE TENSOR_TABLE [ID...]  the weights as the board reads them (cli_probe.c)
- *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy (cli_generate.c)
+ *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy, or
+ *                                          teacher-forced with --positions N (cli_generate.c)
  *   q25tok compare EXPECTED PROMPT DUMP     a generate --dump-layers against the host's (cli_compare.c)
  *
  * Exit codes (as usage_text lists them; docs/runtime.md too):
@@ -47,8 +48,8 @@ static const char *usage_text =
     "       q25tok dequant TYPE FILE   (ggml blocks to float32 on stdout)\n"
     "       q25tok tensor TENSOR_TABLE NAME\n"
     "       q25tok probe [--mem PATH] [--dt DIR | --files] REGION_TABLE TENSOR_TABLE [ID...]\n"
-    "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N] [--threads N]\n"
-    "                       [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
+    "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N | --positions N]\n"
+    "                       [--threads N] [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
     "       q25tok compare EXPECTED PROMPT DUMP   (a generate --dump-layers against q25-forward.txt)\n"
     "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,\n"
     "            6 region not reserved in the running device tree, or its bytes differ, or a bad region table,\n"
