@@ -1,13 +1,15 @@
 /*
  * q25tok compare EXPECTED PROMPT DUMP
  *
- * Where DUMP (the output of `q25tok generate --dump-layers` on prompt PROMPT's ids) first
- * differs from PROMPT's lines in EXPECTED (a release's q25-forward.txt), compared as
+ * Where DUMP (the output of `q25tok generate --dump-layers --positions S` on prompt PROMPT's
+ * ids, its forced continuation included) first differs from PROMPT's lines in EXPECTED (a
+ * release's q25-forward.txt, first line `q25-forward 2`), compared as
  * record_compare.py compares them (q25tok_compare.c): the OTA smoke test's comparison
  * (q25-ota.sh). Both files are read whole, through q25tok_read_private (no link followed, no
  * FIFO, at most Q25TOK_MAX_TEXT bytes). Prints "step S: WHERE: DETAIL" on stdout and exits 11
- * when they differ; exits 0 when they agree, printing the "near-tie at step S: ..." line when
- * they agree up to a token the host's margin lets differ; 3 a malformed file or a prompt
+ * when they differ; exits 0 when they agree, printing the "near-tie at step S: ..." line (the
+ * first) when they agree but for tokens the host's margin lets differ (the steps are
+ * teacher-forced: a near tie ends nothing, the later steps are compared); 3 a malformed file or a prompt
  * EXPECTED lacks (why on stderr), 1 a file not read, 2 usage, 5 out of memory.
  *
  * SPDX-License-Identifier: MIT

@@ -4,6 +4,12 @@
  * q25deploy/model/record_compare.py compares them (docs/forward.md), with the tolerances the
  * file's `tolerances` line carries (written on the host from record_compare.py's constants).
  *
+ * Format 2 (`q25-forward 2`, the only one read): a prompt's ids include the forced continuation
+ * and its steps are the last positions of one teacher-forced `generate --positions N` pass, so
+ * a token the board takes the other way at a near tie (host margin < token_margin, or nan)
+ * changes no later context: the comparison goes on (that step's logits, every later step) and
+ * ends in a near-tie only when nothing else differs.
+ *
  * Both texts are input (root reads them from a payload): every line is split and checked,
  * every number read from a bounded word, every count bounded, before anything is compared.
  *
@@ -291,8 +297,8 @@ static int parse_expected(const char *text, size_t size, uint32_t want, toleranc
     words w;
     size_t n;
     const char *line = next_line(&p, end, &n);
-    if (split(line, n, &w) || w.n != 2 || !is(&w, 0, "q25-forward") || !is(&w, 1, "1")) {
-        say(r, "the forward file's first line is not 'q25-forward 1'");
+    if (split(line, n, &w) || w.n != 2 || !is(&w, 0, "q25-forward") || !is(&w, 1, "2")) {
+        say(r, "the forward file's first line is not 'q25-forward 2'");
         return Q25_FORWARD_BAD_EXPECTED;
     }
     int have_tol = 0, found = 0;
@@ -385,11 +391,18 @@ static int state_differs(const fwd_state *got, const fwd_state *want, double rto
     return 0;
 }
 
-/* record_compare.first_difference over parsed steps */
+/* record_compare.first_difference over parsed steps. The positions are teacher-forced (every
+ * step's context is the host's ids, whatever the board's argmax was), so a token that differs
+ * at a near tie does not end the comparison: the first such step is remembered, and that
+ * step's logits and every later step are still compared; a real difference anywhere wins. */
 static int first_difference(const fwd_steps *want, const fwd_steps *got, const tolerances *t, report *r)
 {
     char detail[256], a[32], b[32];
     report d = {detail, sizeof detail};
+    int tie = 0;
+    unsigned tie_step = 0;
+    uint32_t tie_token = 0, tie_host = 0;
+    double tie_margin = 0;
     if (got->n < want->n) {
         say(r, "step %u: token: the board printed %u of %u steps", got->n, got->n, want->n);
         return Q25_FORWARD_DIFFERS;
@@ -419,9 +432,8 @@ static int first_difference(const fwd_steps *want, const fwd_steps *got, const t
                 say(r, "step %u: token: %u, host %u (margin %.3g)", s, g->token, w->token, w->margin);
                 return Q25_FORWARD_DIFFERS;
             }
-            say(r, "near-tie at step %u: token %u, host %u (margin %s): compared up to there", s, g->token, w->token,
-                g9(a, w->margin));
-            return Q25_FORWARD_NEAR_TIE;
+            if (!tie)
+                tie = 1, tie_step = s, tie_token = g->token, tie_host = w->token, tie_margin = w->margin;
         }
         for (unsigned j = 0; j < g->ntop && j < w->ntop; j++) {
             double gv = g->top_v[j], wv = w->top_v[j];
@@ -439,6 +451,10 @@ static int first_difference(const fwd_steps *want, const fwd_steps *got, const t
                 return Q25_FORWARD_DIFFERS;
             }
         }
+    }
+    if (tie) {
+        say(r, "near-tie at step %u: token %u, host %u (margin %s)", tie_step, tie_token, tie_host, g9(a, tie_margin));
+        return Q25_FORWARD_NEAR_TIE;
     }
     return Q25_FORWARD_AGREE;
 }
