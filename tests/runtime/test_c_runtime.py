@@ -275,6 +275,49 @@ def test_compare_under_sanitizers(san_q25tok, tmp_path):
     r = run([san_q25tok, "compare", tmp_path / "exp", "1", tmp_path / "dump"])
     assert r.returncode == 3 and b"a bad step line" in r.stderr
     assert run([san_q25tok, "compare", tmp_path / "exp", "1"]).returncode == 2
+    (tmp_path / "old").write_bytes(expected.replace(b"q25-forward 2\n", b"q25-forward 1\n"))
+    r = run([san_q25tok, "compare", tmp_path / "old", "0", tmp_path / "dump"])
+    assert (r.returncode, r.stdout) == (3, b"")
+    assert r.stderr.endswith(b": the forward file's first line is not 'q25-forward 2'\n")
+
+
+def _forced_step(s: int, token: int, margin: str, top: str) -> str:
+    return (
+        f"step {s} pos {3 + s} token {token} margin {margin}\ntop {top}\nembd norm 1 values 1 0 0 0\n"
+        "layer 0 norm 2 values 2 0 0 0\noutput norm 3 values 3 0 0 0\n"
+    )
+
+
+def test_compare_goes_on_past_a_near_tie(san_q25tok, tmp_path):
+    """Format 2: the steps are teacher-forced positions, so a token taken the other way at a
+    near tie does not end the comparison: that step's logits and every later step are still
+    compared; a later difference is the verdict (exit 11), else the first near tie (exit 0)."""
+    host = [
+        (7, "0.25", "7 3.5 9 3.25"),
+        (9, "0.0005", "9 1.5 7 1.4995"),
+        (4, "0.0002", "4 2 5 1.9998"),
+        (5, "1", "5 3 6 2"),
+    ]
+    expected = "q25-forward 2\ntolerances state_rtol 0.0001 logit_atol 0.001 token_margin 0.001\n"
+    expected += "prompt 0 steps 4 ids 1,2,3,7,9,4,5\n" + "".join(_forced_step(s, *h) for s, h in enumerate(host))
+    (tmp_path / "exp").write_text(expected)
+
+    def compare(board):
+        (tmp_path / "dump").write_text("".join(_forced_step(s, *b) for s, b in enumerate(board)))
+        r = run([san_q25tok, "compare", tmp_path / "exp", "0", tmp_path / "dump"])
+        assert r.stderr == b""
+        return r.returncode, r.stdout.decode()
+
+    assert compare(host) == (0, "")
+    ties = [host[0], (7, "0.0005", "9 1.5 7 1.4995"), (5, "0.0002", "4 2 5 1.9998"), host[3]]
+    assert compare(ties) == (0, "near-tie at step 1: token 7, host 9 (margin 0.0005)\n")
+    # the near tie's own logits are still compared
+    assert compare([host[0], (7, "0.0005", "9 1.6 7 1.4995"), *host[2:]]) == (
+        11,
+        "step 1: logits: logit of 9 1.6, host 1.5\n",
+    )
+    # and so is every later step: a real difference after a near tie wins
+    assert compare([*ties[:3], (6, "1", "5 3 6 2")]) == (11, "step 3: token: 6, host 5 (margin 1)\n")
 
 
 def test_the_python_reader_and_q25tok_reject_the_same_images(san_q25tok, qwen2_image, tmp_path):

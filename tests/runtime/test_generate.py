@@ -280,7 +280,7 @@ def test_hostile_tensor_tables_are_refused(san_q25tok, release, prompts, tmp_pat
     assert r.returncode == code and r.stdout == "", (r.returncode, r.stderr)
 
 
-def same_at_any_thread_count(exe: list, b: Path, ids: list[int], tmp: Path, counts, env=SAN_ENV) -> None:
+def same_at_any_thread_count(exe: list, b: Path, ids: list[int], tmp: Path, counts, *args, env=SAN_ENV) -> None:
     """generate's lines (--dump-layers) and its logits file, byte for byte, for each --threads
     in counts and for the default (the online CPUs): model_forward.c's matmul splits a chunk's
     rows among the threads, each row's arithmetic unchanged."""
@@ -288,7 +288,7 @@ def same_at_any_thread_count(exe: list, b: Path, ids: list[int], tmp: Path, coun
     for n in [*counts, None]:
         lf = tmp / f"logits-{n}.f32"
         threads = [] if n is None else ["--threads", n]
-        r = generate(exe, b, ids, "--files", "--dump-layers", "--logits", lf, *threads, env=env)
+        r = generate(exe, b, ids, "--files", "--dump-layers", "--logits", lf, *threads, *args, env=env)
         assert r.returncode == 0, r.stderr
         outs.append((r.stdout, lf.read_bytes()))
     assert len(parse(outs[0][0])) == STEPS and len(outs[0][1]) > 0
@@ -334,6 +334,86 @@ def test_usage_and_ids(san_q25tok, release, prompts):  # noqa: F811
     assert generate([san_q25tok], release, prompts[0], "--files", "--steps", "0").returncode == 2
     r = generate([san_q25tok], release, [151936], "--files")
     assert r.returncode == 4 and "token id out of range" in r.stderr
+
+
+def forced_is_greedy(exe: list, b: Path, ids: list[int], tmp: Path, env=SAN_ENV) -> None:
+    """generate --positions 8 on the prompt and the first 7 greedy tokens (teacher forcing: one
+    batched pass) prints byte for byte what greedy --steps 8 prints (the same positions, the
+    fed tokens being the argmax), and writes the same logits."""
+    tmp = Path(tempfile.mkdtemp(prefix="forced-", dir=tmp))
+    greedy = generate(exe, b, ids, "--files", "--dump-layers", "--logits", tmp / "g.f32", "--steps", STEPS, env=env)
+    assert greedy.returncode == 0, greedy.stderr
+    tokens = [s["token"] for s in parse(greedy.stdout)]
+    fed = ids + tokens[:-1]
+    forced = generate(exe, b, fed, "--files", "--dump-layers", "--logits", tmp / "f.f32", "--positions", STEPS, env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert [s["pos"] for s in parse(forced.stdout)] == list(range(len(ids) - 1, len(fed)))
+    assert forced.stdout == greedy.stdout
+    assert (tmp / "f.f32").read_bytes() == (tmp / "g.f32").read_bytes()
+
+
+def test_positions_are_the_greedy_steps_when_fed_the_greedy_tokens(san_q25tok, release, prompts, tmp_path):  # noqa: F811
+    for ids in prompts:
+        forced_is_greedy([san_q25tok], release, ids, tmp_path)
+
+
+def test_positions_on_aarch64_under_qemu(arm_q25tok, release, prompts, tmp_path):  # noqa: F811
+    exe = ["qemu-aarch64", "-cpu", "cortex-a53", "-L", QEMU_LIBS, arm_q25tok]
+    forced_is_greedy(exe, release, prompts[0], tmp_path, env=None)
+    same_at_any_thread_count(exe, release, prompts[0], tmp_path, [1, 4], "--positions", STEPS, env=None)
+
+
+def test_positions_1_is_steps_1(san_q25tok, release, prompts, tmp_path):  # noqa: F811
+    for ids in prompts[:2]:
+        one = generate(
+            [san_q25tok], release, ids, "--files", "--dump-layers", "--logits", tmp_path / "p.f32", "--positions", 1
+        )
+        step = generate(
+            [san_q25tok], release, ids, "--files", "--dump-layers", "--logits", tmp_path / "s.f32", "--steps", 1
+        )
+        assert one.returncode == step.returncode == 0, one.stderr + step.stderr
+        assert one.stdout == step.stdout and len(parse(one.stdout)) == 1
+        assert (tmp_path / "p.f32").read_bytes() == (tmp_path / "s.f32").read_bytes()
+        (tmp_path / "p.f32").unlink()
+        (tmp_path / "s.f32").unlink()
+
+
+def test_positions_give_the_same_bytes_at_any_thread_count(san_q25tok, release, prompts, tmp_path):  # noqa: F811
+    same_at_any_thread_count([san_q25tok], release, prompts[0], tmp_path, [1, 2, 3], "--positions", STEPS)
+
+
+def test_positions_past_one_batch_are_each_their_prefix_evaluated_alone(san_q25tok, release, prompts):  # noqa: F811
+    """70 ids (more than a batch of 64): --positions 8 evaluates them as 62 + 8 (the last batch
+    holds the positions reported); each reported position prints what --steps 1 prints for its
+    prefix alone, evaluated as one batch (63, 64 ids) or as 64 + the rest (65..70 ids): a
+    position's arithmetic does not depend on how the ids are split into batches."""
+    ids = (prompts[0] * 70)[:70]
+    forced = generate([san_q25tok], release, ids, "--files", "--dump-layers", "--positions", STEPS)
+    assert forced.returncode == 0, forced.stderr
+    blocks = re.split(r"(?m)^(?=step )", forced.stdout)[1:]
+    assert len(blocks) == STEPS
+    for j, block in enumerate(blocks):
+        n = len(ids) - STEPS + j + 1
+        alone = generate([san_q25tok], release, ids[:n], "--files", "--dump-layers", "--steps", 1)
+        assert alone.returncode == 0, alone.stderr
+        assert block == alone.stdout.replace("step 0 ", f"step {j} ", 1), (j, n)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--positions", "0"], "--positions 0: not a number from 1 to 64"),
+        (["--positions", "65"], "--positions 65: not a number from 1 to 64"),
+        (["--positions", "x"], "--positions x: not a number from 1 to 64"),
+        (["--positions", "4"], "--positions 4: more than the 3 ids given"),
+        (["--positions", "2", "--steps", "2"], "--positions 2: not with --steps (one or the other)"),
+        (["--steps", "1", "--positions", "2"], "--positions 2: not with --steps (one or the other)"),
+    ],
+)
+def test_positions_out_of_range_are_usage_errors(san_q25tok, release, prompts, args, message):  # noqa: F811
+    r = generate([san_q25tok], release, prompts[0][:3], "--files", *args)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stderr)
+    assert r.stderr == f"q25tok: generate: {message}\n"
 
 
 @pytest.mark.slow
