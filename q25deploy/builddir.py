@@ -147,7 +147,7 @@ class BuildDir:
 
     @cached_property
     def forward_record(self) -> dict | None:
-        """The host reference's greedy steps on the smoke prompts (``forward_record.json``,
+        """The host reference's teacher-forced steps on the smoke prompts (``forward_record.json``,
         docs/forward.md), or None (an older q25deploy, or a model the forward pass cannot run)."""
         if layout.FORWARD_RECORD not in self.manifest:
             return None

@@ -543,13 +543,16 @@ def _forward_step(st: Any, where: str, f: str, n_layers: int | None) -> int:
 
 def parse_forward_record(doc: Any, where: str) -> dict:
     """A build's ``forward_record.json`` (docs/forward.md): per smoke prompt, the ids fed, the
-    greedy tokens and per step the top logits and the states' summaries."""
+    continuation forced after them, the reference's token at each reported position and per
+    step the top logits and the states' summaries."""
     d = obj(doc, where)
     if d.get("format") != layout.FORWARD_RECORD_FORMAT:
-        raise _fail(where, "format", f"{d.get('format')!r:.60} is not {layout.FORWARD_RECORD_FORMAT}")
+        why = f"{d.get('format')!r:.60} is not {layout.FORWARD_RECORD_FORMAT}"
+        raise _fail(where, "format", f"{why} (an older q25deploy's build? build it again)")
     hex64(d.get("model_sha256"), where, "model_sha256")
-    steps = d.get("steps")
-    _expect(type(steps) is int and 1 <= steps <= 64, steps, where, "steps", "a step count (1..64)")
+    steps: int = _expect(
+        type(d.get("steps")) is int and 1 <= d["steps"] <= 64, d.get("steps"), where, "steps", "a step count (1..64)"
+    )
     idx = array(d.get("summary_indices"), where, "summary_indices")
     _expect(len(idx) == 4 and all(type(i) is int and i >= 0 for i in idx), idx, where, "summary_indices", "4 indices")
     n_layers = None
@@ -562,10 +565,17 @@ def parse_forward_record(doc: Any, where: str) -> dict:
         _expect(0 < len(ids) <= 4096, len(ids), where, f"{f}.ids", "1..4096 ids")
         for j, t in enumerate(ids):
             _token(t, where, f"{f}.ids[{j}]")
+        more = array(c.get("forced"), where, f"{f}.forced")
+        _expect(len(more) == steps - 1, len(more), where, f"{f}.forced", f"{steps - 1} ids (one fewer than the steps)")
+        _expect(len(ids) + len(more) <= 4096, len(more), where, f"{f}.forced", "at most 4096 ids with the prompt's")
+        for j, t in enumerate(more):
+            _token(t, where, f"{f}.forced[{j}]")
         run = array(c.get("steps"), where, f"{f}.steps")
         _expect(len(run) == steps, len(run), where, f"{f}.steps", f"{steps} steps")
         for s, st in enumerate(run):
             n_layers = _forward_step(st, where, f"{f}.steps[{s}]", n_layers)
+            at = st["position"]
+            _expect(at == len(ids) - 1 + s, at, where, f"{f}.steps[{s}].position", f"{len(ids) - 1 + s} (ids and step)")
         tokens = array(c.get("tokens"), where, f"{f}.tokens")
         _expect(tokens == [st["token"] for st in run], tokens, where, f"{f}.tokens", "the steps' tokens")
     return d

@@ -56,7 +56,7 @@ RUNTIME_HELP = {
 #: what --strict does: every warning of the smoke test (deploy/ops/smoke.py, forward_check.py) fails it
 STRICT_HELP = (
     "every smoke-test warning fails the test: regions not in the live device tree or not loaded, "
-    "no probe or forward pass, a near tie"
+    "no probe or forward pass"
 )
 
 

@@ -115,6 +115,14 @@ class Forward:
     def eval(self, seqs: list[tuple[list[int], KVCache]], capture: Capture | None = None) -> list[Result]:
         """Append each sequence's tokens to its cache and run them; the result of each
         sequence's last token. ``capture`` sees every activation (single sequence only)."""
+        return [rs[-1] for rs in self.eval_last(seqs, 1, capture)]
+
+    def eval_last(
+        self, seqs: list[tuple[list[int], KVCache]], last: int, capture: Capture | None = None
+    ) -> list[list[Result]]:
+        """As :meth:`eval`, with the results of each sequence's last ``last`` tokens (in order):
+        every position's arithmetic is its own, so a token's result is the same whichever
+        positions are reported with it (teacher forcing: one pass gives every position's)."""
         hp, w = self.hp, self.w
         if capture is not None and len(seqs) != 1:
             raise ValueError("capture works on one sequence")
@@ -123,24 +131,28 @@ class Forward:
         for ids, cache in seqs:
             if not ids or cache.n + len(ids) > cache.k[0].shape[1]:
                 raise UsageError(f"{len(ids)} tokens after {cache.n} do not fit a context of {cache.k[0].shape[1]}")
+            if not 1 <= last <= len(ids):
+                raise ValueError(f"{last} results of {len(ids)} tokens")
             xs.append(w.rows("token_embd.weight", list(ids)))
             pos.append(np.arange(cache.n, cache.n + len(ids)))
-        results = [Result(np.empty(0, F32), x[-1].copy()) for x in xs]
+        results = [[Result(np.empty(0, F32), row.copy()) for row in x[-last:]] for x in xs]
         note(-1, "embd", xs[0])
         caches = [cache for _, cache in seqs]
         for layer in range(hp.n_layer):
             xs = self._block(layer, xs, pos, caches, note)
-            for r, x in zip(results, xs):
-                r.layers.append(x[-1].copy())
+            for rs, x in zip(results, xs):
+                for r, row in zip(rs, x[-last:]):
+                    r.layers.append(row.copy())
         for cache, p in zip(caches, pos):
             cache.n = int(p[-1]) + 1
         norm = w.get("output_norm.weight")
-        hs = [rmsnorm(x[-1:], norm, hp.rms_eps) for x in xs]
+        hs = [rmsnorm(x[-last:], norm, hp.rms_eps) for x in xs]
         logits = w.products("token_embd.weight" if hp.tied_output else "output.weight", hs)
-        for r, h, y in zip(results, hs, logits):
-            r.output, r.logits = h[0].copy(), y[0]
+        for rs, h, y in zip(results, hs, logits):
+            for r, hrow, yrow in zip(rs, h, y):
+                r.output, r.logits = hrow.copy(), yrow.copy()
         note(-1, "output_norm", rmsnorm(xs[0], norm, hp.rms_eps))
-        note(-1, "logits", results[0].logits[None, :])
+        note(-1, "logits", results[0][-1].logits[None, :])
         return results
 
     def _block(

@@ -1,5 +1,7 @@
-"""Greedy generation with the host reference, and what is recorded of each step: the token,
-the top logits, and a digest-sized summary of the states (docs/forward.md)."""
+"""The host reference's steps on a prompt, and what is recorded of each: the token, the top
+logits, and a digest-sized summary of the states (docs/forward.md). The forward record's steps
+are teacher-forced (:func:`forced`): each prompt followed by a fixed continuation, every
+position evaluated in one pass over the weights; :func:`greedy` feeds each step's token back."""
 
 from __future__ import annotations
 
@@ -52,6 +54,29 @@ def step_record(r: Result, position: int) -> dict:
         "layers": [summary(x) for x in r.layers],
         "output": summary(r.output),
     }
+
+
+def continuation(ids: list[int], steps: int) -> list[int]:
+    """The ids fed after a prompt for its last ``steps - 1`` positions: the prompt's own ids
+    again, from its start, as often as needed (a copy a trained model predicts with clear
+    margins, in the vocabulary whatever the model; no pass is needed to choose it)."""
+    if not ids:
+        raise ValueError("an empty prompt has no continuation")
+    return [ids[i % len(ids)] for i in range(steps - 1)]
+
+
+def forced(fw: Forward, prompts: list[list[int]], continuations: list[list[int]]) -> list[list[dict]]:
+    """Per prompt, a step record for its last position and each continuation id's, all prompts
+    in one pass (each weight dequantised once): the step a greedy run would record where its
+    tokens were the continuation's."""
+    seqs = [ids + more for ids, more in zip(prompts, continuations, strict=True)]
+    n = {len(more) for more in continuations}
+    if len(n) != 1:
+        raise ValueError("every prompt's continuation has the same length")
+    last = n.pop() + 1
+    caches = [KVCache.empty(fw.hp, len(x)) for x in seqs]
+    runs = fw.eval_last(list(zip(seqs, caches)), last)
+    return [[step_record(r, len(x) - last + s) for s, r in enumerate(rs)] for x, rs in zip(seqs, runs)]
 
 
 def greedy(fw: Forward, prompts: list[list[int]], steps: int = STEPS) -> list[list[dict]]:

@@ -4,8 +4,9 @@ first place they differ, named by prompt step and layer (docs/forward.md).
 Both sides compute in float32 and differ only in summation order, so their states agree to
 about 1e-6 of their norm: a state whose norm or values differ by more than :data:`STATE_RTOL`
 of the record's norm differs. A token may differ only where the record's top-two margin is
-below :data:`TOKEN_MARGIN` (a near-tie either side may break); after such a step the contexts
-differ and the comparison of that prompt stops there.
+below :data:`TOKEN_MARGIN` (a near-tie either side may break). The ids are forced (the prompt,
+then the record's continuation), so both sides' contexts stay the same whatever token each
+predicts: a near tie broken the other way does not end the comparison.
 """
 
 from __future__ import annotations
@@ -102,10 +103,8 @@ def first_difference(recorded: dict, board: list[dict]) -> Difference | None:
             problem = "missing" if g is None else _state_differs(g, w)
             if problem:
                 return Difference(s, where, problem)
-        if got["token"] != want["token"]:
-            if want["margin"] is not None and want["margin"] >= TOKEN_MARGIN:
-                return Difference(s, "token", f"{got['token']}, host {want['token']} (margin {want['margin']:.3g})")
-            return None  # a near-tie broken the other way: the contexts differ from here on
+        if got["token"] != want["token"] and want["margin"] is not None and want["margin"] >= TOKEN_MARGIN:
+            return Difference(s, "token", f"{got['token']}, host {want['token']} (margin {want['margin']:.3g})")
         for (gi, gv), (wi, wv) in zip(got.get("top", []), want["top"]):
             if not _finite(wv) or not math.isfinite(gv):
                 host = f"{wv:.9g}" if _finite(wv) else "nan"
@@ -114,6 +113,16 @@ def first_difference(recorded: dict, board: list[dict]) -> Difference | None:
                 return Difference(s, "logits", f"top id {gi}, host {wi}")
             if wv is not None and not abs(gv - wv) <= LOGIT_ATOL * max(1.0, abs(wv)):
                 return Difference(s, "logits", f"logit of {gi} {gv:.9g}, host {wv:.9g}")
+    return None
+
+
+def near_tie(recorded: dict, board: list[dict]) -> str | None:
+    """The first step where the board's token is not the host's at a near tie (what ``q25tok
+    compare`` prints then), or None."""
+    for s, (want, got) in enumerate(zip(recorded["steps"], board)):
+        if got["token"] != want["token"]:
+            margin = "nan" if want["margin"] is None else f"{want['margin']:.9g}"
+            return f"near-tie at step {s}: token {got['token']}, host {want['token']} (margin {margin})"
     return None
 
 

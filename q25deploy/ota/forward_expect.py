@@ -1,10 +1,11 @@
 """What the board's ``q25tok generate --dump-layers`` must print, per smoke prompt: the OTA
 payload's ``q25-forward.txt``, rendered from the build's ``forward_record.json``. Pure.
 
-The board script cannot parse JSON, so the record travels as the very lines ``generate``
-prints (docs/forward.md), each prompt under a line naming the ids to feed:
+The board script cannot parse JSON, so the record travels as the very lines ``generate
+--positions`` prints (docs/forward.md), each prompt under a line naming the ids to feed (the
+prompt's, then its forced continuation) and the number of last positions reported:
 
-    q25-forward 1
+    q25-forward 2
     tolerances state_rtol 0.0001 logit_atol 0.001 token_margin 0.001
     prompt 0 steps 8 ids 9707,11,1879,...
     step 0 pos 13 token 138648 margin 0.3013336658477783
@@ -29,7 +30,7 @@ from __future__ import annotations
 from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, TOKEN_MARGIN
 
 NAME = "q25-forward.txt"  # the payload file
-HEADER = "q25-forward 1"
+HEADER = "q25-forward 2"
 # record_compare.py's tolerances, for the board's comparison (q25tok compare)
 TOLERANCES = f"tolerances state_rtol {STATE_RTOL!r} logit_atol {LOGIT_ATOL!r} token_margin {TOKEN_MARGIN!r}"
 
@@ -58,6 +59,7 @@ def render(record: dict) -> bytes:
     """``q25-forward.txt`` for a (schema-checked) forward record: every prompt's ids and steps."""
     lines = [HEADER, TOLERANCES]
     for i, p in enumerate(record["prompts"]):
-        lines.append(f"prompt {i} steps {len(p['steps'])} ids {','.join(str(t) for t in p['ids'])}")
+        fed = p["ids"] + p["forced"]
+        lines.append(f"prompt {i} steps {len(p['steps'])} ids {','.join(str(t) for t in fed)}")
         lines += dump_lines(p)
     return ("\n".join(lines) + "\n").encode("ascii")

@@ -1,8 +1,9 @@
 """The build's record of the host reference (``forward_record.json``) and the model's
 hyperparameters for the C runtime (``model_hparams.txt``): docs/forward.md.
 
-The record is the one expensive thing here (a forward pass per smoke prompt and step), so it
-is kept in a content-addressed cache (``$XDG_CACHE_HOME/q25deploy/forward``), keyed by the
+The record is the one expensive thing here (a pass over every weight: each smoke prompt and
+its forced continuation evaluated at once, :func:`~q25deploy.model.generate.forced`), so it is
+kept in a content-addressed cache (``$XDG_CACHE_HOME/q25deploy/forward``), keyed by the
 model's sha256, the prompts' ids and the record's format: a rebuild, for another target or
 into another directory, reads it instead of running the model. A cache file is named by the
 sha256 of its bytes, and one whose bytes or contents do not check out is a miss.
@@ -21,7 +22,7 @@ from ..common import cache_dir as default_cache_dir
 from ..common import is_sha256, json_bytes, json_digest, write_atomic
 from ..errors import SchemaError
 from ..model.forward import Forward
-from ..model.generate import STEPS, greedy, summary_indices
+from ..model.generate import STEPS, continuation, forced, summary_indices
 from ..model.gguf import GGUFFile
 from ..model.hparams import HParams, hparams_text, runnable
 from ..model.weights import Weights
@@ -42,8 +43,9 @@ def compute(f: GGUFFile, model_sha256: str, ids: list[list[int]], steps: int = S
     """The record of the smoke prompts (``ids``: the host codec's ids of each)."""
     hp = runnable(f)
     fed = fed_ids(hp, ids)
+    more = [continuation(x or y, steps) for x, y in zip(ids, fed, strict=True)]
     with np.errstate(all="ignore"):  # a non-finite pass is recorded (null) and build warns of it
-        runs = greedy(Forward(Weights(f), hp), fed, steps)
+        runs = forced(Forward(Weights(f), hp), fed, more)
     return {
         "format": FORMAT,
         "model_sha256": model_sha256,
@@ -54,10 +56,11 @@ def compute(f: GGUFFile, model_sha256: str, ids: list[list[int]], steps: int = S
                 "text": text.decode("utf-8"),
                 "special": special,
                 "ids": x,
+                "forced": m,
                 "tokens": [s["token"] for s in run],
                 "steps": run,
             }
-            for (text, special), x, run in zip(SMOKE_PROMPTS, fed, runs, strict=True)
+            for (text, special), x, m, run in zip(SMOKE_PROMPTS, fed, more, runs, strict=True)
         ],
     }
 

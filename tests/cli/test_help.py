@@ -168,7 +168,7 @@ def test_only_deploy_says_runtime_bin_is_sent(command):
 @pytest.mark.parametrize("command", ["deploy", "smoke"])
 def test_strict_says_every_smoke_warning_fails(command):
     """--strict turns every warning of the smoke test into a failure (deploy/ops/smoke.py's
-    _Report.warn: device tree, residency, probe, forward pass, near ties), not only a missing
+    _Report.warn: device tree, residency, probe, forward pass), not only a missing
     device tree; tests/deploy/ops/test_board_report.py runs it."""
     text = _help_of(command, "--strict")
     assert text.startswith("every smoke-test warning fails the test")

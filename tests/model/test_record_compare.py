@@ -10,7 +10,7 @@ import pytest
 from forward_dump import dump
 
 from q25deploy import layout
-from q25deploy.model.record_compare import first_difference, parse_dump
+from q25deploy.model.record_compare import first_difference, near_tie, parse_dump
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +33,20 @@ def test_a_layer_off_by_more_than_the_tolerance_is_named_with_its_step(record):
     assert first_difference(p, parse_dump(dump(steps))) is None
 
 
-def test_a_token_differs_only_at_a_near_tie(record):
+def test_a_token_differs_only_at_a_near_tie_and_the_comparison_goes_past_it(record):
     p = copy.deepcopy(record["prompts"][0])
     steps = copy.deepcopy(p["steps"])
     steps[2]["token"] = steps[2]["top"][1][0]
     p["steps"][2]["margin"] = 0.5
     assert str(first_difference(p, parse_dump(dump(steps)))).startswith("step 2: token")
+    assert near_tie(p, parse_dump(dump(steps))) == (
+        f"near-tie at step 2: token {steps[2]['token']}, host {p['steps'][2]['token']} (margin 0.5)"
+    )
     p["steps"][2]["margin"] = 1e-5  # a near-tie: the board may break it the other way
     assert first_difference(p, parse_dump(dump(steps))) is None
+    # the ids are forced, so the contexts stay the same: a later step is still compared
+    steps[5]["layers"][0]["norm"] *= 1.01
+    assert str(first_difference(p, parse_dump(dump(steps)))).startswith("step 5: layer 0: norm ")
 
 
 def test_missing_steps_and_malformed_lines(record):

@@ -102,7 +102,14 @@ def fake_generate(board: Path, script: str, command: str = "generate") -> None:
         (  # an image older than generate: its q25tok's usage, exit 2
             'echo "usage: q25tok info IMAGE" >&2; exit 2',
             0,
-            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no generate command \(an older image\): "
+            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no generate --positions \(an older image\): "
+            r"the forward pass is not checked",
+            "generate",
+        ),
+        (  # an image whose generate decodes greedily only (no --positions): older too
+            'echo "usage: q25tok generate [--mem PATH] [--steps N] ..." >&2; exit 2',
+            0,
+            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no generate --positions \(an older image\): "
             r"the forward pass is not checked",
             "generate",
         ),
@@ -114,7 +121,7 @@ def fake_generate(board: Path, script: str, command: str = "generate") -> None:
             "generate",
         ),
         (  # generate's own usage: our command line is wrong, not the image old
-            'echo "usage: q25tok generate [--mem PATH] ..." >&2; exit 2',
+            'echo "usage: q25tok generate [--mem PATH] [--steps N | --positions N] ..." >&2; exit 2',
             1,
             r"q25-ota: smoke: forward prompt 0: q25tok generate failed \(exit 2\): usage: q25tok generate .*",
             "generate",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, parse_dump
+from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, near_tie, parse_dump
 from q25deploy.ota import forward_expect
 
 
@@ -67,13 +67,16 @@ def _embd_nan(steps, p):
 
 
 def _near_tie(steps, p):
-    """The host's margin at step 3 is below 1e-3: the board took the runner-up, and from then
-    on its context (and so everything it prints) differs."""
+    """The host's margin at step 3 is below 1e-3: the board took the runner-up; the ids are
+    forced, so every later step is still the host's."""
     p["steps"][3]["margin"] = 0.5e-3
     steps[3]["token"] = p["steps"][3]["top"][1][0]
-    for st in steps[4:]:
-        st["token"] += 1
-        st["layers"][0]["norm"] *= 2
+
+
+def _near_tie_then_a_layer(steps, p):
+    """A near tie does not end the comparison: a later step's state still differs."""
+    _near_tie(steps, p)
+    steps[5]["layers"][0]["norm"] *= 2
 
 
 def _clear_margin(steps, p):
@@ -138,6 +141,7 @@ CASES = [
     ("value within", _value_within, None),
     ("nan", _embd_nan, (4, "embd")),
     ("near-tie", _near_tie, None),
+    ("near-tie then a layer", _near_tie_then_a_layer, (5, "layer 0")),
     ("clear margin", _clear_margin, (1, "token")),
     ("fewer steps", _fewer_steps, (5, "token")),
     ("logit", _logit, (6, "logits")),
@@ -185,13 +189,14 @@ def test_q25tok_compare_and_record_compare_agree(tmp_path, q25tok_bin, prompt, c
         assert (r.returncode, r.stdout) == (11, f"{host}\n")
 
 
-def test_q25tok_compare_reports_a_near_tie_where_it_stopped(tmp_path, q25tok_bin, prompt):
+def test_q25tok_compare_reports_a_near_tie_as_record_compare_names_it(tmp_path, q25tok_bin, prompt):
     want, steps = copy.deepcopy(prompt), copy.deepcopy(prompt["steps"])
     _near_tie(steps, want)
     r = c_compare(q25tok_bin, tmp_path, want, c_style(steps))
     t = want["steps"][3]["top"]
     assert r.returncode == 0
-    assert r.stdout == f"near-tie at step 3: token {t[1][0]}, host {t[0][0]} (margin 0.0005): compared up to there\n"
+    assert r.stdout == f"near-tie at step 3: token {t[1][0]}, host {t[0][0]} (margin 0.0005)\n"
+    assert r.stdout == near_tie(want, parse_dump(c_style(steps))) + "\n"
 
 
 def test_q25tok_compare_agrees_with_every_prompt_of_the_record(tmp_path, q25tok_bin, ota_builds):
@@ -229,7 +234,7 @@ def forward_file(prompt: dict) -> str:
 @pytest.mark.parametrize(
     ("change", "why"),
     [
-        (lambda t: t.replace("q25-forward 1", "q25-forward 2", 1), "first line is not 'q25-forward 1'"),
+        (lambda t: t.replace("q25-forward 2", "q25-forward 1", 1), "first line is not 'q25-forward 2'"),
         (
             lambda t: "\n".join(x for x in t.split("\n") if not x.startswith("tolerances ")),
             "before the tolerances line",
@@ -300,6 +305,7 @@ def test_q25tok_compare_and_record_compare_agree_on_random_changes(tmp_path, q25
         host = first_difference(want, parse_dump(board))
         r = c_compare(q25tok_bin, tmp_path, want, board)
         if host is None:
-            assert r.returncode == 0 and (r.stdout == "" or r.stdout.startswith("near-tie at step ")), r.stdout
+            tie = near_tie(want, parse_dump(board))
+            assert (r.returncode, r.stdout) == (0, "" if tie is None else tie + "\n")
         else:
             assert (r.returncode, r.stdout) == (11, f"{host}\n")

@@ -40,7 +40,8 @@ def test_the_rendered_lines_read_back_as_the_record(ota_builds):
     assert sorted(got) == list(range(len(record["prompts"]))) == list(range(len(SMOKE_PROMPTS)))
     for i, p in enumerate(record["prompts"]):
         line, body = got[i]
-        assert line == f"prompt {i} steps {len(p['steps'])} ids {','.join(map(str, p['ids']))}"
+        fed = p["ids"] + p["forced"]  # the prompt, then its forced continuation: what generate is fed
+        assert line == f"prompt {i} steps {len(p['steps'])} ids {','.join(map(str, fed))}"
         steps = parse_dump(body)
         assert steps == p["steps"]
         assert first_difference(p, steps) is None

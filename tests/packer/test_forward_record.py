@@ -46,27 +46,51 @@ def test_hparams_file_holds_the_metadata_as_the_c_runtime_reads_it(builds, qwen2
 
 
 def test_record_follows_the_reference_on_the_smoke_ids(builds, qwen25_tiny):
+    """Each prompt, then its continuation (the prompt's ids again), evaluated one position at
+    a time as a board's KV cache would: every reported position is the record's step, to
+    float32 rounding (the record's pass multiplies every position at once)."""
     b = BuildDir(builds["kv260"])
     rec = b.forward_record
     _, cases = b.smoke_ids
     assert [p["ids"] for p in rec["prompts"]] == [ids for _, _, ids in cases]
+    assert [p["forced"] for p in rec["prompts"]] == [(ids * 8)[:7] for _, _, ids in cases]
     assert rec["summary_indices"] == [0, 8, 16, 24]
     with GGUFFile(qwen25_tiny) as f:
         fw = Forward(Weights(f), runnable(f))
-        p = rec["prompts"][5]  # the chat prompt
-        cache = KVCache.empty(fw.hp, len(p["ids"]) + 8)
-        feed = p["ids"]
-        for s, step in enumerate(p["steps"]):
-            r = fw.eval([(feed, cache)])[0]
-            assert step["position"] == len(p["ids"]) - 1 + s
-            assert step["token"] == p["tokens"][s] == int(np.argmax(r.logits))
-            assert [i for i, _ in step["top"]] == np.argsort(-r.logits, kind="stable")[:5].tolist()
-            assert [v for _, v in step["top"]] == np.sort(r.logits)[::-1][:5].tolist()
-            assert len(step["layers"]) == 2
-            for got, state in zip(step["layers"], r.layers):
-                assert got["values"] == state[[0, 8, 16, 24]].tolist()
-                assert got["norm"] == pytest.approx(float(np.linalg.norm(state.astype(np.float64))), rel=1e-12)
-            feed = [step["token"]]
+        for p in (rec["prompts"][0], rec["prompts"][5]):  # plain text, the chat prompt
+            cache = KVCache.empty(fw.hp, len(p["ids"]) + 7)
+            feed = p["ids"]
+            for s, (step, more) in enumerate(zip(p["steps"], [*p["forced"], None])):
+                r = fw.eval([(feed, cache)])[0]
+                assert step["position"] == len(p["ids"]) - 1 + s
+                assert step["token"] == p["tokens"][s] == int(np.argmax(r.logits))
+                assert [i for i, _ in step["top"]] == np.argsort(-r.logits, kind="stable")[:5].tolist()
+                np.testing.assert_allclose([v for _, v in step["top"]], np.sort(r.logits)[::-1][:5], rtol=1e-5)
+                assert len(step["layers"]) == 2
+                for got, state in zip(step["layers"], r.layers):
+                    np.testing.assert_allclose(got["values"], state[[0, 8, 16, 24]], rtol=1e-5, atol=1e-6)
+                    assert got["norm"] == pytest.approx(float(np.linalg.norm(state.astype(np.float64))), rel=1e-6)
+                feed = [more]
+
+
+def test_the_record_is_one_pass_over_the_weights(qwen25_tiny, monkeypatch):
+    """Every matrix is dequantised once for the whole record (each prompt and its continuation
+    at once), not once per step as greedy decoding would."""
+    seen: list[str] = []
+    real = Weights.products
+    monkeypatch.setattr(Weights, "products", lambda self, name, *a, **k: seen.append(name) or real(self, name, *a, **k))
+    with GGUFFile(qwen25_tiny) as f:
+        ids = [[9707, 11, 1879], [13, 14], [15], [16, 17, 18, 19], [20], [21, 22], [23]]  # one per smoke prompt
+        rec = forward_record.compute(f, "0" * 64, ids)
+    assert len(seen) == len(set(seen)) == 2 * 7 + 1
+    assert [p["forced"] for p in rec["prompts"]][:3] == [
+        [9707, 11, 1879, 9707, 11, 1879, 9707],
+        [13, 14] * 3 + [13],
+        [15] * 7,
+    ]
+    assert [[st["position"] for st in p["steps"]] for p in rec["prompts"]] == [
+        list(range(len(x) - 1, len(x) + 7)) for x in ids
+    ]
 
 
 def test_a_release_carries_the_record_and_the_hparams(builds):
@@ -114,6 +138,10 @@ def _record(builds) -> dict:
         (lambda r: r["prompts"][0]["steps"][0]["top"][0].__setitem__(1, "big"), "prompts[0].steps[0].top[0]"),
         (lambda r: r["prompts"][2]["steps"][1]["embd"]["values"].append(0.0), "prompts[2].steps[1].embd.values"),
         (lambda r: r["prompts"][0]["ids"].append(-1), "prompts[0].ids[14]"),
+        (lambda r: r["prompts"][3]["forced"].pop(), "prompts[3].forced"),
+        (lambda r: r["prompts"][3]["forced"].__setitem__(2, 1 << 40), "prompts[3].forced[2]"),
+        (lambda r: r["prompts"][4].pop("forced"), "prompts[4].forced"),
+        (lambda r: r["prompts"][1]["steps"][2].__setitem__("position", 0), "prompts[1].steps[2].position"),
     ],
 )
 def test_schema_refuses_a_damaged_record(builds, damage, field):

@@ -1,6 +1,7 @@
-"""The smoke test's forward pass: the board runs Qwen2.5 (``q25tok generate --dump-layers``) on
-every smoke prompt from the weights it holds and the report compares each step with the
-build's ``forward_record.json`` (:mod:`q25deploy.model.record_compare`, docs/forward.md).
+"""The smoke test's forward pass: the board runs Qwen2.5 (``q25tok generate --positions
+--dump-layers``) on every smoke prompt and its forced continuation, one pass over the weights
+it holds, and the report compares each reported position with the build's
+``forward_record.json`` (:mod:`q25deploy.model.record_compare`, docs/forward.md).
 
 From DDR (``--mem``, through the reserved regions, Device memory) when the regions are
 reserved (resident, or reserved but not as built: then the layer that goes wrong is named);
@@ -8,8 +9,9 @@ from the partition files (``--files``) otherwise, with a warning (a failure with
 A difference beyond the record's tolerances fails the check and names the prompt, the step and
 the first layer (or the embedding, the output head, the logits or the token) that differs; a
 token that differs at a near tie (the host's top-two margin below
-:data:`~q25deploy.model.record_compare.TOKEN_MARGIN`) is a warning, a failure with ``strict``.
-A q25tok without ``generate`` (an older image) is a warning, a failure with ``strict``.
+:data:`~q25deploy.model.record_compare.TOKEN_MARGIN`) is named in the check and compared past
+(the inputs are forced: the contexts stay the same).
+A q25tok without ``generate --positions`` (an older image) is a warning, a failure with ``strict``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from typing import Protocol
 
 from ...common import is_sha256
 from ...layout import REGION_TABLE, TENSOR_TABLE
-from ...model.record_compare import first_difference, parse_dump
+from ...model.record_compare import first_difference, near_tie, parse_dump
 from ..state.forward_known import forward_key
 from ..transport.boardbase import BoardSession
 
-EXIT_USAGE = 2  # q25tok: an unknown command (an image older than generate)
+EXIT_USAGE = 2  # q25tok: an unknown command or option (an image older than generate --positions)
 GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
 MARK = "@@q25-prompt-done"
 
@@ -38,9 +40,10 @@ class Report(Protocol):
 
 
 def generate_script(q25tok: str, source: list[str], tables: list[str], steps: int, prompts: list[list[int]]) -> str:
-    """One board command for every prompt: each prompt's dump, then a marker line; stops at
-    the first failure with its status (what it printed on stderr tells why)."""
-    head = [q25tok, "generate", *source, "--steps", str(steps), "--dump-layers", *tables]
+    """One board command for every prompt (its ids and forced continuation): each prompt's
+    dump of its last ``steps`` positions, then a marker line; stops at the first failure with
+    its status (what it printed on stderr tells why)."""
+    head = [q25tok, "generate", *source, "--positions", str(steps), "--dump-layers", *tables]
     lines = [f"{shlex.join([*head, *map(str, ids)])} || exit $?; echo {MARK}" for ids in prompts]
     return "\n".join(lines)
 
@@ -90,7 +93,7 @@ def check_forward(
 ) -> bool:
     """Runs the forward pass on the board and adds one check per smoke prompt to ``report``
     (``record``: the build's forward record, already known to be of the board's model); True
-    when it ran and every prompt passed clear of a near tie."""
+    when it ran and every prompt passed."""
     tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
     if residency.get("state") in ("resident", "failed"):
         source, where = ["--mem", paths["memory"], "--dt", paths["device_tree"]], "from the reserved regions"
@@ -98,11 +101,11 @@ def check_forward(
         source, where = ["--files"], "from the partition files"
         report.warn("forward pass", "forward pass run from the partition files: they are not in reserved memory")
     prompts = record["prompts"]
-    script = generate_script(q25tok, source, tables, record["steps"], [p["ids"] for p in prompts])
+    script = generate_script(q25tok, source, tables, record["steps"], [p["ids"] + p["forced"] for p in prompts])
     status, out, err = board.run(["sh", "-c", script], check=False, timeout=GENERATE_TIMEOUT)
     text, why = out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
     if status == EXIT_USAGE and "usage" in why and MARK not in text:
-        report.warn("forward pass", f"forward pass not run: this q25tok has no generate ({why[-80:]})")
+        report.warn("forward pass", f"forward pass not run: this q25tok has no generate --positions ({why[-80:]})")
         return False
     passed = True
     dumps = text.split(MARK + "\n")[: len(prompts)]  # each prompt's dump; a failed one's partial output last
@@ -125,16 +128,15 @@ def check_forward(
             continue
         got = [s["token"] for s in steps[: len(prompt["steps"])]]
         want = [s["token"] for s in prompt["steps"]]
-        tokens = {"tokens": got, "expected": want}  # what the board generated, what the host did
+        tokens = {"tokens": got, "expected": want}  # each position's prediction, the board's and the host's
         if diff is not None:
             detail = f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}"
             passed = report.check(name, False, f"{detail}; board tokens {_ids(got)}, host {_ids(want)}", **tokens)
             continue
-        tie = _near_tie(prompt, steps)
-        if tie:
-            report.warn(name, f"{name}: {tie}")
-            passed = False  # not recorded: the next deploy runs it and warns again
-        report.check(name, True, f"{len(prompt['steps'])} steps as the host {where}: tokens {_ids(got)}", **tokens)
+        tie = near_tie(prompt, steps)
+        note = f" ({tie}: compared past it)" if tie else ""
+        detail = f"{len(prompt['steps'])} positions as the host {where}: tokens {_ids(got)}{note}"
+        report.check(name, True, detail, **tokens)
     return passed
 
 
@@ -145,13 +147,3 @@ def _ids(tokens: list[int]) -> str:
 def _layer_name(where: str) -> str:
     """``layer N`` with the tensors that compute it (what an accelerator engineer looks at)."""
     return f"{where} (blk.{where.split()[1]}.*)" if where.startswith("layer ") and where[6:].isdigit() else where
-
-
-def _near_tie(prompt: dict, steps: list[dict]) -> str | None:
-    """The step where the board took the other side of a near tie (first_difference then stops
-    comparing: the contexts differ from there on)."""
-    for s, (want, got) in enumerate(zip(prompt["steps"], steps)):
-        if got["token"] != want["token"]:
-            margin = "none" if want["margin"] is None else f"{want['margin']:.3g}"
-            return f"step {s}: token {got['token']}, host {want['token']} at a near tie (host margin {margin}): compared up to there"
-    return None

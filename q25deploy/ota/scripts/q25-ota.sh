@@ -743,16 +743,16 @@ forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a ful
         return 0
     fi
     q_exp=$(payload "$q_name") || exit 1; no_fifo "$q_exp"
-    [ "$(head -n 1 "$q_exp")" = "q25-forward 1" ] || die "smoke: $q_exp: not a forward file this script reads"
+    [ "$(head -n 1 "$q_exp")" = "q25-forward 2" ] || die "smoke: $q_exp: not a forward file this script reads"
     q_n=$(grep -c '^prompt ' "$q_exp"); [ "$q_n" -gt 0 ] || die "smoke: $q_exp: no prompt in the forward file"
     q_out=$(mktemp) || die "smoke: cannot create a temporary file"
-    grep '^prompt ' "$q_exp" | while read -r _ n q_k1 steps q_k2 ids extra; do  # prompt N steps S ids ID,...
+    grep '^prompt ' "$q_exp" | while read -r _ n q_k1 steps q_k2 ids extra; do  # prompt N steps S ids ID,... (forced)
         { is_digits "$n" && is_digits "$steps" && [ "$q_k1 $q_k2" = "steps ids" ] && [ -z "$extra" ] &&
             case "$ids" in ''|*[!0-9,]*) false ;; esac; } || die "smoke: $q_exp: bad prompt line '$n'"
         # shellcheck disable=SC2046  # ids is digits and commas (checked above): one argument per id
-        q_err=$("$Q25TOK" generate --files --dump-layers --steps "$steps" "$q_tab" "$q_tt" $(echo "$ids" | tr ',' ' ') 2>&1 >"$q_out")
+        q_err=$("$Q25TOK" generate --files --dump-layers --positions "$steps" "$q_tab" "$q_tt" $(echo "$ids" | tr ',' ' ') 2>&1 >"$q_out")
         q_st=$?
-        if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_err" | grep -q 'q25tok generate'; then exit 3; fi  # an older q25tok
+        if [ "$q_st" = 2 ] && ! printf '%s\n' "$q_err" | grep -q -e '--positions'; then exit 3; fi  # an older q25tok
         [ "$q_st" = 0 ] || die "smoke: forward prompt $n: q25tok generate failed (exit $q_st): $(printf '%s\n' "$q_err" | head -n 2 | tr '\n' ' ')"
         q_diff=$("$Q25TOK" compare "$q_exp" "$n" "$q_out" 2>&1)
         q_st=$?
@@ -766,7 +766,7 @@ forward_smoke() {  # RELEASE-DIR: every prompt of the plan's forward file (a ful
     q_st=$?; rm -f "$q_out"
     case "$q_st" in
         0) say "smoke: the forward pass agrees with the host's on $q_n prompt(s) (q25tok generate --files)" ;;
-        3) say "warning: smoke: $Q25TOK has no generate command (an older image): the forward pass is not checked" ;;
+        3) say "warning: smoke: $Q25TOK has no generate --positions (an older image): the forward pass is not checked" ;;
         4) say "warning: smoke: $Q25TOK has no compare command (an older image): the forward pass is not checked" ;;
         *) exit 1 ;;
     esac

@@ -50,7 +50,7 @@ def test_smoke_runs_the_forward_pass_from_the_regions(tmp_path, capsys, ssh, mod
         assert c == {
             "name": c["name"],
             "ok": True,
-            "detail": f"{record['steps']} steps as the host from the reserved regions: tokens {tokens}",
+            "detail": f"{record['steps']} positions as the host from the reserved regions: tokens {tokens}",
             "tokens": ids,
             "expected": ids,
         }
