@@ -101,7 +101,9 @@ def test_a_layer_differs_and_is_named_with_its_tensors(record):
 def test_q25tok_without_generate_a_failure_and_garbage(record):
     old = ScriptedSession(2, "", "usage: q25tok info|encode|decode|load|verify IMAGE ...\n")
     report = run(record, old)
-    assert not report.checks and report.warnings[0].startswith("forward pass not run: this q25tok has no generate --positions")
+    assert not report.checks and report.warnings[0].startswith(
+        "forward pass not run: this q25tok has no generate --positions"
+    )
     assert not run(record, old, strict=True).result()["ok"]
     first = printed([record["prompts"][0]["steps"]])
     report = run(record, ScriptedSession(6, first + "step 0 pos", "q25tok: region 0 not reserved\n"))
