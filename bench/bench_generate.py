@@ -9,7 +9,10 @@ process (model load, prompt, N tokens), best of --repeat, in wall time and in CP
 system over all threads: llama-simple runs 4 threads, q25tok --threads 1 by default; on a busy
 host the CPU time is the steadier figure). --threads 1,4 times q25tok under qemu once per
 thread count (a row each; the lines must be the same), e.g. the board's four A53 cores against
-one; --q25tok-only leaves llama.cpp out (no sdist needed). The native host build (one thread) of q25tok and the host's numpy reference
+one; --q25tok-only leaves llama.cpp out (no sdist needed). --check times, instead, the smoke
+test's forward check of the first prompt as the board runs it under qemu: `generate --positions
+N` on the prompt and its forced continuation (one batched pass, docs/forward.md) beside greedy
+`--steps N` on the prompt (N passes), per thread count. The native host build (one thread) of q25tok and the host's numpy reference
 (q25deploy/model, a fresh Python process: imports, the GGUF's weights dequantised, the prompt
 and N tokens) are timed too, for scale. Tokens per second = N / the wall time.
 
@@ -17,6 +20,7 @@ and N tokens) are timed too, for scale. Tokens per second = N / the wall time.
     python3 bench/bench_generate.py --sdist /tmp/sdist/llama_cpp_python-0.3.36.tar.gz
     python3 bench/bench_generate.py --llama-simple BUILD/bin/llama-simple   # already built
     python3 bench/bench_generate.py --q25tok-only --presets 0.5b --threads 1,4 --repeat 1
+    python3 bench/bench_generate.py --check --presets tiny,0.5b --threads 1,4 --repeat 1
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "runtime")]
 
 from q25deploy.builddir import BuildDir  # noqa: E402
 from q25deploy.cli import main as q25deploy  # noqa: E402
+from q25deploy.model.generate import continuation  # noqa: E402
 from q25deploy.model.synthetic import write_model  # noqa: E402
 from q25deploy.packer.runtime import build_runtime  # noqa: E402
 
@@ -120,7 +125,10 @@ def main() -> None:
     g.add_argument("--sdist", type=Path, help="llama-cpp-python's sdist (.tar.gz): build llama-simple from it")
     g.add_argument("--llama-simple", type=Path, help="an aarch64 llama-simple already built")
     g.add_argument("--q25tok-only", action="store_true", help="time q25tok alone (no llama.cpp)")
+    g.add_argument("--check", action="store_true", help="the smoke test's forward check: --positions against --steps")
     args = ap.parse_args()
+    if args.check:
+        return forward_check(args)
     thread_counts = [int(n) for n in args.threads.split(",")]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -167,6 +175,36 @@ def main() -> None:
                     f"| {preset}, {len(ids)}-token prompt | {n} | {threads} "
                     f"| {ours:.2f} / {ours_cpu:.2f} s ({n / ours:.2f} tok/s) | {llama_cell} | {ratio} "
                     f"| {host:.2f} s ({n / host:.1f} tok/s) | {ref:.2f} s ({n / ref:.1f} tok/s) |",
+                    flush=True,
+                )
+
+
+def forward_check(args) -> None:
+    """The smoke test's forward check of the first prompt under qemu-aarch64 -cpu cortex-a53:
+    teacher-forced (--positions, what the check runs) against greedy (--steps, N passes)."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        build_runtime(tmp / "arm", cross="aarch64")
+        print(
+            "| model | positions | q25tok threads | greedy `--steps` wall / CPU | forced `--positions` wall / CPU | ratio |"
+        )
+        print("|---|---|---|---|---|---|")
+        for preset in args.presets.split(","):
+            model, out = tmp / f"{preset}.gguf", tmp / preset
+            write_model(model, preset, str(VOCAB))
+            with contextlib.redirect_stdout(sys.stderr):
+                assert q25deploy(["build", "--target", "qemu", "--model", str(model), "--out", str(out)]) == 0
+            ids = BuildDir(out).smoke_ids[1][0][2]
+            tables = [str(out / "partitions" / "regions.tab"), str(out / "partitions" / "tensors.tab")]
+            n, arm = args.steps, [*QEMU, str(tmp / "arm" / "q25tok"), "generate", "--files", "--dump-layers"]
+            fed = [*ids, *continuation(ids, n)]
+            for threads in [int(t) for t in args.threads.split(",")]:
+                th = ["--threads", str(threads), *tables]
+                g, g_cpu, _, _ = timed([*arm, "--steps", str(n), *th, *map(str, ids)], args.repeat)
+                f, f_cpu, _, _ = timed([*arm, "--positions", str(n), *th, *map(str, fed)], args.repeat)
+                print(
+                    f"| {preset}, {len(ids)}-token prompt | {n} | {threads} | {g:.2f} / {g_cpu:.2f} s "
+                    f"| {f:.2f} / {f_cpu:.2f} s | {f / g:.2f}x / {f_cpu / g_cpu:.2f}x |",
                     flush=True,
                 )
 
