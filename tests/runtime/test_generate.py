@@ -420,8 +420,9 @@ def test_positions_out_of_range_are_usage_errors(san_q25tok, release, prompts, a
 def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, llama_reference, tmp_path_factory):  # noqa: F811
     """24 layers of 896 (Q4_K / Q6_K / Q5_0 / Q8_0, 14 heads over 2 KV heads, tied Q8_0 head):
     three smoke prompts on this machine against llama.cpp, and the first two steps of one on
-    aarch64 under qemu against this machine's; two prompts (8 steps) on this machine and the
-    first two steps on aarch64 against the build's record of the host reference."""
+    aarch64 under qemu against this machine's; two prompts (8 positions, teacher-forced, as the
+    smoke test runs them) on this machine and the first step on aarch64 against the build's
+    record of the host reference."""
     from q25deploy.cli import main
     from q25deploy.model.synthetic import write_model
 
@@ -446,8 +447,9 @@ def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, llama_referenc
 
     record = BuildDir(b).forward_record
     assert [p["ids"] for p in record["prompts"][:3]] == prompts  # the GGUF asks for no BOS
-    for p in record["prompts"][:2]:
-        host = generate([q25tok], b, p["ids"], "--files", "--dump-layers", env=None)
+    for p in record["prompts"][:2]:  # the smoke test's command: the prompt and its forced continuation
+        fed = p["ids"] + p["forced"]
+        host = generate([q25tok], b, fed, "--files", "--dump-layers", "--positions", STEPS, env=None)
         assert host.returncode == 0 and first_difference(p, parse_dump(host.stdout)) is None, p["text"]
-    p = record["prompts"][0]
-    assert first_difference({**p, "steps": p["steps"][:2]}, parse_dump(arm.stdout)) is None
+    p = record["prompts"][0]  # greedy step 0 is the forced record's step 0: the prompt's last position
+    assert first_difference({**p, "steps": p["steps"][:1]}, parse_dump(arm.stdout)[:1]) is None
