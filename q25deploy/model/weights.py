@@ -11,6 +11,7 @@ several times the output) and kept in a least-recently-used cache bounded in byt
 from __future__ import annotations
 
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -96,7 +97,9 @@ class Weights:
         """``x @ W.T (+ bias)`` for each ``x`` (shape (tokens, ne0)), ``W = get(name)``, the matrix
         dequantised a chunk of rows at a time and never whole: the forward pass's peak memory is
         then a chunk and gguf-py's temporaries, whatever the model's size (a 3B model's FFN
-        matrices are 90 MB as float32, its output head 1.2 GB). BLAS blocks a chunk's sums as it
+        matrices are 90 MB as float32, its output head 1.2 GB). Every ``x`` is multiplied at once
+        (their rows stacked), and the next chunk is dequantised on a second thread while this one
+        is multiplied (numpy releases the interpreter for both). BLAS blocks a chunk's sums as it
         would not the whole matrix's, so a product may round otherwise than the whole one (a
         float32 rounding, far inside record_compare's tolerances); the same chunks, the same
         bits, run after run."""
@@ -106,15 +109,19 @@ class Weights:
             return ys if bias is None else [y + bias for y in ys]
         t = self.info(name)
         rows = t.n_elements // t.shape[0]
-        out = [np.empty((x.shape[0], rows), np.float32) for x in xs]
+        x = xs[0] if len(xs) == 1 else np.concatenate(xs)
+        y = np.empty((x.shape[0], rows), np.float32)
         step = max(1, CHUNK_ELEMENTS // t.shape[0])
-        for r in range(0, rows, step):
-            chunk = dequantize_rows(self.f, t, r, min(rows, r + step))
-            for x, y in zip(xs, out):
+        with ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(dequantize_rows, self.f, t, 0, min(rows, step))
+            for r in range(0, rows, step):
+                chunk = ahead.result()
+                if r + step < rows:
+                    ahead = pool.submit(dequantize_rows, self.f, t, r + step, min(rows, r + 2 * step))
                 y[:, r : r + step] = np.matmul(x, chunk.T)
                 if bias is not None:
                     y[:, r : r + step] += bias[r : r + step]
-        return out
+        return np.split(y, np.cumsum([len(x) for x in xs[:-1]])) if len(xs) > 1 else [y]
 
     def rows(self, name: str, ids: list[int]) -> np.ndarray:
         """Rows ``ids`` of a matrix (an embedding lookup), without dequantising the rest."""
