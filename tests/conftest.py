@@ -119,7 +119,8 @@ def qwen25_codec(qwen25_image) -> Codec:
 
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
-    """`q25deploy build` of the tiny Qwen2.5 model for each built-in target (read-only)."""
+    """`q25deploy build` of the tiny Qwen2.5 model for each built-in target (read-only), its
+    forward record on every smoke prompt (`--forward all`)."""
     from shared_builds import shared_in_place
 
     from q25deploy.cli.app import main
@@ -128,7 +129,8 @@ def builds(tmp_path_factory, qwen25_tiny) -> dict[str, Path]:
 
     def make(d: Path) -> None:
         for t in targets:
-            assert main(["build", "--target", t, "--model", str(qwen25_tiny), "--out", str(d / t)]) == 0
+            argv = ["build", "--target", t, "--model", str(qwen25_tiny), "--out", str(d / t), "--forward", "all"]
+            assert main(argv) == 0
 
     d = shared_in_place(tmp_path_factory, "tiny-builds", make)
     return {t: d / t for t in targets}

@@ -22,7 +22,8 @@ def shared_qemu_builds(tmp_path_factory) -> dict[str, Path]:
 
 
 def qemu_builds(d: Path) -> dict[str, Path]:
-    """Writes A.gguf, B.gguf, C.gguf into ``d`` and builds each into ``d/A`` ... for qemu."""
+    """Writes A.gguf, B.gguf, C.gguf into ``d`` and builds each into ``d/A`` ... for qemu, the
+    forward record on every smoke prompt."""
     tok = qwen25_tokenizer(str(VOCAB))
     foreign = (list(tok[0]), tok[1], tok[2])
     foreign[0][151664] = b"<|not_qwen|>"
@@ -30,7 +31,8 @@ def qemu_builds(d: Path) -> dict[str, Path]:
     for name, seed, tokenizer in (("A", 0, tok), ("B", 1, tok), ("C", 0, foreign)):
         gguf = d / f"{name}.gguf"
         write_model(gguf, "tiny", str(VOCAB), seed=seed, tokenizer=tokenizer)
-        assert main(["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name)]) == 0
+        argv = ["build", "--target", "qemu", "--model", str(gguf), "--out", str(d / name), "--forward", "all"]
+        assert main(argv) == 0
         out[name] = d / name
     return out
 
@@ -48,6 +50,7 @@ def shared_a2_build(tmp_path_factory) -> Path:
             (data_dir("targets") / "qemu.toml").read_text().replace("image_alignment = 4096", "image_alignment = 65536")
         )
         argv = ["build", "--target", "qemu", "--target-file", str(board), "--model", str(model), "--out", str(d / "A2")]
+        argv += ["--forward", "all"]
         assert main(argv) == 0
 
     return shared_in_place(tmp_path_factory, "qemu-build-a2", a2) / "A2"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..common import parse_size
 from ..errors import Q25Error
-from .common import add_model_argument, one_line_text, release_number, report_failures
+from .common import add_model_argument, forward_prompts, one_line_text, release_number, report_failures
 
 
 def add_commands(sub) -> None:
@@ -43,6 +43,14 @@ def add_commands(sub) -> None:
         type=reserve_size,
         help="reserve SIZE (1GiB, 768MiB, bytes) for models, whatever this one needs; 0: sized to "
         "it (details: docs/commands.md)",
+    )
+    bd.add_argument(
+        "--forward",
+        type=forward_record_prompts,
+        default=1,
+        metavar="N|all",
+        help="record the host's forward pass on the first N smoke prompts, what deploy's and "
+        "package's --forward N check (default 1, as theirs; all: every one)",
     )
     _add_layer_options(bd.add_argument_group("the BitBake layer"))
     out = bd.add_argument_group("output")
@@ -83,6 +91,14 @@ def _add_layer_options(group) -> None:
     )
 
 
+def forward_record_prompts(text: str) -> int | None:
+    """``build --forward``: a count of smoke prompts from 1, or ``all`` (None)."""
+    n = forward_prompts(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("a build records at least 1 prompt (deploy --forward 0 runs none)")
+    return n
+
+
 def reserve_size(text: str) -> int:
     n = parse_size(text)
     if n is None:
@@ -100,6 +116,7 @@ def requested(a: argparse.Namespace) -> dict:
         "layer_release": a.layer_release,
         "layer_maintainer": a.layer_maintainer,
         "reserve": a.reserve,
+        "forward_prompts": a.forward,
     }
 
 

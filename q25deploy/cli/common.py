@@ -107,3 +107,16 @@ def emit(args: argparse.Namespace, obj, text: str) -> int:
 
     print(json.dumps(obj, indent=2, ensure_ascii=False) if args.json else text)
     return 0
+
+
+def forward_prompts(text: str) -> int | None:
+    """``--forward``'s value: a count of smoke prompts, or ``all`` (None)."""
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"not a count of prompts or 'all': {text!r}")
+    return n

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import phases
 from ..errors import UsageError
-from .common import positive_int, report_failures
+from .common import forward_prompts, positive_int, report_failures
 
 #: a host failed (deploy, smoke, rollback, status), the others are unaffected; the code of
 #: DeployError in app.EXIT_CODES (app imports this module, so it cannot import app)
@@ -64,19 +64,6 @@ def group(parser: argparse.ArgumentParser, title: str):
     """``parser``'s option group ``title`` (copied from the parent parser), made if missing."""
     found = next((g for g in parser._action_groups if g.title == title), None)
     return found or parser.add_argument_group(title)
-
-
-def forward_prompts(text: str) -> int | None:
-    """``--forward``'s value: a count of smoke prompts, or ``all`` (None)."""
-    if text == "all":
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"not a count of prompts or 'all': {text!r}")
-    return n
 
 
 def add_forward_option(g) -> None:
@@ -259,6 +246,13 @@ def _fleet(a: argparse.Namespace):
 
             build = BuildDir(build_dir)
             build.check_for(target.board)
+            recorded = build.forward_record
+            if recorded and opts.forward_prompts and opts.forward_prompts > len(recorded["prompts"]):
+                raise UsageError(
+                    f"--forward {opts.forward_prompts}: {build_dir} recorded the forward pass on "
+                    f"{len(recorded['prompts'])} smoke prompt(s): build it again with --forward "
+                    f"{opts.forward_prompts} (or all), or ask for fewer"
+                )
         from ..deploy.transport.boardbase import known_hosts_path
 
         known_hosts_path(opts.known_hosts)  # a ~user that names nobody: one line, before any login

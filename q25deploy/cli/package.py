@@ -205,7 +205,8 @@ def add_commands(sub) -> None:
         metavar="VERSION",
         help="SWUpdate software version, as update servers compare it (default 1.0.0+RELEASE-ID)",
     )
-    from .deploy import add_output_options, forward_prompts
+    from .common import forward_prompts
+    from .deploy import add_output_options
 
     p.add_argument(
         "--forward",

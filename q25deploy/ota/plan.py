@@ -142,6 +142,11 @@ def forward_payload(build_dir: Path, model_sha256: str | None, prompts: int | No
         raise PackageError(f"{build_dir}: {e}") from None
     if record is None or record["model_sha256"] != model_sha256 or prompts == 0:
         return None
+    if prompts is not None and prompts > len(record["prompts"]):
+        raise PackageError(
+            f"--forward {prompts}: {build_dir} recorded the forward pass on {len(record['prompts'])} smoke "
+            f"prompt(s): build it again with --forward {prompts} (or all), or ask for fewer"
+        )
     return forward_expect.render(first_prompts(record, prompts))
 
 

@@ -40,7 +40,7 @@ def fed_ids(hp: HParams, ids: list[list[int]]) -> list[list[int]]:
 
 
 def compute(f: GGUFFile, model_sha256: str, ids: list[list[int]], steps: int = STEPS) -> dict:
-    """The record of the smoke prompts (``ids``: the host codec's ids of each)."""
+    """The record of the first ``len(ids)`` smoke prompts (``ids``: the host codec's ids of each)."""
     hp = runnable(f)
     fed = fed_ids(hp, ids)
     more = [continuation(x or y, steps) for x, y in zip(ids, fed, strict=True)]
@@ -60,7 +60,7 @@ def compute(f: GGUFFile, model_sha256: str, ids: list[list[int]], steps: int = S
                 "tokens": [s["token"] for s in run],
                 "steps": run,
             }
-            for (text, special), x, m, run in zip(SMOKE_PROMPTS, fed, more, runs, strict=True)
+            for (text, special), x, m, run in zip(SMOKE_PROMPTS[: len(ids)], fed, more, runs, strict=True)
         ],
     }
 

@@ -124,7 +124,7 @@ def run(pm, req: Request, prev: Previous, progress: Progress) -> tuple[dict, dic
         o.write_json(layout.BUILD_INFO, summary, "build-info")
         phases.mark("board files")
         ids = _smoke_ids(o, summary)
-        _forward_stage(o, f, src.sha256, ids, progress)
+        _forward_stage(o, f, src.sha256, ids if req.forward_prompts is None else ids[: req.forward_prompts], progress)
         phases.mark("forward record")
         progress("writing the BitBake layer")
         _layer_stage(pm, o, req, summary, p, lic, ids)

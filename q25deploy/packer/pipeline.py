@@ -75,6 +75,7 @@ def _inputs(pm, req: Request) -> dict:
         "model": {"path": str(req.src.path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "license": [req.license_id, _file_stamp(req.license_file)],
         "layer": [req.layer_release, req.layer_maintainer],
+        "forward": req.forward_prompts,
         **({"reserve": req.target.board.layout.reserve} if req.target.board.layout.reserve else {}),
     }
 
@@ -96,9 +97,11 @@ def build(
     layer_release: int = 0,
     layer_maintainer: str | None = None,
     reserve: int | None = None,
+    forward_prompts: int | None = 1,
     progress: Progress = lambda s: None,
 ) -> BuildResult:
-    """``reserve``: a fixed reservation in bytes, over the board file's ``[layout] reserve``."""
+    """``reserve``: a fixed reservation in bytes, over the board file's ``[layout] reserve``;
+    ``forward_prompts``: the smoke prompts the forward record covers (None: all)."""
     asked = request(
         target_name,
         model=model,
@@ -108,6 +111,7 @@ def build(
         layer_release=layer_release,
         layer_maintainer=layer_maintainer,
         reserve=reserve,
+        forward_prompts=forward_prompts,
     )
     return _build(asked, out, progress)
 
@@ -122,6 +126,7 @@ def request(
     layer_release: int = 0,
     layer_maintainer: str | None = None,
     reserve: int | None = None,
+    forward_prompts: int | None = 1,
 ) -> dict:
     """What the user asked :func:`build` for, but the output folder: the quick check's request
     (:mod:`~q25deploy.packer.quick`)."""
@@ -133,6 +138,7 @@ def request(
         "model_license_file": model_license_file,
         "layer": [layer_release, layer_maintainer],
         "reserve": reserve,
+        "forward": forward_prompts,
     }
 
 
@@ -164,6 +170,7 @@ def _build(asked: dict, out: Path | None, progress: Progress) -> BuildResult:
         model_license_file,
         layer_release,
         layer_maintainer,
+        asked["forward"],
     )
     inputs = _inputs(pm, req)
     old = BuildDir(req.out).stamp()  # through the schema: a malformed stamp is no stamp (a full build)

@@ -36,3 +36,4 @@ class Request:
     license_file: str | None
     layer_release: int = 0  # PV 1.<release>+q25.<hash> of the model-assets recipe
     layer_maintainer: str | None = None  # the layer README's maintainer
+    forward_prompts: int | None = 1  # the smoke prompts the forward record covers (None: all)

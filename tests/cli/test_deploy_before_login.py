@@ -67,7 +67,15 @@ FORWARD = ["deploy --forward bogus", "deploy --forward=-1", "smoke --forward bog
 
 @pytest.mark.parametrize(
     "case",
-    ["missing build", "tampered map", "deploy --quick", "status --transfer auto", "~nosuchuser known_hosts", *FORWARD],
+    [
+        "missing build",
+        "tampered map",
+        "deploy --quick",
+        "status --transfer auto",
+        "~nosuchuser known_hosts",
+        "forward past the record",
+        *FORWARD,
+    ],
 )
 def test_a_command_that_fails_its_own_checks_logs_in_nowhere(board, builds, tmp_path, case):
     """Each failed with its error only after a real login to the board (issue 33, item 7), or
@@ -82,6 +90,8 @@ def test_a_command_that_fails_its_own_checks_logs_in_nowhere(board, builds, tmp_
         argv = [*connection(board, root, "deploy"), "--build", str(tmp_path / "nothing")]
     elif case == "tampered map":  # a foreign no-map node (item 4): refused, in one line, before any login
         argv = [*connection(board, root, "deploy"), "--build", str(tampered(builds, tmp_path, "rproc@70000000"))]
+    elif case == "forward past the record":  # the build recorded 7 prompts: an 8th has nothing to compare with
+        argv = [*connection(board, root, "smoke"), "--build", str(builds["qemu"]), "--forward", "8"]
     elif case == "deploy --quick":
         argv = [*connection(board, root, "deploy"), "--build", str(builds["qemu"]), "--quick"]
     elif case == "status --transfer auto":
@@ -104,6 +114,7 @@ def test_a_command_that_fails_its_own_checks_logs_in_nowhere(board, builds, tmp_
             "missing build": "no build there",
             "tampered map": "'rproc@70000000' is not a q25deploy region",
             "~nosuchuser known_hosts": "~nosuchuser-q25/known_hosts",
+            "forward past the record": "recorded the forward pass on 7 smoke prompt(s): build it again with --forward 8",
         }[case]
         assert want in err, err
     assert sshd_log(srv) == before  # no connection, let alone a login

@@ -91,6 +91,14 @@ def test_a_full_plan_carries_the_forward_file_and_a_tokenizer_only_plan_does_not
     assert not [ln for ln in lines if ln.startswith("forward")] and "q25-forward.txt" not in files
 
 
+def test_more_prompts_than_the_build_recorded_fail_the_package_naming_the_fix(ota_builds):
+    from q25deploy.errors import PackageError
+
+    n = len(record_of(ota_builds["A"])["prompts"])
+    with pytest.raises(PackageError, match=f"recorded the forward pass on {n} smoke prompt.*--forward {n + 1} "):
+        plan_lines(ota_builds["A"], forward_prompts=n + 1)
+
+
 def with_record(src, dst, change):
     """A copy of the build ``src`` whose forward_record.json ``change`` edited (in place; the
     manifest's digest follows, as a build by a q25deploy that wrote it so would have it)."""

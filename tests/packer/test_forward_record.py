@@ -20,6 +20,7 @@ from q25deploy.model.gguf import GGUFFile
 from q25deploy.model.hparams import runnable
 from q25deploy.model.weights import Weights
 from q25deploy.packer import forward_record
+from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
 
 
 def test_hparams_file_holds_the_metadata_as_the_c_runtime_reads_it(builds, qwen25_tiny):
@@ -122,6 +123,25 @@ def test_a_rebuild_reads_the_record_from_the_cache(tmp_path, qwen25_tiny, monkey
     monkeypatch.setattr(forward_record, "compute", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert main([*args, str(tmp_path / "c"), "--target", "qemu"]) == 0
     assert calls and (tmp_path / "c" / layout.FORWARD_RECORD).read_bytes() == first
+
+
+def test_build_records_the_prompts_deploy_checks_by_default(tmp_path, qwen25_tiny, content_caches, capsys):
+    """The record covers what deploy's and package's default --forward 1 reads; --forward N or
+    all records more (a stamp input: a rebuild that asks for other prompts is not up to date);
+    --forward 0 records nothing a build could be checked with: a usage error."""
+    args = ["build", "--target", "kv260", "--model", str(qwen25_tiny), "--out", str(tmp_path / "b"), "--json"]
+    assert main(args) == 0
+    rec = BuildDir(tmp_path / "b").forward_record
+    assert rec is not None and [p["text"] for p in rec["prompts"]] == [SMOKE_PROMPTS[0][0].decode()]
+    for asked, n in (("3", 3), ("all", len(SMOKE_PROMPTS))):
+        capsys.readouterr()
+        assert main([*args, "--forward", asked]) == 0
+        assert json.loads(capsys.readouterr().out)["up_to_date"] is False
+        rec = BuildDir(tmp_path / "b").forward_record
+        assert [p["text"] for p in rec["prompts"]] == [t.decode() for t, _ in SMOKE_PROMPTS[:n]]
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--forward", "0"])
+    assert e.value.code == 2 and "a build records at least 1 prompt" in capsys.readouterr().err
 
 
 def _record(builds) -> dict:

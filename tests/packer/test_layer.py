@@ -200,7 +200,7 @@ def test_pv_follows_the_content(tmp_path, layers, qwen25_tiny):
     write_model(other, "tiny", str(Path(__file__).parent.parent / "data" / "ggml-vocab-qwen2.gguf"), seed=7)
     for model, same in ((qwen25_tiny, True), (other, False)):
         out = tmp_path / ("same" if same else "diff")
-        assert main(["build", "--target", "kv260", "--model", str(model), "--out", str(out)]) == 0
+        assert main(["build", "--target", "kv260", "--model", str(model), "--out", str(out), "--forward", "all"]) == 0
         a = sorted(p.name for p in (layers["kv260"] / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb"))
         b = sorted(p.name for p in (out / LAYER / "recipes-q25" / "q25-model-assets").glob("*.bb"))
         assert (a == b) is same
@@ -225,6 +225,8 @@ def test_layer_release_and_maintainer(tmp_path, layers, qwen25_tiny):
                 "12",
                 "--layer-maintainer",
                 "Ada Board <ada@example.org>",
+                "--forward",
+                "all",  # as the shared builds record it
             ]
         )
         == 0

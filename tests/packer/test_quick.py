@@ -58,6 +58,7 @@ def test_anything_the_last_build_read_that_changed_is_seen(tmp_path, qwen25_tiny
         "model_license_file": None,
         "layer": [0, None],
         "reserve": None,
+        "forward": 1,
     }
     assert quick.unchanged(stamp, quick.request(asked, model)) == []
     board.write_text(board.read_text().replace("port = 22", "port = 2200"))  # the board file's bytes
