@@ -3,7 +3,8 @@
 The reference forward pass dequantises every matrix once per recording (:mod:`.weights`), and
 gguf-py's dequantisers spend most of their time on temporaries (a uint32 shift of every high
 bit against a 32-wide table, float32 copies of every nibble). Here Q4_K, Q5_0, Q6_K and Q8_0
-are unpacked with uint8 operations and ``np.unpackbits`` into a few preallocated arrays, and
+are unpacked eight bytes at a time (nibbles and bit pairs masked in uint64 words), with
+``np.unpackbits`` and with copies that move a block's field or run as one element, and
 each value is then computed with gguf-py's float32 arithmetic, the same operations on the same
 operands in the same order (so the same rounding, the same NaN and inf bits):
 
@@ -154,8 +155,8 @@ _BLOCKS = {Q8_0: _q8_0, Q5_0: _q5_0, Q4_K: _q4_k, Q6_K: _q6_k}
 def dequantize(raw: np.ndarray, ggml_type: int, n_values: int | None = None) -> np.ndarray:
     """``raw`` (uint8, whole blocks of ``ggml_type``) as a flat float32 array of the values
     gguf-py's ``dequantize`` gives, bit for bit; ``n_values``, when given, is checked against
-    the blocks' count. NaN and inf scales give NaN and inf values as in gguf-py (the caller
-    silences numpy's floating-point warnings, as :func:`.weights.dequantize_rows` does)."""
+    the blocks' count. NaN and inf scales give NaN and inf values as in gguf-py, without
+    numpy's floating-point warnings (silenced as :func:`.weights.dequantize_rows` does)."""
     qtype = GGMLQuantizationType(ggml_type)
     raw = np.ascontiguousarray(raw, np.uint8).reshape(-1)
     block, size = GGML_QUANT_SIZES[qtype]
@@ -169,6 +170,7 @@ def dequantize(raw: np.ndarray, ggml_type: int, n_values: int | None = None) -> 
         return raw.view(np.float32)
     if qtype == F16:
         return raw.view(np.float16).astype(np.float32)
-    if fn is None:
-        return np.asarray(_quants.dequantize(raw, qtype), np.float32).reshape(-1)
-    return fn(raw.reshape(n_blocks, size)).reshape(-1)
+    with np.errstate(all="ignore"):  # NaN/inf scales stay NaN/inf, as on the board
+        if fn is None:
+            return np.asarray(_quants.dequantize(raw, qtype), np.float32).reshape(-1)
+        return fn(raw.reshape(n_blocks, size)).reshape(-1)
