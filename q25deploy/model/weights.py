@@ -1,9 +1,10 @@
-"""A GGUF's tensors as float32 numpy arrays, dequantised lazily as gguf-py does
-(``gguf.quants.dequantize``: the same bits as ``q25_dequantize`` on the board).
+"""A GGUF's tensors as float32 numpy arrays, dequantised lazily with the bits gguf-py gives
+(``gguf.quants.dequantize``: the same bits as ``q25_dequantize`` on the board; the common
+types by :mod:`.dequant`'s faster numpy, the rest by gguf-py itself).
 
 The forward pass multiplies by a matrix a chunk of rows at a time (:meth:`Weights.products`,
 every sequence with each chunk), so no matrix is ever whole in memory; vectors (norms, biases)
-come whole from :meth:`Weights.get`, dequantised in chunks of rows (gguf-py's temporaries are
+come whole from :meth:`Weights.get`, dequantised in chunks of rows (the dequantiser's temporaries are
 several times the output) and kept in a least-recently-used cache bounded in bytes. Single rows
 (an embedding lookup) are dequantised on their own.
 """
@@ -15,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-from gguf.quants import dequantize
 
 from ..errors import GGUFError
+from .dequant import dequantize
 from .gguf import GGUFFile, TensorInfo
 
 M_TOP_PAD = -2  # glibc's mallopt parameter: bytes kept at the heap's top when it shrinks
@@ -42,7 +43,7 @@ def keep_heap_warm(pad: int = HEAP_PAD) -> None:
 
 
 DEFAULT_BUDGET = 0  # bytes of float32 kept dequantised beyond the tensor in use (Forward uses each once per step)
-CHUNK_ELEMENTS = 1 << 20  # dequantise about 1 M values at a time (gguf-py's temporaries are ~10x)
+CHUNK_ELEMENTS = 1 << 20  # dequantise about 1 M values at a time (the dequantiser's temporaries are a few times that)
 
 
 def row_bytes(t: TensorInfo) -> int:
@@ -55,8 +56,8 @@ def dequantize_rows(f: GGUFFile, t: TensorInfo, start: int, stop: int) -> np.nda
     rb, ne0 = row_bytes(t), t.shape[0]
     raw = np.frombuffer(f.read(t, start * rb, stop * rb), np.uint8)
     with np.errstate(all="ignore"):  # NaN/inf scales stay NaN/inf, as on the board
-        values = dequantize(raw, GGMLQuantizationType(t.ggml_type))
-    return np.asarray(values, np.float32).reshape(stop - start, ne0)
+        values = dequantize(raw, t.ggml_type, (stop - start) * ne0)
+    return values.reshape(stop - start, ne0)
 
 
 class Weights:
@@ -96,7 +97,7 @@ class Weights:
     def products(self, name: str, xs: list[np.ndarray], bias: np.ndarray | None = None) -> list[np.ndarray]:
         """``x @ W.T (+ bias)`` for each ``x`` (shape (tokens, ne0)), ``W = get(name)``, the matrix
         dequantised a chunk of rows at a time and never whole: the forward pass's peak memory is
-        then a chunk and gguf-py's temporaries, whatever the model's size (a 3B model's FFN
+        then a chunk and the dequantiser's temporaries, whatever the model's size (a 3B model's FFN
         matrices are 90 MB as float32, its output head 1.2 GB). Every ``x`` is multiplied at once
         (their rows stacked), and the next chunk is dequantised on a second thread while this one
         is multiplied (numpy releases the interpreter for both). BLAS blocks a chunk's sums as it
