@@ -247,15 +247,36 @@ static float dot(const float *restrict a, const float *restrict b, size_t n)
     return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
 }
 
-/* rows [a, b) of a fetched chunk: each dequantised into row, then dotted with every vector */
+/* rows [a, b) of a fetched chunk: each dequantised into row, then dotted with every vector.
+ * On aarch64 (NEON) the dot is q25_dot_f32, and a row dotted with a single vector is
+ * q25_row_dot straight from its blocks (no float row) where the type allows: the same bits as
+ * q25_dot_f32 of the dequantised row, so a batch of one and a batch of many agree. */
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define ROW_DOT 1
+#define ROW_DOT_F32 q25_dot_f32
+#else
+#define ROW_DOT 0
+#define ROW_DOT_F32 dot
+#endif
 static int chunk_rows(const job *c, uint64_t a, uint64_t b, float *row)
 {
     for (uint64_t r = a; r < b; r++) {
-        if (q25_dequantize(c->type, c->raw + r * c->row_bytes, (size_t)c->in, row) != Q25_OK)
-            return Q25_ERR_ARG;
+        const uint8_t *src = c->raw + r * c->row_bytes;
         const float bias = c->bias ? c->bias[c->r0 + r] : 0.0f;
+        if (ROW_DOT && c->n == 1) {
+            float v;
+            const int st = q25_row_dot(c->type, src, (size_t)c->in, c->x, &v);
+            if (st == Q25_OK) {
+                c->y[c->r0 + r] = c->bias ? v + bias : v;
+                continue;
+            }
+            if (st != Q25_ERR_UNSUPPORTED)
+                return Q25_ERR_ARG;
+        }
+        if (q25_dequantize(c->type, src, (size_t)c->in, row) != Q25_OK)
+            return Q25_ERR_ARG;
         for (uint32_t j = 0; j < c->n; j++) {
-            float v = dot(row, c->x + (size_t)j * c->in, (size_t)c->in);
+            float v = ROW_DOT_F32(row, c->x + (size_t)j * c->in, (size_t)c->in);
             c->y[(size_t)j * c->out + c->r0 + r] = c->bias ? v + bias : v;
         }
     }
