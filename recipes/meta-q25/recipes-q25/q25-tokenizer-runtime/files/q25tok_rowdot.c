@@ -12,10 +12,16 @@
  *
  * On aarch64 with NEON (armv8.0-a: no dotprod, no i8mm, no fp16 arithmetic) the lanes are four
  * float32x4 accumulators updated with fused multiply-adds (vfmaq_f32: one rounding per
- * product and sum); the quants are widened int8 -> int16 -> int32 -> float32 and scaled with
- * separate multiplies and subtracts, as the scalar dequantiser does. Elsewhere (the host) it
- * is portable C: a multiply and an add each rounded, per lane. model_forward.c uses these on
- * aarch64 only; the host's forward pass is its own dot of q25_dequantize's rows.
+ * product and sum). The quants are widened int8 -> int16 -> int32; every scalar dequantiser
+ * value is an integer (quant times the F16 scale's 11-bit significand, times the sub-block
+ * scale; for Q4_K minus the min term, lined up) times a power of two, rounded once, so it is
+ * computed as that integer converted to float32 with the power of two added to the exponent
+ * bits (scaled(): the same correctly rounded value, one float operation instead of two or
+ * three). A block whose scale is an infinity or NaN, or a Q4_K block whose d and dmin are
+ * more than 2^9 apart, takes the float path: the same multiplies and subtracts as the scalar
+ * dequantiser. Elsewhere (the host) it is portable C: a multiply and an add each rounded,
+ * per lane. model_forward.c uses these on aarch64 only; the host's forward pass is its own
+ * dot of q25_dequantize's rows.
  *
  * Built with -ffp-contract=off (the Makefile): the compiler must not fuse the dequantiser's
  * multiply and subtract (GCC's NEON intrinsics are plain vector arithmetic it may contract).
@@ -105,6 +111,41 @@ static inline float fold16(const acc16 *s)
     return (l0 + l1) + (l2 + l3);
 }
 
+/* An F16 scale as m * 2^e with m an integer of at most 11 bits (its sign included): exact.
+ * 0 for an infinity or a NaN (the caller falls back to the float arithmetic). */
+static inline int fp16_int(const uint8_t *p, int32_t *m, int *e)
+{
+    const uint32_t h = (uint32_t)(p[0] | (p[1] << 8)), E = (h >> 10) & 0x1Fu, M = h & 0x3FFu;
+    if (E == 0x1F)
+        return 0;
+    const int32_t mag = E ? (int32_t)(M | 0x400u) : (int32_t)M;
+    *m = (h & 0x8000u) ? -mag : mag;
+    *e = E ? (int)E - 25 : -24;
+    return 1;
+}
+
+/* v * 2^e as float32 for integers v: the conversion (one rounding, none below 2^24) then the
+ * exponent moved by e in the bits (exact: every nonzero v * 2^e here is a normal float32,
+ * 2^-24 <= |v * 2^e| < 2^37). This is the correctly rounded v * 2^e, which is what the scalar
+ * dequantiser's float32 products (and Q4_K's difference) round to, since they are exact
+ * products of such integers and powers of two; a zero comes out +0 (the scalar code can give
+ * -0: no sum can tell them apart, as a sum started at +0 never holds -0). */
+static inline float32x4_t scaled(int32x4_t v, int32x4_t e23)
+{
+    const uint32x4_t f = vreinterpretq_u32_f32(vcvtq_f32_s32(v));
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_s32(vaddq_s32(vreinterpretq_s32_u32(f), e23)),
+                                           vtstq_s32(v, v)));
+}
+
+/* 16 int16 products q * m (as int32, exact: |q * m| < 2^31 for the callers) times 2^e */
+static inline void scaled16(int16x8_t lo, int16x8_t hi, int16_t m, int32x4_t e23, float32x4_t w[4])
+{
+    w[0] = scaled(vmull_n_s16(vget_low_s16(lo), m), e23);
+    w[1] = scaled(vmull_high_n_s16(lo, m), e23);
+    w[2] = scaled(vmull_n_s16(vget_low_s16(hi), m), e23);
+    w[3] = scaled(vmull_high_n_s16(hi, m), e23);
+}
+
 /* 16 integers to float32, exactly (every int8 and uint8 is a float32) */
 static inline void widen_s8(int8x16_t q, float32x4_t f[4])
 {
@@ -147,11 +188,20 @@ static void dot_f32_lanes(acc16 *s, const uint8_t *a, const float *x, size_t n16
 static void q8_0_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
 {
     for (size_t i = 0; i < nb; i++, b += 34, x += 32) {
+        int32_t m;
+        int e;
+        const int exact = fp16_int(b, &m, &e);
         const float d = fp16(b);
+        const int32x4_t e23 = vdupq_n_s32(exact ? e * (1 << 23) : 0);
         for (int c = 0; c < 2; c++) {
+            const int8x16_t q = vreinterpretq_s8_u8(vld1q_u8(b + 2 + 16 * c));
             float32x4_t w[4];
-            widen_s8(vreinterpretq_s8_u8(vld1q_u8(b + 2 + 16 * c)), w);
-            scale4(w, d);
+            if (exact) /* |q m| <= 128 * 2047 */
+                scaled16(vmovl_s8(vget_low_s8(q)), vmovl_high_s8(q), (int16_t)m, e23, w);
+            else {
+                widen_s8(q, w);
+                scale4(w, d);
+            }
             fma16(s, w, x + 16 * c);
         }
     }
@@ -166,16 +216,25 @@ static void q5_0_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
     const uint8x16_t bit = vld1q_u8(BIT), m4 = vdupq_n_u8(0x0F), b4 = vdupq_n_u8(0x10);
     const int8x16_t sixteen = vdupq_n_s8(16);
     for (size_t i = 0; i < nb; i++, b += 22, x += 32) {
+        int32_t m;
+        int e;
+        const int exact = fp16_int(b, &m, &e);
         const float d = fp16(b);
+        const int32x4_t e23 = vdupq_n_s32(exact ? e * (1 << 23) : 0);
         const uint8x16_t qs = vld1q_u8(b + 6);
         for (int c = 0; c < 2; c++) {
             /* bytes 2c, 2c + 1 of qh: bit j of byte 2c + (l >> 3) is element 16c + l's bit 4 */
             const uint8x16_t hb = vcombine_u8(vdup_n_u8(b[2 + 2 * c]), vdup_n_u8(b[3 + 2 * c]));
             const uint8x16_t hi = vandq_u8(vtstq_u8(hb, bit), b4);
             const uint8x16_t nib = c ? vshrq_n_u8(qs, 4) : vandq_u8(qs, m4);
+            const int8x16_t q = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib, hi)), sixteen);
             float32x4_t w[4];
-            widen_s8(vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib, hi)), sixteen), w);
-            scale4(w, d);
+            if (exact) /* |q m| <= 16 * 2047 */
+                scaled16(vmovl_s8(vget_low_s8(q)), vmovl_high_s8(q), (int16_t)m, e23, w);
+            else {
+                widen_s8(q, w);
+                scale4(w, d);
+            }
             fma16(s, w, x + 16 * c);
         }
     }
@@ -202,18 +261,41 @@ static void q4_k_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
         const float d = fp16(b), dmin = fp16(b + 2);
         int sc[8], mn[8];
         k_scale_min(b + 4, sc, mn);
+        /* d = md 2^ed, dmin = mm 2^em: with e0 = min(ed, em), y = (q sc md 2^(ed - e0) - mn mm
+         * 2^(em - e0)) 2^e0 exactly, an int32 while |ed - em| <= 9 (15 * 63 * 2047 * 2^9 +
+         * 63 * 2047 * 2^9 < 2^31); p = dl * q and ml are exact in float32 (at most 21 and 17
+         * bits), so the scalar p - ml is that integer times 2^e0, rounded once, as here */
+        int32_t md = 0, mm = 0;
+        int ed = 0, em = 0;
+        int exact = fp16_int(b, &md, &ed) && fp16_int(b + 2, &mm, &em);
+        ed = md ? ed : em; /* a zero scale has no exponent to line up */
+        em = mm ? em : ed;
+        exact = exact && ed - em <= 9 && em - ed <= 9;
+        const int e0 = ed < em ? ed : em;
+        const int32x4_t e23 = vdupq_n_s32(exact ? e0 * (1 << 23) : 0);
         for (int g2 = 0; g2 < 4; g2++) {
             const uint8x16_t q0 = vld1q_u8(b + 16 + 32 * g2), q1 = vld1q_u8(b + 32 + 32 * g2);
             for (int odd = 0; odd < 2; odd++) {
                 const int g = 2 * g2 + odd;
                 const float dl = d * (float)sc[g], ml = dmin * (float)mn[g];
                 const float32x4_t vdl = vdupq_n_f32(dl), vml = vdupq_n_f32(ml);
+                const int32_t a = exact ? md * sc[g] * (1 << (ed - e0)) : 0, mb = exact ? mm * mn[g] * (1 << (em - e0)) : 0;
+                const int32x4_t vmb = vdupq_n_s32(mb);
                 for (int c = 0; c < 2; c++) {
-                    const uint8x16_t q = c ? q1 : q0;
+                    const uint8x16_t q = c ? q1 : q0, nib = odd ? vshrq_n_u8(q, 4) : vandq_u8(q, m4);
                     float32x4_t w[4];
-                    widen_u8(odd ? vshrq_n_u8(q, 4) : vandq_u8(q, m4), w);
-                    for (int k = 0; k < 4; k++)
-                        w[k] = vsubq_f32(vmulq_f32(vdl, w[k]), vml);
+                    if (exact) {
+                        const int16x8_t lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(nib)));
+                        const int16x8_t hi = vreinterpretq_s16_u16(vmovl_high_u8(nib));
+                        const int32x4_t v[4] = {vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo),
+                                                vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)};
+                        for (int k = 0; k < 4; k++)
+                            w[k] = scaled(vsubq_s32(vmulq_n_s32(v[k], a), vmb), e23);
+                    } else {
+                        widen_u8(nib, w);
+                        for (int k = 0; k < 4; k++)
+                            w[k] = vsubq_f32(vmulq_f32(vdl, w[k]), vml);
+                    }
                     fma16(s, w, x + 32 * g + 16 * c);
                 }
             }
@@ -234,6 +316,10 @@ static void q6_k_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
         float dl[16];
         for (int j = 0; j < 16; j++)
             dl[j] = d * (float)(int8_t)b[192 + j];
+        int32_t m;
+        int e;
+        const int exact = fp16_int(b + 208, &m, &e);
+        const int32x4_t e23 = vdupq_n_s32(exact ? e * (1 << 23) : 0);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
             const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32),
@@ -251,9 +337,16 @@ static void q6_k_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
                 default: two = vshrq_n_u8(hq, 6); break;
                 }
                 const uint8x16_t q = vorrq_u8(nib, vshlq_n_u8(two, 4));
+                const int8x16_t q6 = vsubq_s8(vreinterpretq_s8_u8(q), thirty_two);
                 float32x4_t w[4];
-                widen_s8(vsubq_s8(vreinterpretq_s8_u8(q), thirty_two), w);
-                scale4(w, dl[8 * h + cc]);
+                if (exact) { /* (q sc) m: |q sc| <= 32 * 128 is an int16, |q sc m| < 2^24 */
+                    const int16_t sc = (int8_t)b[192 + 8 * h + cc];
+                    scaled16(vmulq_n_s16(vmovl_s8(vget_low_s8(q6)), sc), vmulq_n_s16(vmovl_high_s8(q6), sc),
+                             (int16_t)m, e23, w);
+                } else {
+                    widen_s8(q6, w);
+                    scale4(w, dl[8 * h + cc]);
+                }
                 fma16(s, w, x + 128 * h + 16 * cc);
             }
         }
