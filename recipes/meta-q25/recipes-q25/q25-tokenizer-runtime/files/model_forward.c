@@ -12,16 +12,18 @@
  * Weights are read as the board must read Device memory: whole blocks of a few rows at a time
  * copied by q25_region_read (aligned volatile loads) into a cached buffer, dequantised one row
  * at a time by q25_dequantize, and multiplied with every position of the batch while the row is
- * in the cache. Memory is the caller's workspace, bounded by q25_model_workspace: no weight
- * matrix is ever dequantised whole. Built with -ffp-contract=off (no fused multiply-add, on
- * the A53 as on the host). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
+ * in the cache (on aarch64, a row times a single position is q25_row_dot straight from the
+ * cached blocks: chunk_rows). Memory is the caller's workspace, bounded by q25_model_workspace:
+ * no weight matrix is ever dequantised whole. Built with -ffp-contract=off (no fused
+ * multiply-add here; the aarch64 build's NEON row dots in q25tok_rowdot.c use them, and so
+ * differ from the host's by summation order only). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
  * of the q25tok_*.c files that tools and tests link without them.
  *
  * Threads (n_threads > 1 at q25_model_open): the chunk is still fetched by the calling thread
  * alone (Device-memory rules, one reader), then its rows are split into n_threads contiguous
  * ranges; the caller takes the first, the pool's n_threads - 1 workers the others, each with
  * its own dequantised-row buffer, writing disjoint outputs. A row's arithmetic (q25_dequantize,
- * then dot, in the same order) does not depend on who computes it: the results are bit for bit
+ * then dot, in the same order; or q25_row_dot) does not depend on who computes it: the results are bit for bit
  * those of one thread. The workers are started at open and joined at q25_model_close; one
  * mutex and two condition variables hand each chunk over (no thread is spawned per matmul).
  *
