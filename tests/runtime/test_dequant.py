@@ -254,12 +254,23 @@ def test_a_malformed_tensor_line_is_refused(san_q25tok, tmp_path, line):  # noqa
     }
 
 
-@pytest.mark.parametrize("arch", ["host", "armhf"])
+@pytest.mark.parametrize("arch", ["host", "armhf", "aarch64"])
 def test_weights_api_contract(tmp_path, arch):
-    """tests/runtime/weights_api_test.c under ASan+UBSan, and with a 32-bit size_t (armhf under
-    qemu-arm, as an armv7 board would run it)."""
+    """tests/runtime/weights_api_test.c under ASan+UBSan, with a 32-bit size_t (armhf under
+    qemu-arm, as an armv7 board would run it), and on aarch64 under qemu-aarch64 as a Cortex-A53
+    (armv8.0-a), where q25_row_dot is the NEON kernels the forward pass uses."""
     if arch == "host":
         cc, flags, run_with = need_program("cc", "Debian: gcc"), SANITIZE_FLAGS.split(), []
+    elif arch == "aarch64":
+        cc = need_program("aarch64-linux-gnu-gcc", "Debian: gcc-aarch64-linux-gnu")
+        flags = ["-O2"]
+        run_with = [
+            need_program("qemu-aarch64", "Debian: qemu-user"),
+            "-cpu",
+            "cortex-a53",
+            "-L",
+            "/usr/aarch64-linux-gnu",
+        ]
     else:
         cc = need_program("arm-linux-gnueabihf-gcc", "Debian: gcc-arm-linux-gnueabihf libc6-dev-armhf-cross")
         flags, run_with = ["-O2"], [need_program("qemu-arm", "Debian: qemu-user"), "-L", "/usr/arm-linux-gnueabihf"]
@@ -285,6 +296,7 @@ def test_weights_api_contract(tmp_path, arch):
     )
     r = subprocess.run([*run_with, exe], capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stdout.endswith(" passed, 0 failed\n"), r.stdout + r.stderr
+    assert f"row dot: {'neon' if arch == 'aarch64' else 'generic'}\n" in r.stdout
 
 
 def test_weights_fuzz_harness_finds_nothing(tmp_path, campaign):

@@ -1,8 +1,11 @@
 /*
  * The weights API's contract (q25tok_dequant.c, q25tok_tensor.c): argument and type checks
  * that leave dst untouched, sizes without overflow on 32- and 64-bit size_t, any source
- * alignment, hand-computed values of a few blocks, and the tensor table reader's edge cases.
- * Bit-exactness against gguf-py is tests/runtime/test_dequant.py's job. Prints "N passed, M failed".
+ * alignment, hand-computed values of a few blocks, and the tensor table reader's edge cases;
+ * q25_row_dot (q25tok_rowdot.c, NEON on aarch64) against q25_dequantize: every weight value
+ * bit for bit, the sum within 1e-5 of sum |w x| of a float64 dot, and bit for bit
+ * q25_dot_f32 of the dequantised row. Bit-exactness against gguf-py is
+ * tests/runtime/test_dequant.py's job. Prints "N passed, M failed" (and the row dot's impl).
  */
 #include "q25tok.h"
 
@@ -144,11 +147,145 @@ static void tensor_table(void)
     }
 }
 
+/* ---- q25_row_dot ------------------------------------------------------------------------ */
+static uint32_t rng_state = 12345u;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+/* a float in [-1, 1) */
+static float rnd_unit(void) { return (float)(rnd() >> 8) / 8388608.0f - 1.0f; }
+
+/* an F16 scale: mostly ordinary, sometimes an edge (zero, either sign; the smallest
+ * subnormal; the largest subnormal; the smallest normal; the largest finite; one) */
+static uint16_t rnd_scale(void)
+{
+    static const uint16_t EDGE[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00};
+    uint32_t r = rnd();
+    if (r % 4 == 0)
+        return EDGE[(r >> 8) % (sizeof EDGE / sizeof EDGE[0])];
+    return (uint16_t)(((r >> 8) & 0x8000u) | (0x1000u + (r >> 16) % 0x2C00u)); /* 2^-10 .. 2^1 */
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* nb random blocks of type t at b (random bytes, then each block's F16 scales set) */
+static void random_blocks(uint32_t t, uint8_t *b, size_t nb, uint32_t bb)
+{
+    for (size_t i = 0; i < nb * bb; i++)
+        b[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < nb; i++) {
+        uint8_t *k = b + i * bb;
+        switch (t) {
+        case Q25_GGML_Q8_0:
+        case Q25_GGML_Q5_0: put16(k, rnd_scale()); break;
+        case Q25_GGML_Q4_K:
+            put16(k, rnd_scale());
+            put16(k + 2, rnd_scale());
+            break;
+        case Q25_GGML_Q6_K: put16(k + 208, rnd_scale()); break;
+        case Q25_GGML_F32: { /* a finite float: random sign, mantissa, exponent in 2^-40..2^40 */
+            uint32_t u = (rnd() & 0x807FFFFFu) | ((uint32_t)(127 - 40 + rnd() % 81) << 23);
+            if (rnd() % 16 == 0)
+                u &= 0x807FFFFFu; /* zero or a subnormal */
+            memcpy(k, &u, 4);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+static void row_dots(void)
+{
+    static const uint32_t TYPES[] = {Q25_GGML_F32, Q25_GGML_Q4_K, Q25_GGML_Q5_0, Q25_GGML_Q6_K, Q25_GGML_Q8_0};
+    enum { N = 1024 };
+    static uint8_t blocks[N * 4 + 1];
+    static float w[N], x[N], one[N];
+    printf("row dot: %s\n", q25_row_dot_impl());
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+        const uint32_t t = TYPES[ti];
+        uint32_t be, bb;
+        CHECK(q25_ggml_block(t, &be, &bb) == Q25_OK);
+        int values_ok = 1, sums_ok = 1, same_as_dot = 1;
+        for (int trial = 0; trial < 40; trial++) {
+            /* F32 rows of any length (a tail past the 16 lanes), others whole blocks */
+            const size_t n = t == Q25_GGML_F32 ? 1 + rnd() % N : be * (1 + rnd() % (N / be));
+            uint8_t *src = blocks + (trial & 1); /* odd addresses too */
+            random_blocks(t, src, n / be, bb);
+            if (q25_dequantize(t, src, n, w) != Q25_OK) {
+                CHECK(0);
+                continue;
+            }
+            for (size_t i = 0; i < n; i++) {
+                float m = trial % 5 == 4 ? 1e6f : 1.0f; /* sometimes large activations */
+                x[i] = rnd_unit() * m;
+            }
+            float got = 0.0f;
+            if (q25_row_dot(t, src, n, x, &got) != Q25_OK) {
+                CHECK(0);
+                continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                ref += (double)w[i] * (double)x[i];
+                mag += fabs((double)w[i] * (double)x[i]);
+            }
+            if (!(fabs((double)got - ref) <= 1e-5 * mag)) {
+                sums_ok = 0;
+                fprintf(stderr, "%s n=%zu: %.9g, float64 %.9g (sum |w x| %.9g)\n", q25_ggml_type_name(t), n,
+                        (double)got, ref, mag);
+            }
+            const float via = q25_dot_f32(w, x, n);
+            if (memcmp(&via, &got, sizeof got) != 0) {
+                same_as_dot = 0;
+                fprintf(stderr, "%s n=%zu: row dot %.9g, q25_dot_f32 %.9g\n", q25_ggml_type_name(t), n, (double)got,
+                        (double)via);
+            }
+            /* every value, bit for bit: the row against one-hot vectors (a few rows per type) */
+            if (trial < 4)
+                for (size_t i = 0; i < n; i++) {
+                    memset(one, 0, n * sizeof one[0]);
+                    one[i] = 1.0f;
+                    float v = 0.0f;
+                    if (q25_row_dot(t, src, n, one, &v) != Q25_OK || !(v == w[i])) {
+                        if (values_ok)
+                            fprintf(stderr, "%s n=%zu: value %zu is %.9g, dequantised %.9g\n", q25_ggml_type_name(t),
+                                    n, i, (double)v, (double)w[i]);
+                        values_ok = 0;
+                    }
+                }
+        }
+        CHECK(values_ok);
+        CHECK(sums_ok);
+        CHECK(same_as_dot);
+        float v = -7.0f;
+        CHECK(q25_row_dot(t, blocks, 0, NULL, &v) == Q25_OK && v == 0.0f);
+        if (be > 1)
+            CHECK(q25_row_dot(t, blocks, be + 1, x, &v) == Q25_ERR_ARG);
+        CHECK(q25_row_dot(t, NULL, be, x, &v) == Q25_ERR_ARG && q25_row_dot(t, blocks, be, NULL, &v) == Q25_ERR_ARG);
+        CHECK(q25_row_dot(t, blocks, be, x, NULL) == Q25_ERR_ARG);
+    }
+    float v = -7.0f;
+    CHECK(q25_row_dot(Q25_GGML_Q4_0, blocks, 32, x, &v) == Q25_ERR_UNSUPPORTED && v == -7.0f);
+    CHECK(q25_row_dot(99, blocks, 32, x, &v) == Q25_ERR_UNSUPPORTED && v == -7.0f);
+    CHECK(q25_dot_f32(w, x, 0) == 0.0f);
+}
+
 int main(void)
 {
     types_and_sizes();
     hand_computed_blocks();
     tensor_table();
+    row_dots();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -12,16 +12,18 @@
  * Weights are read as the board must read Device memory: whole blocks of a few rows at a time
  * copied by q25_region_read (aligned volatile loads) into a cached buffer, dequantised one row
  * at a time by q25_dequantize, and multiplied with every position of the batch while the row is
- * in the cache. Memory is the caller's workspace, bounded by q25_model_workspace: no weight
- * matrix is ever dequantised whole. Built with -ffp-contract=off (no fused multiply-add, on
- * the A53 as on the host). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
+ * in the cache (on aarch64, a row times a single position is q25_row_dot straight from the
+ * cached blocks: chunk_rows). Memory is the caller's workspace, bounded by q25_model_workspace:
+ * no weight matrix is ever dequantised whole. Built with -ffp-contract=off (no fused
+ * multiply-add here; the aarch64 build's NEON row dots in q25tok_rowdot.c use them, and so
+ * differ from the host's by summation order only). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
  * of the q25tok_*.c files that tools and tests link without them.
  *
  * Threads (n_threads > 1 at q25_model_open): the chunk is still fetched by the calling thread
  * alone (Device-memory rules, one reader), then its rows are split into n_threads contiguous
  * ranges; the caller takes the first, the pool's n_threads - 1 workers the others, each with
  * its own dequantised-row buffer, writing disjoint outputs. A row's arithmetic (q25_dequantize,
- * then dot, in the same order) does not depend on who computes it: the results are bit for bit
+ * then dot, in the same order; or q25_row_dot) does not depend on who computes it: the results are bit for bit
  * those of one thread. The workers are started at open and joined at q25_model_close; one
  * mutex and two condition variables hand each chunk over (no thread is spawned per matmul).
  *
@@ -247,15 +249,36 @@ static float dot(const float *restrict a, const float *restrict b, size_t n)
     return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
 }
 
-/* rows [a, b) of a fetched chunk: each dequantised into row, then dotted with every vector */
+/* rows [a, b) of a fetched chunk: each dequantised into row, then dotted with every vector.
+ * On aarch64 (NEON) the dot is q25_dot_f32, and a row dotted with a single vector is
+ * q25_row_dot straight from its blocks (no float row) where the type allows: the same bits as
+ * q25_dot_f32 of the dequantised row, so a batch of one and a batch of many agree. */
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define ROW_DOT 1
+#define ROW_DOT_F32 q25_dot_f32
+#else
+#define ROW_DOT 0
+#define ROW_DOT_F32 dot
+#endif
 static int chunk_rows(const job *c, uint64_t a, uint64_t b, float *row)
 {
     for (uint64_t r = a; r < b; r++) {
-        if (q25_dequantize(c->type, c->raw + r * c->row_bytes, (size_t)c->in, row) != Q25_OK)
-            return Q25_ERR_ARG;
+        const uint8_t *src = c->raw + r * c->row_bytes;
         const float bias = c->bias ? c->bias[c->r0 + r] : 0.0f;
+        if (ROW_DOT && c->n == 1) {
+            float v;
+            const int st = q25_row_dot(c->type, src, (size_t)c->in, c->x, &v);
+            if (st == Q25_OK) {
+                c->y[c->r0 + r] = c->bias ? v + bias : v;
+                continue;
+            }
+            if (st != Q25_ERR_UNSUPPORTED)
+                return Q25_ERR_ARG;
+        }
+        if (q25_dequantize(c->type, src, (size_t)c->in, row) != Q25_OK)
+            return Q25_ERR_ARG;
         for (uint32_t j = 0; j < c->n; j++) {
-            float v = dot(row, c->x + (size_t)j * c->in, (size_t)c->in);
+            float v = ROW_DOT_F32(row, c->x + (size_t)j * c->in, (size_t)c->in);
             c->y[(size_t)j * c->out + c->r0 + r] = c->bias ? v + bias : v;
         }
     }

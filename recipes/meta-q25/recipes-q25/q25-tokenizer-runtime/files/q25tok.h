@@ -289,6 +289,17 @@ int q25_ggml_bytes(uint32_t type, uint64_t n, uint64_t *bytes);
  * Q25_ERR_UNSUPPORTED and dst is not written. */
 int q25_dequantize(uint32_t type, const void *src, size_t n, float *dst);
 
+/* One row's dot product with a float32 vector, straight from its blocks (q25tok_rowdot.c):
+ * *out = q25_dot_f32(w, x, n) bit for bit, w being q25_dequantize's n values of the row at
+ * src (any alignment, normal memory). Types F32, Q4_K, Q5_0, Q6_K, Q8_0; any other is
+ * Q25_ERR_UNSUPPORTED (dequantise, then q25_dot_f32). q25_dot_f32 sums into 16 lanes
+ * (element i into lane i % 16), then the lanes pairwise, then the n % 16 left over: on
+ * aarch64 with NEON by fused multiply-adds ("neon"), elsewhere a multiply and an add each
+ * rounded ("generic", q25_row_dot_impl). The forward pass uses them on aarch64 only. */
+int q25_row_dot(uint32_t type, const void *src, size_t n, const float *x, float *out);
+float q25_dot_f32(const float *a, const float *x, size_t n);
+const char *q25_row_dot_impl(void);
+
 /* ---- the forward pass: Qwen2.5 (llama.cpp's `qwen2` graph) in float32 (model_forward.c) ----
  * The model's hyperparameters travel in the release as model_hparams.txt, key=value lines
  * (docs/forward.md): format=q25deploy-hparams/1, arch=qwen2, n_vocab, n_layer, n_embd, n_ff,
