@@ -353,7 +353,7 @@ def forced_is_greedy(exe: list, b: Path, ids: list[int], tmp: Path, env=SAN_ENV)
 
 
 def test_positions_are_the_greedy_steps_when_fed_the_greedy_tokens(san_q25tok, release, prompts, tmp_path):  # noqa: F811
-    for ids in prompts:
+    for ids in prompts[::3]:  # plain text, code, a tool call
         forced_is_greedy([san_q25tok], release, ids, tmp_path)
 
 
@@ -384,8 +384,8 @@ def test_positions_give_the_same_bytes_at_any_thread_count(san_q25tok, release, 
 
 def test_positions_past_one_batch_are_each_their_prefix_evaluated_alone(san_q25tok, release, prompts):  # noqa: F811
     """70 ids (more than a batch of 64): --positions 8 evaluates them as 62 + 8 (the last batch
-    holds the positions reported); each reported position prints what --steps 1 prints for its
-    prefix alone, evaluated as one batch (63, 64 ids) or as 64 + the rest (65..70 ids): a
+    holds the positions reported); a reported position prints what --steps 1 prints for its
+    prefix alone, evaluated as one batch (63, 64 ids) or as 64 + the rest (65, 70 ids): a
     position's arithmetic does not depend on how the ids are split into batches."""
     ids = (prompts[0] * 70)[:70]
     forced = generate([san_q25tok], release, ids, "--files", "--dump-layers", "--positions", STEPS)
@@ -393,6 +393,8 @@ def test_positions_past_one_batch_are_each_their_prefix_evaluated_alone(san_q25t
     blocks = re.split(r"(?m)^(?=step )", forced.stdout)[1:]
     assert len(blocks) == STEPS
     for j, block in enumerate(blocks):
+        if j not in (0, 1, 2, STEPS - 1):  # 63 and 64 ids (one batch), 65 (64 + 1), 70
+            continue
         n = len(ids) - STEPS + j + 1
         alone = generate([san_q25tok], release, ids[:n], "--files", "--dump-layers", "--steps", 1)
         assert alone.returncode == 0, alone.stderr
@@ -429,7 +431,7 @@ def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, llama_referenc
     d = tmp_path_factory.mktemp("gen05")
     model, b = d / "qwen25-0.5b.gguf", d / "b"
     write_model(model, "0.5b", str(Path(__file__).parent.parent / "data" / "ggml-vocab-qwen2.gguf"))
-    assert main(["build", "--target", "qemu", "--model", str(model), "--out", str(b)]) == 0
+    assert main(["build", "--target", "qemu", "--model", str(model), "--out", str(b), "--forward", "2"]) == 0
     (b / "model_hparams.txt").write_text(hparams_text(model))
     prompts = [ids for _, _, ids in BuildDir(b).smoke_ids[1]][:3]
     ours = run_all([q25tok], b, prompts, d, env=None)
@@ -446,8 +448,8 @@ def test_the_0_5b_shape_agrees_with_llama_cpp(q25tok, arm_q25tok, llama_referenc
     from q25deploy.model.record_compare import first_difference, parse_dump
 
     record = BuildDir(b).forward_record
-    assert [p["ids"] for p in record["prompts"][:3]] == prompts  # the GGUF asks for no BOS
-    for p in record["prompts"][:2]:  # the smoke test's command: the prompt and its forced continuation
+    assert [p["ids"] for p in record["prompts"]] == prompts[:2]  # the GGUF asks for no BOS
+    for p in record["prompts"]:  # the smoke test's command: the prompt and its forced continuation
         fed = p["ids"] + p["forced"]
         host = generate([q25tok], b, fed, "--files", "--dump-layers", "--positions", STEPS, env=None)
         assert host.returncode == 0 and first_difference(p, parse_dump(host.stdout)) is None, p["text"]
