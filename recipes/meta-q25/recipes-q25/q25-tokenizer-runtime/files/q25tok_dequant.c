@@ -13,7 +13,7 @@
  *
  * SPDX-License-Identifier: MIT
  */
-#include "q25tok.h"
+#include "q25tok_internal.h"
 
 #include <string.h>
 
@@ -85,47 +85,18 @@ int q25_ggml_bytes(uint32_t type, uint64_t n, uint64_t *bytes)
 }
 
 /* ---- scalars ------------------------------------------------------------------------- */
-static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
 static inline uint32_t rd32le(const uint8_t *p)
 {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* IEEE half -> float bits, exact (subnormals normalised; Inf/NaN keep sign and payload) */
-static inline uint32_t half_bits(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-    if (exp == 0x1F)
-        return sign | 0x7F800000u | (man << 13);
-    if (exp == 0) {
-        if (man == 0)
-            return sign;
-        exp = 113;
-        while (!(man & 0x400u)) {
-            man <<= 1;
-            exp--;
-        }
-        return sign | (exp << 23) | ((man & 0x3FFu) << 13);
-    }
-    return sign | ((exp + 112) << 23) | (man << 13);
-}
-
-static inline float fp16(const uint8_t *p) { return bits_f32(half_bits(rd16(p))); }
 
 static inline void put_bits(float *dst, uint32_t u) { memcpy(dst, &u, sizeof u); }
 
 /* ---- 32-element blocks --------------------------------------------------------------- */
 static void q4_0(const uint8_t *restrict b, float *restrict y)
 {
-    const float d = fp16(b);
+    const float d = q25_half(b);
     for (int l = 0; l < 16; l++) {
         y[l] = d * (float)((b[2 + l] & 0x0F) - 8);
         y[l + 16] = d * (float)((b[2 + l] >> 4) - 8);
@@ -134,7 +105,7 @@ static void q4_0(const uint8_t *restrict b, float *restrict y)
 
 static void q4_1(const uint8_t *restrict b, float *restrict y)
 {
-    const float d = fp16(b), m = fp16(b + 2);
+    const float d = q25_half(b), m = q25_half(b + 2);
     for (int l = 0; l < 16; l++) {
         float lo = d * (float)(b[4 + l] & 0x0F), hi = d * (float)(b[4 + l] >> 4);
         y[l] = lo + m;
@@ -144,7 +115,7 @@ static void q4_1(const uint8_t *restrict b, float *restrict y)
 
 static void q5_0(const uint8_t *restrict b, float *restrict y)
 {
-    const float d = fp16(b);
+    const float d = q25_half(b);
     const uint32_t qh = rd32le(b + 2);
     for (int l = 0; l < 16; l++) {
         int lo = (b[6 + l] & 0x0F) | (int)(((qh >> l) & 1u) << 4);
@@ -156,7 +127,7 @@ static void q5_0(const uint8_t *restrict b, float *restrict y)
 
 static void q5_1(const uint8_t *restrict b, float *restrict y)
 {
-    const float d = fp16(b), m = fp16(b + 2);
+    const float d = q25_half(b), m = q25_half(b + 2);
     const uint32_t qh = rd32le(b + 4);
     for (int l = 0; l < 16; l++) {
         int lo = (b[8 + l] & 0x0F) | (int)(((qh >> l) & 1u) << 4);
@@ -169,7 +140,7 @@ static void q5_1(const uint8_t *restrict b, float *restrict y)
 
 static void q8_0(const uint8_t *restrict b, float *restrict y)
 {
-    const float d = fp16(b);
+    const float d = q25_half(b);
     for (int l = 0; l < 32; l++)
         y[l] = (float)(int8_t)b[2 + l] * d;
 }
@@ -178,7 +149,7 @@ static void q8_0(const uint8_t *restrict b, float *restrict y)
 static void q2_k(const uint8_t *restrict b, float *restrict y)
 {
     const uint8_t *scales = b, *qs = b + 16;
-    const float d = fp16(b + 80), dmin = fp16(b + 82);
+    const float d = q25_half(b + 80), dmin = q25_half(b + 82);
     /* element 128h + 32s + l: bits 2s of qs[32h + l]; scale and min (j / 16) */
     for (int g = 0; g < 8; g++) {
         const int h = g >> 2, shift = 2 * (g & 3);
@@ -196,7 +167,7 @@ static void q2_k(const uint8_t *restrict b, float *restrict y)
 static void q3_k(const uint8_t *restrict b, float *restrict y)
 {
     const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
-    const float d = fp16(b + 108);
+    const float d = q25_half(b + 108);
     float dl[16];
     for (int i = 0; i < 16; i++) {
         int lo = (i < 8 ? sc[i] : sc[i - 8] >> 4) & 0x0F;
@@ -213,23 +184,12 @@ static void q3_k(const uint8_t *restrict b, float *restrict y)
     }
 }
 
-/* the 6-bit scales and mins of Q4_K / Q5_K: sc[8], mn[8] */
-static void k_scale_min(const uint8_t *s, int *sc, int *mn)
-{
-    for (int i = 0; i < 4; i++) {
-        sc[i] = s[i] & 0x3F;
-        mn[i] = s[4 + i] & 0x3F;
-        sc[4 + i] = (s[8 + i] & 0x0F) | ((s[i] >> 2) & 0x30);
-        mn[4 + i] = (s[8 + i] >> 4) | ((s[4 + i] >> 2) & 0x30);
-    }
-}
-
 static void q45_k(const uint8_t *restrict b, const uint8_t *restrict qh, const uint8_t *restrict qs,
                   float *restrict y)
 {
-    const float d = fp16(b), dmin = fp16(b + 2);
+    const float d = q25_half(b), dmin = q25_half(b + 2);
     int sc[8], mn[8];
-    k_scale_min(b + 4, sc, mn);
+    q25_k_scale_min(b + 4, sc, mn);
     for (int g = 0; g < 8; g++) {
         const float dl = d * (float)sc[g], ml = dmin * (float)mn[g];
         const uint8_t *q = qs + 32 * (g >> 1);
@@ -252,7 +212,7 @@ static void q5_k(const uint8_t *restrict b, float *restrict y) { q45_k(b, b + 16
 
 static void q6_k(const uint8_t *restrict b, float *restrict y)
 {
-    const float d = fp16(b + 208);
+    const float d = q25_half(b + 208);
     float dl[16];
     for (int i = 0; i < 16; i++)
         dl[i] = d * (float)(int8_t)b[192 + i];
@@ -288,7 +248,7 @@ int q25_dequantize(uint32_t type, const void *src, size_t n, float *dst)
         return Q25_OK;
     case Q25_GGML_F16:
         for (size_t i = 0; i < n; i++)
-            put_bits(dst + i, half_bits(rd16(s + 2 * i)));
+            put_bits(dst + i, q25_half_bits(rd16(s + 2 * i)));
         return Q25_OK;
     case Q25_GGML_BF16:
         for (size_t i = 0; i < n; i++)

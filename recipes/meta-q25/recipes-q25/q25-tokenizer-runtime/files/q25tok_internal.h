@@ -95,4 +95,44 @@ void q25_sift_down(uint64_t *hp, size_t n, size_t i);
 /* flags of a code point from the image's class table (records ascend from 0) */
 uint32_t q25_class_lookup(const uint8_t *classes, uint32_t n, uint32_t cp);
 
+/* ---- ggml's block scales (q25tok_dequant.c, q25tok_rowdot.c) ------------------------ */
+/* IEEE half -> float bits, exact (subnormals normalised; Inf/NaN keep sign and payload) */
+static inline uint32_t q25_half_bits(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    if (exp == 0x1F)
+        return sign | 0x7F800000u | (man << 13);
+    if (exp == 0) {
+        if (man == 0)
+            return sign;
+        exp = 113;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        return sign | (exp << 23) | ((man & 0x3FFu) << 13);
+    }
+    return sign | ((exp + 112) << 23) | (man << 13);
+}
+
+/* a little-endian IEEE half at p as float */
+static inline float q25_half(const uint8_t *p)
+{
+    uint32_t u = q25_half_bits((uint16_t)(p[0] | (p[1] << 8)));
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* the 6-bit scales and mins of Q4_K / Q5_K: sc[8], mn[8] */
+static inline void q25_k_scale_min(const uint8_t *s, int *sc, int *mn)
+{
+    for (int i = 0; i < 4; i++) {
+        sc[i] = s[i] & 0x3F;
+        mn[i] = s[4 + i] & 0x3F;
+        sc[4 + i] = (s[8 + i] & 0x0F) | ((s[i] >> 2) & 0x30);
+        mn[4 + i] = (s[8 + i] >> 4) | ((s[4 + i] >> 2) & 0x30);
+    }
+}
+
 #endif

@@ -30,7 +30,7 @@
  *
  * SPDX-License-Identifier: MIT
  */
-#include "q25tok.h"
+#include "q25tok_internal.h"
 
 #include <string.h>
 
@@ -59,32 +59,6 @@ static int supported(uint32_t type, uint32_t *be, uint32_t *bb)
 
 #if ROWDOT_NEON
 /* ---- NEON: the block scales as q25tok_dequant.c reads them -------------------------- */
-static inline uint32_t half_bits(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-    if (exp == 0x1F)
-        return sign | 0x7F800000u | (man << 13);
-    if (exp == 0) {
-        if (man == 0)
-            return sign;
-        exp = 113;
-        while (!(man & 0x400u)) {
-            man <<= 1;
-            exp--;
-        }
-        return sign | (exp << 23) | ((man & 0x3FFu) << 13);
-    }
-    return sign | ((exp + 112) << 23) | (man << 13);
-}
-
-static inline float fp16(const uint8_t *p)
-{
-    uint32_t u = half_bits((uint16_t)(p[0] | (p[1] << 8)));
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 typedef struct acc16 {
     float32x4_t a[4]; /* a[k] lane j: elements i with i % 16 == 4k + j */
 } acc16;
@@ -191,7 +165,7 @@ static void q8_0_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
         int32_t m;
         int e;
         const int exact = fp16_int(b, &m, &e);
-        const float d = fp16(b);
+        const float d = q25_half(b);
         const int32x4_t e23 = vdupq_n_s32(exact ? e * (1 << 23) : 0);
         for (int c = 0; c < 2; c++) {
             const int8x16_t q = vreinterpretq_s8_u8(vld1q_u8(b + 2 + 16 * c));
@@ -219,7 +193,7 @@ static void q5_0_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
         int32_t m;
         int e;
         const int exact = fp16_int(b, &m, &e);
-        const float d = fp16(b);
+        const float d = q25_half(b);
         const int32x4_t e23 = vdupq_n_s32(exact ? e * (1 << 23) : 0);
         const uint8x16_t qs = vld1q_u8(b + 6);
         for (int c = 0; c < 2; c++) {
@@ -240,17 +214,6 @@ static void q5_0_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
     }
 }
 
-/* the 6-bit scales and mins of Q4_K (as q25tok_dequant.c's k_scale_min) */
-static inline void k_scale_min(const uint8_t *q, int *sc, int *mn)
-{
-    for (int i = 0; i < 4; i++) {
-        sc[i] = q[i] & 0x3F;
-        mn[i] = q[4 + i] & 0x3F;
-        sc[4 + i] = (q[8 + i] & 0x0F) | ((q[i] >> 2) & 0x30);
-        mn[4 + i] = (q[8 + i] >> 4) | ((q[4 + i] >> 2) & 0x30);
-    }
-}
-
 /* Q4_K (144 bytes: d, dmin, 12 bytes of scales and mins, 128 of nibbles): sub-block g (32
  * elements) is the low (g even) or high (g odd) nibbles of bytes 32 (g / 2) ..; y = p - ml
  * with p = dl * (float)q, dl = d * (float)sc[g], ml = dmin * (float)mn[g] */
@@ -258,9 +221,9 @@ static void q4_k_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
 {
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     for (size_t i = 0; i < nb; i++, b += 144, x += 256) {
-        const float d = fp16(b), dmin = fp16(b + 2);
+        const float d = q25_half(b), dmin = q25_half(b + 2);
         int sc[8], mn[8];
-        k_scale_min(b + 4, sc, mn);
+        q25_k_scale_min(b + 4, sc, mn);
         /* d = md 2^ed, dmin = mm 2^em: with e0 = min(ed, em), y = (q sc md 2^(ed - e0) - mn mm
          * 2^(em - e0)) 2^e0 exactly, an int32 while |ed - em| <= 9 (15 * 63 * 2047 * 2^9 +
          * 63 * 2047 * 2^9 < 2^31); p = dl * q and ml are exact in float32 (at most 21 and 17
@@ -312,7 +275,7 @@ static void q6_k_lanes(acc16 *s, const uint8_t *b, const float *x, size_t nb)
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03);
     const int8x16_t thirty_two = vdupq_n_s8(32);
     for (size_t i = 0; i < nb; i++, b += 210, x += 256) {
-        const float d = fp16(b + 208);
+        const float d = q25_half(b + 208);
         float dl[16];
         for (int j = 0; j < 16; j++)
             dl[j] = d * (float)(int8_t)b[192 + j];
