@@ -125,14 +125,15 @@ def drop_all_but_record(cache: Path) -> None:
 
 
 # The reference forward pass on the smoke prompts alone, as the build runs it (its content
-# cache looked up first): argv = model, the build's smoke_ids.json, the model's sha256.
+# cache looked up first): argv = model, the build's smoke_ids.json, the model's sha256, how
+# many prompts the build recorded (build --forward: its default, the first).
 RECORD = (
     "import json, os, sys\n"
     "from q25deploy.numerics import pin\n"
     "pin()  # as q25deploy's command line does, before numpy loads\n"
     "from q25deploy.model.gguf import GGUFFile\n"
     "from q25deploy.packer.forward_record import record_bytes\n"
-    "ids = [p['ids'] for p in json.load(open(sys.argv[2]))['prompts']]\n"
+    "ids = [p['ids'] for p in json.load(open(sys.argv[2]))['prompts']][: int(sys.argv[4])]\n"
     "with GGUFFile(sys.argv[1]) as f:\n"
     "    record_bytes(f, sys.argv[3], ids)\n"
 )
@@ -191,8 +192,9 @@ def main() -> None:
         first_rep = json.loads(report.read_text())["payload"]
         smoke_ids = work / "smoke_ids.json"
         shutil.copyfile(out / "smoke_ids.json", smoke_ids)
-        model_sha = json.loads((out / "forward_record.json").read_text())["model_sha256"]
-        record = [python, "-c", RECORD, str(model), str(smoke_ids), model_sha]
+        recorded = json.loads((out / "forward_record.json").read_text())
+        model_sha, prompts = recorded["model_sha256"], str(len(recorded["prompts"]))
+        record = [python, "-c", RECORD, str(model), str(smoke_ids), model_sha, prompts]
         fresh()
         drop_all_but_record(cache)
         bare, bare_rss = run(build, env, report)  # every cache empty but the record's
