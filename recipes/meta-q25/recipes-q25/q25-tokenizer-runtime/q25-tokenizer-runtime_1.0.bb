@@ -16,10 +16,17 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
            file://cli_load.c;subdir=q25tok \
            file://cli_open.c;subdir=q25tok \
            file://cli_open.h;subdir=q25tok \
+           file://cli_ota.c;subdir=q25tok \
            file://cli_receive.c;subdir=q25tok \
            file://cli_weights.c;subdir=q25tok \
            file://cli_weights.h;subdir=q25tok \
            file://model_forward.c;subdir=q25tok \
+           file://ota.h;subdir=q25tok \
+           file://ota_fs.c;subdir=q25tok \
+           file://ota_json.c;subdir=q25tok \
+           file://ota_plan.c;subdir=q25tok \
+           file://ota_smoke.c;subdir=q25tok \
+           file://ota_steps.c;subdir=q25tok \
            file://crc_table.inc;subdir=q25tok \
            file://q25tok.h;subdir=q25tok \
            file://q25tok_bpe.c;subdir=q25tok \
