@@ -26,6 +26,7 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
            file://ota_json.c;subdir=q25tok \
            file://ota_plan.c;subdir=q25tok \
            file://ota_smoke.c;subdir=q25tok \
+           file://ota_stage.c;subdir=q25tok \
            file://ota_steps.c;subdir=q25tok \
            file://crc_table.inc;subdir=q25tok \
            file://q25tok.h;subdir=q25tok \

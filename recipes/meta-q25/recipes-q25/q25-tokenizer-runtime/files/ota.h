@@ -5,8 +5,8 @@
  * Modules: ota_fs.c (one owner per tree: who owns what, reading root's records, writing a
  * file through a temporary, placing, removing), ota_json.c (release.json and the board's
  * state file, read strictly and written byte for byte as q25deploy writes them), ota_plan.c
- * (the payload's q25-plan), ota_steps.c (install, rollback, cleanup), ota_smoke.c (the smoke
- * test and the regions), cli_ota.c (the command).
+ * (the payload's q25-plan), ota_stage.c (a release staged and verified), ota_steps.c (install,
+ * rollback, cleanup), ota_smoke.c (the smoke test and the regions), cli_ota.c (the command).
  *
  * A failing step prints one line "q25-ota: WHY" on stderr and exits 1 (ota_die): every step
  * is a process of its own, as it was in sh, and what it leaves is what the engines' rollback
@@ -172,6 +172,15 @@ void ota_install(const char *dir);
 void ota_smoke(const char *dir);
 void ota_rollback(const char *dir);
 void ota_cleanup(const char *dir);
+/* staging (ota_stage.c) */
+const char *ota_mode_of(const char *rel); /* the ls mode a release file has: q25tok -rwxr-xr-x, else -rw-r--r-- */
+int ota_is_dir(const char *path);         /* lstat: a directory (not a link to one) */
+int ota_is_file(const char *path);        /* lstat: a regular file */
+/* STAGING := the plan's release (full), or the current one with the plan's files (tokenizer-only);
+ * RID := its id */
+void ota_stage(const ota_plan *p, const ota_state *s, int have_state, const char *staging, char rid[17]);
+void ota_set_modes(const ota_plan *p, const char *dir); /* the release's modes, on what root placed */
+int ota_modes_set(const char *dir);                     /* DIR has them and is ours (a kept release) */
 /* shared by the steps */
 void ota_read_release(const char *file, ota_release *r); /* root's record (own_record), parsed, or die */
 int ota_state_read(const ota_plan *p, ota_state *s); /* the state file: 1 read, 0 absent; die when not ours or malformed */

@@ -90,12 +90,6 @@ static const char *two_lines(char *text, const char *what)
     return *text ? text : what;
 }
 
-static int is_file(const char *path)
-{
-    ota_meta m;
-    return ota_lmeta(path, &m) && S_ISREG(m.mode);
-}
-
 void ota_pick_q25tok(const ota_plan *p)
 {
     ota_no_link(p->q25tok_live);
@@ -122,7 +116,7 @@ static size_t unheld(const ota_plan *p, char *list, size_t n)
         }
         ota_path(path, OTA_PATH, "%s/reserved-memory/%s/reg", p->dt_live, r->node);
         size_t len = 0;
-        char *reg = is_file(path) ? ota_read(path, 4096, &len) : NULL;
+        char *reg = ota_is_file(path) ? ota_read(path, 4096, &len) : NULL;
         const char *why = !reg ? "absent" : len != 16 || memcmp(reg, want, 16) ? "reserves another range" : NULL;
         free(reg);
         ota_path(path, OTA_PATH, "%s/reserved-memory/%s/no-map", p->dt_live, r->node);
@@ -172,7 +166,7 @@ void ota_regions(const ota_plan *p, const char *what, const char *dir, int allow
     ota_no_link(parts);
     ota_no_link(tab);
     ota_no_fifo(tab); /* a FIFO there is refused, not "no table" */
-    if (!is_file(tab)) {
+    if (!ota_is_file(tab)) {
         ota_say("releases/%s has no region table: nothing to %s", rid, what);
         return;
     }
@@ -249,7 +243,7 @@ static void forward_smoke(const ota_plan *p, const char *dir, const char *rid)
         ota_no_link(paths[i]);
     for (int i = 1; i < 4; i++)
         ota_no_fifo(paths[i]);
-    if (strcmp(rid, p->release) || !is_file(tab) || !is_file(tt) || !is_file(hp)) {
+    if (strcmp(rid, p->release) || !ota_is_file(tab) || !ota_is_file(tt) || !ota_is_file(hp)) {
         ota_say("smoke: releases/%s is not the plan's release with its tensor table and hyperparameters: forward "
                 "pass not checked", rid);
         return;

@@ -3,12 +3,7 @@
  * load the regions), rollback and cleanup, with the on-board layout of `q25deploy deploy`:
  *   releases/<id>/  releases/.incoming-ota/  current -> releases/<id>  .q25deploy-state.json
  *   .q25-ota/  the rollback data of the update in progress (old state, old and new id, created)
- *
- * One mode for a release whoever installs it: files 0644, q25tok 0755, directories 0755 (the
- * engines write 0600 files). Root chmods only what it placed itself: a payload file it linked
- * or copied, the release.json it wrote, the directories it made; a file linked from the current
- * release must already have its mode (ota_own_file). Only 16-hex directories under releases/
- * are ever removed. Every record of root's own is read as one (ota_own_record, ota_json.c).
+ * Staging is ota_stage.c's. Only 16-hex directories under releases/ are ever removed. Every record of root's own is read as one (ota_own_record, ota_json.c).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -23,36 +18,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static const char *mode_of(const char *rel)
-{
-    return strcmp(rel, "q25tok") == 0 ? "-rwxr-xr-x" : "-rw-r--r--";
-}
-
-static int is_dir(const char *path)
-{
-    ota_meta m;
-    return ota_lmeta(path, &m) && S_ISDIR(m.mode);
-}
-
-static int is_file(const char *path)
-{
-    ota_meta m;
-    return ota_lmeta(path, &m) && S_ISREG(m.mode);
-}
-
-void ota_read_release(const char *file, ota_release *r)
-{
-    ota_own_record(file);
-    size_t len;
-    char *text = ota_read(file, OTA_MAX_RECORD, &len);
-    if (!text)
-        ota_die("%s: missing", file);
-    char why[200];
-    if (ota_release_parse(text, len, r, why, sizeof why) != 0)
-        ota_die("%s: %s", file, why);
-    free(text);
-}
 
 /* FILE: a board state of root's (own_record) in the state file's format: 1, 0 when absent */
 static int state_ok(const char *file, ota_state *s)
@@ -121,192 +86,10 @@ void ota_current(const ota_plan *p, char rid[17])
     strcpy(rid, link + 9);
     ota_path(cur, OTA_PATH, "%s/%s", releases, rid);
     ota_no_link(cur);
-    if (!is_dir(cur))
+    if (!ota_is_dir(cur))
         ota_die("%s/current points at nothing", p->base);
 }
 
-int ota_verify_release(const char *dir, int quiet)
-{
-    char rj[OTA_PATH], path[OTA_PATH], got[65];
-    ota_path(rj, OTA_PATH, "%s/release.json", dir);
-    ota_release r;
-    ota_read_release(rj, &r);
-    int bad = 0;
-    for (size_t i = 0; i < r.nfiles && !bad; i++) {
-        ota_no_link_in(dir, r.files[i].path);
-        ota_path(path, OTA_PATH, "%s/%s", dir, r.files[i].path);
-        if (!is_file(path)) {
-            if (!quiet)
-                fprintf(stderr, "q25-ota: %s: not a regular file\n", path);
-            bad = 1;
-        } else if (ota_sha256_file(path, got) != 0 || strcmp(got, r.files[i].sha256) != 0) {
-            if (!quiet)
-                fprintf(stderr, "q25-ota: %s: FAILED (its sha256 is not release.json's)\n", path);
-            bad = 1;
-        }
-    }
-    ota_release_free(&r);
-    return bad;
-}
-
-/* the staging's directories, release.json and the files it lists get the release's modes */
-static void set_modes(const ota_plan *p, const char *dir)
-{
-    char path[OTA_PATH];
-    ota_path(path, OTA_PATH, "%s/release.json", dir);
-    ota_no_link(dir);
-    ota_no_link(path);
-    if (chmod(dir, 0755) || chmod(path, 0644))
-        ota_die("cannot set modes in %s", dir);
-    ota_release r;
-    ota_read_release(path, &r);
-    for (size_t i = 0; i < r.nfiles; i++) {
-        const char *rel = r.files[i].path;
-        ota_no_link_in(dir, rel);
-        ota_path(path, OTA_PATH, "%s/%s", dir, rel);
-        if (ota_plan_has_rel(p, rel)) { /* placed: one name, or the payload's and ours */
-            ota_meta m;
-            if (!ota_lmeta(path, &m) || m.nlink > 2)
-                ota_die("%s has %lu names: root changes no mode of a file another name may be anywhere", path,
-                        (unsigned long)m.nlink);
-            if (chmod(path, strcmp(rel, "q25tok") ? 0644 : 0755))
-                ota_die("cannot set modes in %s", dir);
-        } else {
-            ota_own_file(path, mode_of(rel)); /* linked from the current release: as it is */
-        }
-        for (char *slash = strrchr(path, '/'); slash && slash > path + strlen(dir); slash = strrchr(path, '/')) {
-            *slash = 0;
-            if (chmod(path, 0755))
-                ota_die("cannot set modes in %s", dir);
-        }
-    }
-    ota_release_free(&r);
-}
-
-/* PATH is ours with the ls mode WANT */
-static int has_mode(const char *path, const char *want)
-{
-    ota_meta m;
-    char ms[11];
-    return ota_lmeta(path, &m) && m.uid == ota_me && (ota_mode_string(m.mode, ms), !strcmp(ms, want));
-}
-
-/* DIR has the release's modes, and its files are ours (a kept release: used as it is) */
-static int modes_set(const char *dir)
-{
-    char path[OTA_PATH];
-    ota_path(path, OTA_PATH, "%s/release.json", dir);
-    if (!has_mode(dir, "drwxr-xr-x") || !has_mode(path, "-rw-r--r--"))
-        return 0;
-    ota_release r;
-    ota_read_release(path, &r);
-    int ok = 1;
-    for (size_t i = 0; i < r.nfiles && ok; i++) {
-        ota_path(path, OTA_PATH, "%s/%s", dir, r.files[i].path);
-        ok = has_mode(path, mode_of(r.files[i].path));
-        for (char *slash = strrchr(path, '/'); ok && slash > path + strlen(dir); slash = strrchr(path, '/')) {
-            *slash = 0;
-            ok = has_mode(path, "drwxr-xr-x");
-        }
-    }
-    ota_release_free(&r);
-    return ok;
-}
-
-static void mkdir_for(const char *staging, const char *rel)
-{
-    char path[OTA_PATH];
-    ota_path(path, OTA_PATH, "%s/%s", staging, rel);
-    char *slash = strrchr(path, '/');
-    *slash = 0;
-    ota_mkdir_p(path, 0755);
-}
-
-static void stage_full(const ota_plan *p, const char *staging)
-{
-    char src[OTA_PATH], dst[OTA_PATH];
-    for (size_t i = 0; i < p->nfiles; i++) {
-        ota_payload(p, p->files[i].name, src);
-        mkdir_for(staging, p->files[i].rel);
-        ota_path(dst, OTA_PATH, "%s/%s", staging, p->files[i].rel);
-        ota_place(src, dst);
-    }
-    ota_payload(p, "release.json", src);
-    ota_path(dst, OTA_PATH, "%s/release.json", staging);
-    ota_copy_new(src, dst); /* a record of one name: a copy */
-    ota_release r;
-    size_t len;
-    char *text = ota_read(dst, OTA_MAX_RECORD, &len), why[200];
-    if (!text || ota_release_parse(text, len, &r, why, sizeof why) != 0 || strcmp(r.id, p->release) != 0)
-        ota_die("release.json does not describe %s", p->release);
-    free(text);
-    ota_release_free(&r);
-}
-
-static int by_path(const void *a, const void *b)
-{
-    return strcmp(((const ota_file *)a)->path, ((const ota_file *)b)->path);
-}
-
-/* a tokenizer-only release: the current one's files, the plan's replacing theirs; sets *rid
- * (computed like deploy --tokenizer-only) */
-static void stage_tokenizer(const ota_plan *p, const ota_state *s, int have_state, const char *staging, char rid[17])
-{
-    char cur[OTA_PATH], rj[OTA_PATH], src[OTA_PATH], dst[OTA_PATH];
-    const char *c = have_state ? s->current : "";
-    ota_path(cur, OTA_PATH, "%s/releases/%s", p->base, c);
-    ota_path(rj, OTA_PATH, "%s/release.json", cur);
-    if (*c)
-        ota_no_link(cur);
-    if (!*c || !is_file(rj))
-        ota_die("nothing is deployed on this board yet: install a full release before a tokenizer-only one");
-    const ota_state_rec *rec = ota_state_find(s, c);
-    if (!rec || strcmp(rec->vocab_fingerprint, p->fingerprint) != 0)
-        ota_die("refusing the tokenizer-only update: vocabulary fingerprint %s differs from the deployed model's %s",
-                p->fingerprint, rec ? rec->vocab_fingerprint : "");
-    ota_release old, nr;
-    ota_read_release(rj, &old);
-    nr = old;
-    nr.files = calloc(old.nfiles + p->nfiles + 1, sizeof *nr.files);
-    nr.nfiles = 0;
-    if (!nr.files)
-        ota_die("out of memory");
-    for (size_t i = 0; i < old.nfiles; i++) {
-        const char *rel = old.files[i].path;
-        if (ota_plan_has_rel(p, rel))
-            continue;
-        ota_no_link_in(cur, rel);
-        ota_path(src, OTA_PATH, "%s/%s", cur, rel);
-        ota_own_file(src, mode_of(rel)); /* linked as it is: never chmodded */
-        mkdir_for(staging, rel);
-        ota_path(dst, OTA_PATH, "%s/%s", staging, rel);
-        if (link(src, dst) != 0)
-            ota_die("cannot link the current release's files");
-        nr.files[nr.nfiles++] = old.files[i];
-    }
-    for (size_t i = 0; i < p->nfiles; i++) {
-        ota_payload(p, p->files[i].name, src);
-        mkdir_for(staging, p->files[i].rel);
-        ota_path(dst, OTA_PATH, "%s/%s", staging, p->files[i].rel);
-        ota_place(src, dst);
-        ota_file *f = &nr.files[nr.nfiles++];
-        strcpy(f->sha256, p->files[i].sha256);
-        f->size = p->files[i].size;
-        strcpy(f->path, p->files[i].rel);
-    }
-    qsort(nr.files, nr.nfiles, sizeof *nr.files, by_path);
-    strcpy(nr.vocab_fingerprint, p->fingerprint);
-    size_t len;
-    char *text = ota_release_render(&nr, &len);
-    ota_path(dst, OTA_PATH, "%s/release.json", staging);
-    ota_put(dst, text, len);
-    strcpy(rid, nr.id);
-    free(text);
-    ota_release_free(&nr);
-    ota_release_free(&old);
-}
-
-/* the state after a switch to NEW from OLD ("" none), NOW */
 static char *state_body(const ota_plan *p, const ota_state *s, const char *new, const char *old, const char *image,
                         size_t *len)
 {
@@ -401,7 +184,7 @@ static void prune(const ota_plan *p, const char *keep, const char *old)
         if (!ota_is_rid(e->d_name) || !strcmp(e->d_name, keep) || !strcmp(e->d_name, old))
             continue;
         ota_path(dir, OTA_PATH, "%s/%s", releases, e->d_name);
-        if (is_dir(dir))
+        if (ota_is_dir(dir))
             ota_rm_rf(dir);
     }
     closedir(d);
@@ -431,14 +214,10 @@ void ota_install(const char *payload)
     ota_rm_rf(path);
     if (mkdir(staging, 0700) != 0)
         ota_die("cannot create %s", staging);
-    strcpy(rid, p.release);
-    if (p.full)
-        stage_full(&p, staging);
-    else
-        stage_tokenizer(&p, &s, have_state, staging, rid);
+    ota_stage(&p, &s, have_state, staging, rid);
     ota_path(dst, OTA_PATH, "%s/%s", releases, rid);
     ota_no_link(dst);
-    if (!strcmp(old, rid) && is_dir(dst)) {
+    if (!strcmp(old, rid) && ota_is_dir(dst)) {
         ota_rm_rf(staging);
         ota_say("release %s is already current", rid); /* nothing to roll back */
         ota_regions(&p, "load", dst, p.allow_unreserved); /* unless this boot loaded them */
@@ -449,7 +228,7 @@ void ota_install(const char *payload)
         ota_rm_rf(staging);
         ota_die("verify failed on the board; the current release is unchanged");
     }
-    set_modes(&p, staging);
+    ota_set_modes(&p, staging);
     ota_sync();
     int created = 0;
     ota_path(rj, OTA_PATH, "%s/release.json", dst);
@@ -457,14 +236,14 @@ void ota_install(const char *payload)
     size_t a_len, b_len;
     char *a = ota_read(path, OTA_MAX_RECORD, &a_len), *b = NULL;
     ota_meta m;
-    int kept = is_dir(dst) && ota_lmeta(rj, &m) && S_ISREG(m.mode) && (b = ota_read(rj, OTA_MAX_RECORD, &b_len)) &&
-               a_len == b_len && !memcmp(a, b, a_len) && ota_verify_release(dst, 1) == 0 && modes_set(dst);
+    int kept = ota_is_dir(dst) && ota_lmeta(rj, &m) && S_ISREG(m.mode) && (b = ota_read(rj, OTA_MAX_RECORD, &b_len)) &&
+               a_len == b_len && !memcmp(a, b, a_len) && ota_verify_release(dst, 1) == 0 && ota_modes_set(dst);
     free(a);
     free(b);
     if (kept) {
         ota_rm_rf(staging); /* kept from before, the same release.json, it verifies, its modes: used as it is */
     } else {
-        if (is_dir(dst)) { /* what a cut left of a prune, or a damaged copy: never the current one here */
+        if (ota_is_dir(dst)) { /* what a cut left of a prune, or a damaged copy: never the current one here */
             ota_say("releases/%s on the board does not verify (a cut rm -rf, or damage) or lacks the release's "
                     "modes: replaced", rid);
             if (ota_rm_rf(dst) != 0)
@@ -504,7 +283,7 @@ void ota_rollback(const char *payload)
     char path[OTA_PATH], so[OTA_PATH], old[17], new[17], created[17];
     ota_path(path, OTA_PATH, "%s/new", p.ota);
     ota_no_link(path);
-    if (!is_file(path)) {
+    if (!ota_is_file(path)) {
         ota_say("nothing to roll back");
         return;
     }
@@ -520,7 +299,7 @@ void ota_rollback(const char *payload)
         ota_die("%s: its current is not the release this update replaced (%s): not what q25-ota wrote there; "
                 "nothing was rolled back", so, *old ? old : "none");
     ota_path(path, OTA_PATH, "%s/releases/%s", p.base, old);
-    if (*old && is_dir(path)) {
+    if (*old && ota_is_dir(path)) {
         switch_current(&p, old);
     } else {
         ota_path(path, OTA_PATH, "%s/current", p.base);
@@ -545,7 +324,7 @@ void ota_rollback(const char *payload)
     /* its partitions back into the regions; a device tree that does not reserve them is a warning
      * (the old release was not resident before this update either) */
     ota_path(path, OTA_PATH, "%s/releases/%s", p.base, old);
-    if (*old && is_dir(path))
+    if (*old && ota_is_dir(path))
         ota_regions(&p, "load", path, 1);
     ota_state_free(&before);
 }
