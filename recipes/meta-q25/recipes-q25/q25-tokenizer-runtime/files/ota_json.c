@@ -130,7 +130,7 @@ static int release_bad(const ota_release *r, char *why, size_t whylen) {
         if (!hexn(f->sha256, strnlen(f->sha256, 65), 64) || n == OTA_REL || !relpath(f->path, n))
             return snprintf(why, whylen, "bad file entry '%.*s'", (int)(n < 200 ? n : 200), f->path), 1;
         if (i && strcmp(r->files[i - 1].path, f->path) >= 0)
-            return snprintf(why, whylen, "'%s' twice or out of order", f->path), 1;
+            return snprintf(why, whylen, "'%.200s' twice or out of order", f->path), 1;
     }
     const char *bad = NULL;
     if (*r->model_sha256 && !hexn(r->model_sha256, strnlen(r->model_sha256, 65), 64))

@@ -137,7 +137,7 @@ void ota_check_reserved(const ota_plan *p)
 {
     if (!p->full) /* tokenizer-only: the current release's region table stays */
         return;
-    char list[4096], why[4600];
+    char list[4096], why[OTA_PATH + sizeof list + 128];
     size_t n = unheld(p, list, sizeof list);
     if (!n)
         return;
@@ -173,14 +173,14 @@ void ota_regions(const ota_plan *p, const char *what, const char *dir, int allow
     ota_pick_q25tok(p);
     int load = !strcmp(what, "load");
     if (load) { /* loaded this boot with this table (a tokenizer-only update): kept */
-        char sha[65], boot[64] = "";
+        char sha[65], boot[40] = ""; /* a UUID */
         size_t n = 0;
         int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC); /* a proc file: fstat says 0 bytes */
         ssize_t got = fd >= 0 ? read(fd, boot, sizeof boot - 1) : 0;
         if (fd >= 0)
             close(fd);
         boot[got > 0 ? got : 0] = 0;
-        boot[strcspn(boot, "\n")] = 0;
+        boot[strcspn(boot, "\n")] = 0; /* want: 36 + 1 + 64 + 1 characters */
         if (ota_sha256_file(tab, sha) != 0)
             ota_die("cannot read %s", tab);
         snprintf(want, sizeof want, "%s %s\n", boot, sha);
