@@ -15,7 +15,10 @@ from requirements import need_program
 from q25deploy.resources import runtime_library_sources, runtime_sources
 
 
-def fuzz(tmp_path: Path, harness: Path, corpus: Path, *options: str, env: dict | None = None) -> None:
+def fuzz(
+    tmp_path: Path, harness: Path, corpus: Path, *options: str, env: dict | None = None, extra: tuple[str, ...] = ()
+) -> None:
+    """``extra``: runtime sources beside the library's (the command's, e.g. ota_json.c)."""
     clang = need_program("clang", "Debian: clang (libFuzzer)")
     exe = tmp_path / harness.stem
     subprocess.run(
@@ -33,6 +36,7 @@ def fuzz(tmp_path: Path, harness: Path, corpus: Path, *options: str, env: dict |
             str(runtime_sources()),
             str(harness),
             *map(str, runtime_library_sources()),
+            *(str(runtime_sources() / name) for name in extra),
             "-o",
             str(exe),
         ],

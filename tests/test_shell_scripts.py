@@ -38,3 +38,10 @@ def test_shellcheck(script: Path):
     shellcheck = need_program("shellcheck", "apt-get install shellcheck")
     run = subprocess.run([shellcheck, "-s", "sh", str(script)], capture_output=True, text=True, check=False)
     assert run.returncode == 0, f"shellcheck -s sh {script.relative_to(ROOT)}:\n{run.stdout}{run.stderr}"
+
+
+def test_the_shipped_shell_is_small():
+    """The shell root runs is dispatch and glue (issue 46): the release steps are `q25tok ota`,
+    C that is compiled with -Werror, fuzzed and run under the sanitizers."""
+    lines = sum(len(p.read_text().splitlines()) for p in shell_scripts())
+    assert lines <= 300, f"{lines} lines of shipped shell (at most 300)"

@@ -42,12 +42,14 @@ def drop_dir(plan: OtaPlan) -> str:
 
 
 def swu_script(plan: OtaPlan) -> bytes:
-    """The board script with the directory SWUpdate writes the payload into."""
+    """The board script with the directory SWUpdate writes the payload into and the board's
+    q25tok (its preinst runs before the payload, and so the plan, exists)."""
     text = ota_script().decode()
-    marker = "Q25_SWU_DIR=''"
-    if marker not in text:
-        raise PackageError("the board script has no Q25_SWU_DIR line (broken installation)")
-    return text.replace(marker, f"Q25_SWU_DIR={shlex.quote(drop_dir(plan))}", 1).encode()
+    for marker, value in (("Q25_SWU_DIR=''", drop_dir(plan)), ("Q25_SWU_TOK=''", plan.q25tok)):
+        if marker not in text:
+            raise PackageError(f"the board script has no {marker.split('=')[0]} line (broken installation)")
+        text = text.replace(marker, f"{marker.split('=')[0]}={shlex.quote(value)}", 1)
+    return text.encode()
 
 
 # libconfig setting names; a board section must not take the name of one of SWUpdate's own

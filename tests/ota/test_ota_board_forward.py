@@ -99,18 +99,10 @@ def fake_generate(board: Path, script: str, command: str = "generate") -> None:
 @pytest.mark.parametrize(
     ("script", "status", "says", "command"),
     [
-        (  # an image older than generate: its q25tok's usage, exit 2
+        (  # a usage error is a failure: the q25tok that runs `ota` has generate --positions and compare
             'echo "usage: q25tok info IMAGE" >&2; exit 2',
-            0,
-            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no generate --positions \(an older image\): "
-            r"the forward pass is not checked",
-            "generate",
-        ),
-        (  # an image whose generate decodes greedily only (no --positions): older too
-            'echo "usage: q25tok generate [--mem PATH] [--steps N] ..." >&2; exit 2',
-            0,
-            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no generate --positions \(an older image\): "
-            r"the forward pass is not checked",
+            1,
+            r"q25-ota: smoke: forward prompt 0: q25tok generate failed \(exit 2\): usage: q25tok info IMAGE",
             "generate",
         ),
         (
@@ -133,11 +125,10 @@ def fake_generate(board: Path, script: str, command: str = "generate") -> None:
             r"a line before the first step: 'step 0 pos 1 token 2'",
             "generate",
         ),
-        (  # an image whose q25tok has generate but not compare
+        (
             'echo "usage: q25tok info IMAGE" >&2; exit 2',
-            0,
-            r"q25-ota: warning: smoke: \S+/usr/bin/q25tok has no compare command \(an older image\): "
-            r"the forward pass is not checked",
+            1,
+            r"q25-ota: smoke: forward prompt 0: usage: q25tok info IMAGE",
             "compare",
         ),
         (  # compare's own usage: our command line is wrong, not the image old

@@ -257,6 +257,12 @@ def test_compare_fuzz_harness_finds_nothing(tmp_path, campaign):
     fuzz(tmp_path, HERE / "fuzz" / "compare_fuzz.c", HERE / "fuzz" / "compare_corpus", "-rss_limit_mb=2048")
 
 
+def test_ota_json_fuzz_harness_finds_nothing(tmp_path, campaign):
+    """fuzz/ota_json_fuzz.c: mutated release.json and board states, what `q25tok ota` reads as
+    root (ota_json.c), under ASan+UBSan; a parsed release.json renders back as it was."""
+    fuzz(tmp_path, HERE / "fuzz" / "ota_json_fuzz.c", HERE / "fuzz" / "ota_json_corpus", extra=("ota_json.c",))
+
+
 def test_compare_under_sanitizers(san_q25tok, tmp_path):
     """q25tok compare's statuses on the fuzz seeds (tests/ota/test_ota_forward_compare.py holds
     its verdicts to record_compare.py's)."""

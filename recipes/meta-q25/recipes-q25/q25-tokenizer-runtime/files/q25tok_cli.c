@@ -11,6 +11,7 @@
  *   q25tok generate REGION_TABLE TENSOR_TABLE ID...  the model's forward pass, greedy, or
  *                                          teacher-forced with --positions N (cli_generate.c)
  *   q25tok compare EXPECTED PROMPT DUMP     a generate --dump-layers against the host's (cli_compare.c)
+ *   q25tok ota STEP PAYLOAD                a release's steps for Mender and SWUpdate, as root (cli_ota.c)
  *
  * Exit codes (as usage_text lists them; docs/runtime.md too):
  *   0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,
@@ -51,6 +52,8 @@ static const char *usage_text =
     "       q25tok generate [--mem PATH] [--dt DIR | --files] [--hparams FILE] [--steps N | --positions N]\n"
     "                       [--threads N] [--dump-layers] [--logits FILE] REGION_TABLE TENSOR_TABLE ID...\n"
     "       q25tok compare EXPECTED PROMPT DUMP   (a generate --dump-layers against q25-forward.txt)\n"
+    "       q25tok ota install|smoke|rollback|cleanup|prepare|postinst [--root DIR] [--stdout] PAYLOAD\n"
+    "                       (a release from a Mender or SWUpdate payload, as root: docs/ota.md)\n"
     "exit codes: 0 ok, 1 I/O error, 2 usage, 3 bad image or input, 4 bad token id, 5 capacity,\n"
     "            6 region not reserved in the running device tree, or its bytes differ, or a bad region table,\n"
     "            7 ggml type not supported, 8 no such tensor, 9 bad model hyperparameters,\n"
@@ -353,8 +356,9 @@ int q25tok_weights_command(int argc, char **argv); /* cli_dequant.c */
 int q25tok_probe_command(int argc, char **argv);   /* cli_probe.c */
 int q25tok_generate_command(int argc, char **argv); /* cli_generate.c */
 int q25tok_compare_command(int argc, char **argv);  /* cli_compare.c */
+int q25tok_ota_command(int argc, char **argv);      /* cli_ota.c */
 
-int main(int argc, char **argv)
+int q25tok_command(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
@@ -376,9 +380,16 @@ int main(int argc, char **argv)
         return q25tok_compare_command(argc - 2, argv + 2);
     if (strcmp(argv[1], "dequant") == 0 || strcmp(argv[1], "tensor") == 0)
         return q25tok_weights_command(argc, argv);
+    if (strcmp(argv[1], "ota") == 0)
+        return q25tok_ota_command(argc - 2, argv + 2);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;
     }
     return usage();
+}
+
+int main(int argc, char **argv)
+{
+    return q25tok_command(argc, argv);
 }
