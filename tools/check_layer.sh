@@ -62,10 +62,13 @@ if [ "${3:-}" != xilinx ]; then
     # writes both parts first; the tool's runs with the layer load them. A recipe that fails to
     # parse is not cached, so the tool's own runs still meet every parse error.
     cp conf/bblayers.conf conf/bblayers.conf.q25-seed
+    # bblayers.conf as it was, also when interrupted: the tool refuses a layer already in BBLAYERS
+    trap 'mv -f conf/bblayers.conf.q25-seed conf/bblayers.conf' EXIT
     printf '\nBBLAYERS += "%s"\n' "$layer" >> conf/bblayers.conf  # as checklayer's add_layers writes it
     seeded=0
     bitbake -S none -p > check-layer-seed.log 2>&1 || seeded=$?
     mv conf/bblayers.conf.q25-seed conf/bblayers.conf
+    trap - EXIT
     echo "check_layer.sh: parse cache with the layer written (bitbake -S none -p: exit $seeded, check-layer-seed.log)" >&2
 fi
 echo "check_layer.sh: yocto-check-layer $layer ($series${3:+, $3}, in $tree/build-check-layer)" >&2
