@@ -53,6 +53,24 @@ if [ "${3:-}" = xilinx ]; then
     deps=(--dependency "$tree/meta-arm/meta-arm" "$tree/meta-arm/meta-arm-toolchain" "$tree/meta-xilinx/meta-xilinx-core"
           --additional-layers "$tree/meta-xilinx/meta-xilinx-core")
 fi
+if [ "${3:-}" != xilinx ]; then
+    # The tool's first run with the layer, `bitbake -p` (test_parse), writes BitBake's parse cache
+    # without its task-signature part (SiggenRecipeInfo: kept only when the client asks for -S),
+    # so its next one, `bitbake -S lockedsigs world` (test_signatures), parsed every recipe of
+    # OE-core and the layer again: a second cold parse, 2-3 minutes on 2 cores. One parse with -S
+    # and the layer added as the tool adds it (the same BBLAYERS, so the same configuration hash)
+    # writes both parts first; the tool's runs with the layer load them. A recipe that fails to
+    # parse is not cached, so the tool's own runs still meet every parse error.
+    cp conf/bblayers.conf conf/bblayers.conf.q25-seed
+    # bblayers.conf as it was, also when interrupted: the tool refuses a layer already in BBLAYERS
+    trap 'mv -f conf/bblayers.conf.q25-seed conf/bblayers.conf' EXIT
+    printf '\nBBLAYERS += "%s"\n' "$layer" >> conf/bblayers.conf  # as checklayer's add_layers writes it
+    seeded=0
+    bitbake -S none -p > check-layer-seed.log 2>&1 || seeded=$?
+    mv conf/bblayers.conf.q25-seed conf/bblayers.conf
+    trap - EXIT
+    echo "check_layer.sh: parse cache with the layer written (bitbake -S none -p: exit $seeded, check-layer-seed.log)" >&2
+fi
 echo "check_layer.sh: yocto-check-layer $layer ($series${3:+, $3}, in $tree/build-check-layer)" >&2
 # --no-auto: only the layer named (not layers found below it); --no-auto-dependency: not its
 # dependencies as well (OE-core would be checked as a layer of its own)
