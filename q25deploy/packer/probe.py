@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-from gguf.quants import dequantize
+from typing import TYPE_CHECKING
 
 from ..schema import PROBE_FORMAT as FORMAT
 from ..schema import PROBE_UNSUPPORTED as UNSUPPORTED
+
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
 
 KIND = "probe-digests"
 EMBEDDING = "token_embd.weight"
@@ -34,6 +34,9 @@ DEQUANTIZED = frozenset(
 
 
 def _values(blocks: bytes, qtype: GGMLQuantizationType) -> bytes:
+    import numpy as np  # here, as gguf below: the smoke test imports this module for mismatches() alone
+    from gguf.quants import dequantize
+
     with np.errstate(all="ignore"):
         out = dequantize(np.frombuffer(blocks, dtype=np.uint8), qtype)
     bits = np.ascontiguousarray(out, dtype="<f4").reshape(-1).view("<u4").copy()
@@ -61,6 +64,8 @@ def tensor_digest(data: bytes | memoryview | FileRange, type_name: str, shape: l
     """What ``q25tok probe`` prints after the name and type for a tensor of these bytes."""
     if type_name not in DEQUANTIZED:
         return UNSUPPORTED
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
     qtype = GGMLQuantizationType[type_name]
     block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
     if not isinstance(data, FileRange):

@@ -6,7 +6,11 @@ test_deploy_reserved.py's; on the emulated board: tests/deploy/emulated/test_boa
 
 from __future__ import annotations
 
-from deploy_helpers import deploy
+import json
+import subprocess
+import sys
+
+from deploy_helpers import board_argv, deploy
 from reserved_standin import boot_with
 from test_deploy_reserved import board_file
 
@@ -30,6 +34,19 @@ def test_smoke_probes_the_resident_weights(tmp_path, capsys, ssh, models, q25tok
         "ok": True,
         "detail": f"{len(b.probe_digests['tensors'])} tensors as built",
     }
+
+    # a user's `q25deploy smoke` in a fresh process: the probe's check imports no numpy or gguf
+    # (they are the build's, for the digests; their import is most of a tokenizer update's smoke)
+    argv = board_argv("smoke", ssh, srv, root, "--build", str(build), "--strict", "--json", *here)
+    code = (
+        "import sys\n"
+        "from q25deploy.cli.app import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print(rc, sorted(m for m in ('numpy', 'gguf') if m in sys.modules), file=sys.stderr)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert r.stderr.strip().splitlines()[-1] == "0 []", r.stderr
+    assert probe_check(json.loads(r.stdout))["ok"]
 
     # the build of another model (same vocabulary): its digests are not the board's weights
     code, res, _ = deploy(capsys, ssh, srv, root, models["B"], "--strict", *here, action="smoke")
