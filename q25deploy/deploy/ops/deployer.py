@@ -376,7 +376,7 @@ def _switch_and_test(
 
 def failure_reason(smoke: dict, limit: int = 200) -> str:
     """Why a smoke test failed, in one line for the table: the failed checks with their
-    details (``q25tok info: timeout: can't execute '/usr/bin/q25tok': …``)."""
+    details (``q25tok info: sh: /usr/bin/q25tok: not found``)."""
     parts = []
     for c in smoke.get("checks", []):
         if not c["ok"]:

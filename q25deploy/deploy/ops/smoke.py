@@ -90,10 +90,10 @@ def smoke_test(
     report = _Report(strict)
     cur = files.cur()
     image = posixpath.join(cur, image_name)
-    status, out, err = board.run([q25tok, "info", image], check=False)
-    if not report.check("q25tok info", status == 0, head(err if status else out)):
+    want_sha = forward is not None and known is not None  # the forward pass's key needs q25tok's sha256
+    ok, sha = _check_image(board, report, expected, q25tok, image, want_sha)
+    if not ok:
         return report.result()
-    _check_ids(board, report, expected, q25tok, image)
     regions = partition_map.get("regions", [])
     if not quick:
         _check_partitions(board, report, cur, regions)
@@ -106,7 +106,16 @@ def smoke_test(
     passed = None
     if forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256"):
         passed = forward_step(  # not: another model's weights
-            board, report, cur, q25tok, forward, residency, board_paths, partition_map=partition_map, known=known
+            board,
+            report,
+            cur,
+            q25tok,
+            forward,
+            residency,
+            board_paths,
+            partition_map=partition_map,
+            known=known,
+            q25tok_sha256=sha,
         )
     run_plugin_checks(board, report, extra_checks)
     return report.result(residency=residency, **({"forward": passed} if passed else {}))
@@ -141,24 +150,44 @@ def run_plugin_checks(board: BoardSession, report: _Report, checks: Sequence[tup
         report.check(name, status == 0, (err or out).decode("utf-8", "replace").strip()[-200:])
 
 
-# $1 q25tok, $2 image, then per prompt "plain|special" and its text: the prompts written as files
-# (in a private temporary directory), encoded by one q25tok call per kind, in the prompts' order
-ENCODE = r"""q=$1; img=$2; shift 2; d=$(mktemp -d "${TMPDIR:-/tmp}/q25prompts.XXXXXX") || exit 1; i=0; plain=; special=
+# One board command for the image: $1 q25tok, $2 image, $3 "sha" (or "-"), then per prompt
+# "plain|special" and its text. `q25tok info` on the image (nothing more when it fails); the
+# prompts written as files (in a private temporary directory), encoded by one q25tok call per
+# kind, in the prompts' order; with "sha", the sha256 of the q25tok that ran (the forward pass's
+# key, :mod:`..state.forward_known`). Exits with info's status, else the encoders'.
+IMAGE_CHECKS = r"""q=$1; img=$2; sha=$3; shift 3; "$q" info "$img" || exit $?; echo "@@ids"
+d=$(mktemp -d "${TMPDIR:-/tmp}/q25prompts.XXXXXX") || exit 1; i=0; plain=; special=
 while [ $# -gt 1 ]; do i=$((i + 1)); printf '%s' "$2" > "$d/$i" || exit 1
   if [ "$1" = special ]; then special="$special $d/$i"; else plain="$plain $d/$i"; fi; shift 2; done
 st=0; if [ -n "$plain" ]; then "$q" encode "$img" $plain || st=$?; fi
 echo "@@special"; if [ -n "$special" ]; then "$q" encode --special "$img" $special || st=$?; fi
-rm -rf "$d"; exit $st"""
+rm -rf "$d"; if [ "$sha" = sha ]; then echo "@@sha256"; sha256sum "$(command -v "$q")"; fi; exit $st"""
 
 
-def _check_ids(board: BoardSession, report: _Report, expected: Sequence[list[int]], q25tok: str, image: str) -> None:
-    """Every smoke prompt encoded on the board (in two q25tok calls) gives the ``expected`` ids
-    (the host codec's, see :mod:`.expected`)."""
+def _check_image(
+    board: BoardSession, report: _Report, expected: Sequence[list[int]], q25tok: str, image: str, want_sha: bool
+) -> tuple[bool, str | None]:
+    """``q25tok info`` on the image, then every smoke prompt encoded on the board gives the
+    ``expected`` ids (the host codec's, see :mod:`.expected`): one board command. Returns
+    whether info passed and, with ``want_sha``, the q25tok's sha256 as the board printed it
+    (None: not asked)."""
     args = []
     for text, special in SMOKE_PROMPTS:
         args += ["special" if special else "plain", text.decode("utf-8")]
-    status, out, err = board.run(["sh", "-c", ENCODE, "sh", q25tok, image, *args], check=False)
-    plain_out, _, special_out = out.decode("utf-8", "replace").partition("@@special\n")
+    argv = ["sh", "-c", IMAGE_CHECKS, "sh", q25tok, image, "sha" if want_sha else "-", *args]
+    status, out, err = board.run(argv, check=False)
+    info, marked, rest = out.decode("utf-8", "replace").partition("@@ids\n")
+    if not report.check("q25tok info", bool(marked), head(info.encode() if marked else err)):
+        return False, None
+    ids, _, sha = rest.partition("@@sha256\n")
+    _check_ids(report, expected, ids, status, err)
+    return True, (sha.split() or [""])[0] if want_sha else None
+
+
+def _check_ids(report: _Report, expected: Sequence[list[int]], out: str, status: int, err: bytes) -> None:
+    """The encoders' lines (plain prompts, ``@@special``, then the special ones) against the
+    ``expected`` ids."""
+    plain_out, _, special_out = out.partition("@@special\n")
     lines = {False: plain_out.splitlines(), True: special_out.splitlines()}
     seen = {False: 0, True: 0}
     for i, (_text, special) in enumerate(SMOKE_PROMPTS):
