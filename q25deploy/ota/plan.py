@@ -21,9 +21,9 @@ from ..board.ota_settings import check_name
 from ..common import stream_sha256
 from ..deploy.state.release import release_from_build
 from ..errors import DeployError, PackageError, SchemaError
+from ..model import forward_expect
 from ..model.record_compare import first_prompts
 from ..tokenizer.prompts import SMOKE_PROMPTS
-from . import forward_expect
 
 PLAN_NAME = "q25-plan"
 PLAN_FORMAT = "q25-ota-plan 1"
@@ -130,7 +130,7 @@ def region_lines(build_dir: Path, board=None) -> list[dict]:
 
 
 def forward_payload(build_dir: Path, model_sha256: str | None, prompts: int | None = 1) -> bytes | None:
-    """``q25-forward.txt`` (:mod:`.forward_expect`) from the build's forward record, its first
+    """``q25-forward.txt`` (:mod:`..model.forward_expect`) from the build's forward record, its first
     ``prompts`` prompts (None: all), or None: a build without one (an older q25deploy, a model
     the forward pass cannot run), whose record is of another model than the release's, or
     ``prompts`` 0."""

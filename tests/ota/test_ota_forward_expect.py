@@ -1,4 +1,4 @@
-"""The OTA payload's forward expectations (q25deploy/ota/forward_expect.py) and the plan's
+"""The OTA payload's forward expectations (q25deploy/model/forward_expect.py) and the plan's
 forward line (q25deploy/ota/plan.py), on the tiny model's real forward record."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, TOKEN_MARGIN, first_difference, parse_dump
-from q25deploy.ota import forward_expect
+from q25deploy.model import forward_expect
 from q25deploy.ota.plan import plan_package
 from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
 

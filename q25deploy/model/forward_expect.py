@@ -1,7 +1,9 @@
-"""What the board's ``q25tok generate --dump-layers`` must print, per smoke prompt: the OTA
-payload's ``q25-forward.txt``, rendered from the build's ``forward_record.json``. Pure.
+"""What the board's ``q25tok generate --dump-layers`` must print, per smoke prompt, rendered
+from the build's ``forward_record.json`` for the board's comparison (``q25tok compare``): the
+OTA payload's ``q25-forward.txt``, and what deploy's smoke test sends with its forward pass
+(q25deploy/deploy/ops/forward_check.py). Pure.
 
-The board script cannot parse JSON, so the record travels as the very lines ``generate
+q25tok parses no JSON, so the record travels as the very lines ``generate
 --positions`` prints (docs/forward.md), each prompt under a line naming the ids to feed (the
 prompt's, then its forced continuation) and the number of last positions reported:
 
