@@ -1,7 +1,9 @@
 """The smoke test's forward pass: the board runs Qwen2.5 (``q25tok generate --positions
 --dump-layers``) on every smoke prompt and its forced continuation, one pass over the weights
-it holds, and the report compares each reported position with the build's
-``forward_record.json`` (:mod:`q25deploy.model.record_compare`, docs/forward.md).
+it holds, and compares each reported position with the build's record there (``q25tok
+compare``, the OTA commit's comparison too): the record goes with the command as the lines
+``generate`` prints (:mod:`q25deploy.model.forward_expect`), so the board's one comparison
+gives the verdict (docs/forward.md). The dump comes back too, for the tokens the report shows.
 
 From DDR (``--mem``, through the reserved regions, Device memory) when the regions are
 reserved (resident, or reserved but not as built: then the layer that goes wrong is named);
@@ -17,18 +19,24 @@ A q25tok without ``generate --positions`` (an older image) is a warning, a failu
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from typing import Protocol
 
 from ...common import is_sha256
 from ...layout import REGION_TABLE, TENSOR_TABLE
-from ...model.record_compare import first_difference, near_tie, parse_dump
+from ...model import forward_expect
+from ...model.record_compare import parse_dump
 from ..state.forward_known import forward_key
 from ..transport.boardbase import BoardSession
 
 EXIT_USAGE = 2  # q25tok: an unknown command or option (an image older than generate --positions)
 GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
 MARK = "@@q25-prompt-done"
+VERDICT = "@@q25-compare"
+# one prompt's answer: its dump, the marker, what q25tok compare printed, its status
+ANSWER = re.compile(rf"(.*?){MARK}\n(.*?){VERDICT} (\d+)\n", re.S)
+LAYER = re.compile(r"^(step \d+: layer (\d+))")
 
 
 class Report(Protocol):
@@ -40,11 +48,20 @@ class Report(Protocol):
 
 
 def generate_script(q25tok: str, source: list[str], tables: list[str], steps: int, prompts: list[list[int]]) -> str:
-    """One board command for every prompt (its ids and forced continuation): each prompt's
-    dump of its last ``steps`` positions, then a marker line; stops at the first failure with
-    its status (what it printed on stderr tells why)."""
+    """One board command for every prompt (its ids and forced continuation), the record's lines
+    on stdin (kept in a private temporary directory): each prompt's dump of its last ``steps``
+    positions, a marker line, what ``q25tok compare`` printed and a line with its status; stops
+    at the first generate that fails, with its status (what it printed on stderr tells why)."""
     head = [q25tok, "generate", *source, "--positions", str(steps), "--dump-layers", *tables]
-    lines = [f"{shlex.join([*head, *map(str, ids)])} || exit $?; echo {MARK}" for ids in prompts]
+    lines = [
+        'd=$(mktemp -d "${TMPDIR:-/tmp}/q25fwd.XXXXXX") || exit 1',
+        "trap 'rm -rf \"$d\"' EXIT",
+        'cat > "$d/expected" || exit 1',
+    ]
+    for i, ids in enumerate(prompts):
+        gen = shlex.join([*head, *map(str, ids)])
+        lines.append(f'{gen} > "$d/dump" || {{ st=$?; cat "$d/dump"; exit $st; }}; cat "$d/dump"; echo {MARK}')
+        lines.append(f'{shlex.quote(q25tok)} compare "$d/expected" {i} "$d/dump"; echo "{VERDICT} $?"')
     return "\n".join(lines)
 
 
@@ -104,42 +121,46 @@ def check_forward(
         source, where = ["--files"], "from the partition files"
         report.warn("forward pass", "forward pass run from the partition files: they are not in reserved memory")
     prompts = record["prompts"]
+    try:
+        expected = forward_expect.render(record)
+    except Exception as e:  # a record the comparison cannot read: this board's failure, in one line
+        return report.check(
+            "forward pass", False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}"
+        )
     script = generate_script(q25tok, source, tables, record["steps"], [p["ids"] + p["forced"] for p in prompts])
-    status, out, err = board.run(["sh", "-c", script], check=False, timeout=GENERATE_TIMEOUT)
+    status, out, err = board.run(["sh", "-c", script], stdin=expected, check=False, timeout=GENERATE_TIMEOUT)
     text, why = out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
     if status == EXIT_USAGE and "usage" in why and MARK not in text:
         report.warn("forward pass", f"forward pass not run: this q25tok has no generate --positions ({why[-80:]})")
         return False
+    answers = [(m.group(1), m.group(2), int(m.group(3))) for m in ANSWER.finditer(text)]
     passed = True
-    dumps = text.split(MARK + "\n")[: len(prompts)]  # each prompt's dump; a failed one's partial output last
     for i, prompt in enumerate(prompts):
         name = f"forward prompt {i}"
-        if i >= len(dumps) or (i == len(dumps) - 1 and status != 0):
+        if i >= len(answers):
             report.check(name, False, f"q25tok generate failed (exit {status}): {why[-160:] or 'no output'}")
             return False
+        dump, verdict, code = answers[i]
         try:
-            steps = parse_dump(dumps[i])
+            steps = parse_dump(dump)
         except ValueError as e:
             passed = report.check(name, False, f"q25tok generate printed {e}")
-            continue
-        try:
-            diff = first_difference(prompt, steps)
-        except Exception as e:  # a record or dump the comparison cannot read: this board's failure
-            passed = report.check(
-                name, False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}"
-            )
             continue
         got = [s["token"] for s in steps[: len(prompt["steps"])]]
         want = [s["token"] for s in prompt["steps"]]
         tokens = {"tokens": got, "expected": want}  # each position's prediction, the board's and the host's
-        if diff is not None:
-            detail = f"step {diff.step}: {_layer_name(diff.where)}: {diff.detail}"
-            passed = report.check(name, False, f"{detail}; board tokens {_ids(got)}, host {_ids(want)}", **tokens)
-            continue
-        tie = near_tie(prompt, steps)
-        note = f" ({tie}: compared past it)" if tie else ""
-        detail = f"{len(prompt['steps'])} positions as the host {where}: tokens {_ids(got)}{note}"
-        report.check(name, True, detail, **tokens)
+        line = " ".join(verdict.split())
+        if code == 11:  # q25tok compare: they differ, where
+            detail = f"{_layer_name(line)}; board tokens {_ids(got)}, host {_ids(want)}"
+            passed = report.check(name, False, detail, **tokens)
+        elif code != 0:
+            passed = report.check(
+                name, False, f"q25tok compare failed (exit {code}): {why[-160:] or line or 'no output'}"
+            )
+        else:
+            note = f" ({line}: compared past it)" if line else ""  # a near tie the host's margin allows
+            detail = f"{len(prompt['steps'])} positions as the host {where}: tokens {_ids(got)}{note}"
+            report.check(name, True, detail, **tokens)
     return passed
 
 
@@ -147,6 +168,7 @@ def _ids(tokens: list[int]) -> str:
     return " ".join(map(str, tokens)) or "none"
 
 
-def _layer_name(where: str) -> str:
-    """``layer N`` with the tensors that compute it (what an accelerator engineer looks at)."""
-    return f"{where} (blk.{where.split()[1]}.*)" if where.startswith("layer ") and where[6:].isdigit() else where
+def _layer_name(line: str) -> str:
+    """``step S: layer N: …`` with the tensors that compute layer N (what an accelerator
+    engineer looks at): ``step S: layer N (blk.N.*): …``."""
+    return LAYER.sub(r"\1 (blk.\2.*)", line, count=1)
