@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, near_tie, parse_dump
 from q25deploy.model import forward_expect
+from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, first_difference, near_tie, parse_dump
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, TOKEN_MARGIN, first_difference, parse_dump
 from q25deploy.model import forward_expect
+from q25deploy.model.record_compare import LOGIT_ATOL, STATE_RTOL, TOKEN_MARGIN, first_difference, parse_dump
 from q25deploy.ota.plan import plan_package
 from q25deploy.tokenizer.prompts import SMOKE_PROMPTS
 
