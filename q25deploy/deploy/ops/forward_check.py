@@ -76,22 +76,18 @@ def forward_step(
     *,
     partition_map: dict,
     known: dict[str, str] | None,
-    q25tok_sha256: str | None = None,
+    q25tok_sha256: str,
 ) -> dict | None:
     """The smoke test's forward pass, or, given ``known`` (the board state's passed passes:
     :func:`.forward_known.verified`), not where the same key passed from resident regions: one
     check says so. Returns the state's ``forward`` entry for a pass that passed (or was known to), else None; without
     ``known`` (``q25deploy smoke``: nothing is recorded) the pass always runs. ``q25tok_sha256``:
-    the board's q25tok's digest as the smoke test's first command printed it (None: asked here)."""
+    the board's q25tok's digest as the smoke test's first command printed it (the key's)."""
     if known is None:
         check_forward(board, report, cur, q25tok, record, residency, paths)
         return None
     source = "mem" if residency.get("state") in ("resident", "failed") else "files"
-    sha = q25tok_sha256
-    if sha is None:  # not printed with the smoke test's image checks
-        status, out, _ = board.run(["sh", "-c", 'sha256sum "$(command -v "$1")"', "sh", q25tok], check=False)
-        sha = out.decode("ascii", "replace").split()[0] if status == 0 and out.split() else ""
-    key = forward_key(partition_map, sha, record, source) if is_sha256(sha) else None
+    key = forward_key(partition_map, q25tok_sha256, record, source) if is_sha256(q25tok_sha256) else None
     n = len(record["prompts"])
     # only regions that ``q25tok verify`` has just proven to hold these partitions stand for the
     # weights that passed; partition files a quick smoke did not hash again do not

@@ -115,7 +115,7 @@ def smoke_test(
             board_paths,
             partition_map=partition_map,
             known=known,
-            q25tok_sha256=sha,
+            q25tok_sha256=sha or "",
         )
     run_plugin_checks(board, report, extra_checks)
     return report.result(residency=residency, **({"forward": passed} if passed else {}))
