@@ -1,12 +1,17 @@
 """A board's ``q25tok generate --dump-layers`` output against the build's forward record: the
 first place they differ, named by prompt step and layer (docs/forward.md).
 
-Both sides compute in float32 and differ only in summation order, so their states agree to
-about 1e-6 of their norm: a state whose norm or values differ by more than :data:`STATE_RTOL`
-of the record's norm differs. A token may differ only where the record's top-two margin is
-below :data:`TOKEN_MARGIN` (a near-tie either side may break). The ids are forced (the prompt,
-then the record's continuation), so both sides' contexts stay the same whatever token each
-predicts: a near tie broken the other way does not end the comparison.
+Both sides compute the same graph (llama.cpp's, int8 activations before every quantised
+product: ``activations.py``) in float32, in different orders. The activations' rounding to
+int8 turns a last-bit difference into a whole quantisation step now and then, and a deep or
+small model carries it on: the states agree to about 1e-3 of their norm (measured worst: 5.4e-3
+tiny, 1.6e-3 tiny-untied, 1.3e-3 0.5B-shaped) and the top logits to about 1e-2. A state whose
+norm or values differ by more than :data:`STATE_RTOL` of the record's norm differs (a block
+scale changed by a power of two moves its layer's state far more). A token may differ only
+where the record's top-two margin is below :data:`TOKEN_MARGIN` (a near-tie either side may
+break). The ids are forced (the prompt, then the record's continuation), so both sides'
+contexts stay the same whatever token each predicts: a near tie broken the other way does not
+end the comparison.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-STATE_RTOL = 1e-4  # of the record's norm
-LOGIT_ATOL = 1e-3  # a top logit, absolute (logits are a few units)
-TOKEN_MARGIN = 1e-3  # below this record margin, either token is right
+STATE_RTOL = 2e-2  # of the record's norm (measured worst 5.4e-3)
+LOGIT_ATOL = 5e-2  # a top logit, absolute, relative above 1 (measured worst 1.1e-2)
+TOKEN_MARGIN = 0.1  # below this record margin, either token is right (a flip seen at 0.026)
 
 
 @dataclass(frozen=True)

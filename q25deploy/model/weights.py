@@ -18,6 +18,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ..errors import GGUFError
+from .activations import through
 from .dequant import dequantize
 from .gguf import GGUFFile, TensorInfo
 
@@ -104,11 +105,12 @@ class Weights:
         would not the whole matrix's, so a product may round otherwise than the whole one (a
         float32 rounding, far inside record_compare's tolerances); the same chunks, the same
         bits, run after run."""
+        t = self.info(name)
+        xs = [through(x, t.ggml_type) for x in xs]
         hit = self._cache.get(name)
         if hit is not None:
             ys = [np.matmul(x, hit.T) for x in xs]
             return ys if bias is None else [y + bias for y in ys]
-        t = self.info(name)
         rows = t.n_elements // t.shape[0]
         x = xs[0] if len(xs) == 1 else np.concatenate(xs)
         y = np.empty((x.shape[0], rows), np.float32)

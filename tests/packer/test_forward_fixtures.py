@@ -32,6 +32,27 @@ class Model:
         self.eps = f32(md["qwen2.attention.layer_norm_rms_epsilon"])
         self.base = float(f32(md["qwen2.rope.freq_base"]))
 
+    def kind(self, name: str) -> str:
+        return GGMLQuantizationType(self.f.tensor(name).ggml_type).name
+
+    def mul(self, x: np.ndarray, name: str) -> np.ndarray:
+        """``x`` times the matrix, ``x`` first rounded as llama.cpp rounds a quantised product's
+        activations (docs/forward.md, "Activations"), one block at a time."""
+        kind, y = self.kind(name), np.array(x, f32)
+        per = 32 if kind in ("Q5_0", "Q8_0") else 256 if kind in ("Q4_K", "Q6_K") else 0
+        for row in y if per else ():
+            for b in range(0, len(row), per):
+                v = row[b : b + per]
+                if per == 32:
+                    d = np.abs(v).max() / f32(127)
+                    q = np.round(v * (f32(1) / d)) if d else np.zeros_like(v)
+                    v[:] = q * f32(np.float16(d))
+                else:
+                    big = v[np.argmax(np.abs(v))]
+                    scale = f32(-127) / big if big else f32(0)
+                    v[:] = np.minimum(127, np.round(v * scale)) * (f32(1) / scale if scale else f32(0))
+        return y @ self[name].T
+
     def __getitem__(self, name: str) -> np.ndarray:
         t = self.f.tensor(name)
         v = dequantize(np.frombuffer(self.f.read(t, 0, t.nbytes), np.uint8), GGMLQuantizationType(t.ggml_type))
@@ -64,11 +85,12 @@ def run(m: Model, ids: list[int]) -> dict[tuple, np.ndarray]:
     mask = pos[None, :] <= pos[:, None]
     for L in range(m.layers):
         w = lambda n, L=L: m[f"blk.{L}.{n}"]  # noqa: E731
+        mul = lambda x, n, L=L: m.mul(x, f"blk.{L}.{n}")  # noqa: E731
         acts[L, "input"] = x
         h = norm(x, w("attn_norm.weight"), m.eps)
-        q = h @ w("attn_q.weight").T + w("attn_q.bias")
-        k = h @ w("attn_k.weight").T + w("attn_k.bias")
-        v = h @ w("attn_v.weight").T + w("attn_v.bias")
+        q = mul(h, "attn_q.weight") + w("attn_q.bias")
+        k = mul(h, "attn_k.weight") + w("attn_k.bias")
+        v = mul(h, "attn_v.weight") + w("attn_v.bias")
         qr = rotate(q.reshape(t, m.heads, m.dim), pos, m.dim, m.base)
         kr = rotate(k.reshape(t, m.kv_heads, m.dim), pos, m.dim, m.base)
         vr = v.reshape(t, m.kv_heads, m.dim)
@@ -81,11 +103,11 @@ def run(m: Model, ids: list[int]) -> dict[tuple, np.ndarray]:
             p = e * (1.0 / np.sum(e.astype(np.float64), axis=-1, keepdims=True)).astype(f32)
             heads.append(p @ vv)
         a = np.stack(heads, axis=1).reshape(t, -1)
-        x2 = x + a @ w("attn_output.weight").T
+        x2 = x + mul(a, "attn_output.weight")
         h2 = norm(x2, w("ffn_norm.weight"), m.eps)
-        gate = h2 @ w("ffn_gate.weight").T
-        hid = gate / (f32(1.0) + np.exp(-gate)) * (h2 @ w("ffn_up.weight").T)
-        x = x2 + hid @ w("ffn_down.weight").T
+        gate = mul(h2, "ffn_gate.weight")
+        hid = gate / (f32(1.0) + np.exp(-gate)) * mul(h2, "ffn_up.weight")
+        x = x2 + mul(hid, "ffn_down.weight")
         acts.update(
             {
                 (L, "attn_norm"): h,
@@ -103,8 +125,8 @@ def run(m: Model, ids: list[int]) -> dict[tuple, np.ndarray]:
         )
     out = norm(x, m["output_norm.weight"], m.eps)
     acts[None, "output_norm"] = out
-    head = m["output.weight"] if "output.weight" in {t.name for t in m.f.tensors} else m["token_embd.weight"]
-    acts[None, "logits"] = out[-1:] @ head.T
+    head = "output.weight" if "output.weight" in {t.name for t in m.f.tensors} else "token_embd.weight"
+    acts[None, "logits"] = m.mul(out[-1:], head)
     return acts
 
 

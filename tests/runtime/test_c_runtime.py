@@ -281,10 +281,10 @@ def test_compare_under_sanitizers(san_q25tok, tmp_path):
     r = run([san_q25tok, "compare", tmp_path / "exp", "1", tmp_path / "dump"])
     assert r.returncode == 3 and b"a bad step line" in r.stderr
     assert run([san_q25tok, "compare", tmp_path / "exp", "1"]).returncode == 2
-    (tmp_path / "old").write_bytes(expected.replace(b"q25-forward 2\n", b"q25-forward 1\n"))
+    (tmp_path / "old").write_bytes(expected.replace(b"q25-forward 3\n", b"q25-forward 1\n"))
     r = run([san_q25tok, "compare", tmp_path / "old", "0", tmp_path / "dump"])
     assert (r.returncode, r.stdout) == (3, b"")
-    assert r.stderr.endswith(b": the forward file's first line is not 'q25-forward 2'\n")
+    assert r.stderr.endswith(b": the forward file's first line is not 'q25-forward 3'\n")
 
 
 def _forced_step(s: int, token: int, margin: str, top: str) -> str:
@@ -304,7 +304,7 @@ def test_compare_goes_on_past_a_near_tie(san_q25tok, tmp_path):
         (4, "0.0002", "4 2 5 1.9998"),
         (5, "1", "5 3 6 2"),
     ]
-    expected = "q25-forward 2\ntolerances state_rtol 0.0001 logit_atol 0.001 token_margin 0.001\n"
+    expected = "q25-forward 3\ntolerances state_rtol 0.02 logit_atol 0.05 token_margin 0.1\n"
     expected += "prompt 0 steps 4 ids 1,2,3,7,9,4,5\n" + "".join(_forced_step(s, *h) for s, h in enumerate(host))
     (tmp_path / "exp").write_text(expected)
 

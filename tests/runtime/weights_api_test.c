@@ -4,7 +4,9 @@
  * alignment, hand-computed values of a few blocks, and the tensor table reader's edge cases;
  * q25_row_dot (q25tok_rowdot.c, NEON on aarch64) against q25_dequantize: every weight value
  * bit for bit, the sum within 1e-5 of sum |w x| of a float64 dot, and bit for bit
- * q25_dot_f32 of the dequantised row. Bit-exactness against gguf-py is
+ * q25_dot_f32 of the dequantised row; q25_qrow_dot (q25tok_qrow.c, int8 activations) against a
+ * float64 dot of the dequantised row and the activations as q25_act_quantize rounds them
+ * (within 1e-5 of the sum of |w x|), a NaN for a block holding an infinity. Bit-exactness against gguf-py is
  * tests/runtime/test_dequant.py's job. Prints "N passed, M failed" (and the row dot's impl).
  */
 #include "q25tok.h"
@@ -280,12 +282,73 @@ static void row_dots(void)
     CHECK(q25_dot_f32(w, x, 0) == 0.0f);
 }
 
+static void qrow_dots(void)
+{
+    static const uint32_t TYPES[] = {Q25_GGML_Q4_K, Q25_GGML_Q5_0, Q25_GGML_Q6_K, Q25_GGML_Q8_0};
+    enum { N = 1024 };
+    static uint8_t blocks[N * 4 + 1], buf[N * 2 + 256];
+    static float w[N], x[N], d[N / 32];
+    static int8_t q[N];
+    static int32_t s[N / 32];
+    printf("qrow dot: %s\n", q25_qrow_impl());
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+        const uint32_t t = TYPES[ti];
+        const int fmt = q25_qrow_act(t);
+        uint32_t be, bb;
+        CHECK(fmt != 0 && q25_ggml_block(t, &be, &bb) == Q25_OK);
+        int sums_ok = 1, rounding_ok = 1;
+        for (int trial = 0; trial < 40; trial++) {
+            const size_t m = 256 * (1 + rnd() % (N / 256)); /* Q8_K takes whole 256s */
+            uint8_t *src = blocks + (trial & 1);
+            random_blocks(t, src, m / be, bb);
+            for (size_t i = 0; i < m; i++)
+                x[i] = rnd_unit() * (trial % 5 == 4 ? 1e6f : 1.0f);
+            q25_qrow r;
+            if (q25_dequantize(t, src, m, w) != Q25_OK || q25_act_quantize(fmt, x, m, q, d, s) != Q25_OK
+                || q25_qrow_unpack(t, src, m, buf, sizeof buf, &r) != Q25_OK) {
+                CHECK(0);
+                continue;
+            }
+            const float got = q25_qrow_dot(&r, q, d, s);
+            double ref = 0.0, mag = 0.0;
+            for (size_t i = 0; i < m; i++) {
+                const double xa = (double)q[i] * (double)d[i / 32];
+                ref += (double)w[i] * xa;
+                mag += fabs((double)w[i] * xa);
+                if (!(fabs(xa - (double)x[i]) <= 0.6 * fabs((double)d[i / 32])))
+                    rounding_ok = 0; /* half a step, and a float16 d's rounding times |q| <= 127 */
+            }
+            if (!(fabs((double)got - ref) <= 1e-5 * mag)) {
+                sums_ok = 0;
+                fprintf(stderr, "%s n=%zu: %.9g, float64 %.9g (sum |w x| %.9g)\n", q25_ggml_type_name(t), m,
+                        (double)got, ref, mag);
+            }
+        }
+        CHECK(sums_ok);
+        CHECK(rounding_ok);
+        /* a block holding an infinity: its scale and the product are NaN */
+        random_blocks(t, blocks, 256 / be, bb);
+        for (size_t i = 0; i < 256; i++)
+            x[i] = rnd_unit();
+        x[40] = INFINITY;
+        q25_qrow r;
+        CHECK(q25_act_quantize(fmt, x, 256, q, d, s) == Q25_OK && isnan(d[1]) && q[40] == 0);
+        CHECK(q25_qrow_unpack(t, blocks, 256, buf, sizeof buf, &r) == Q25_OK && isnan(q25_qrow_dot(&r, q, d, s)));
+        CHECK(q25_qrow_unpack(t, blocks, 256, buf, q25_qrow_size(256) - 1, &r) == Q25_ERR_ARG);
+        CHECK(q25_act_quantize(fmt, x, 16, q, d, s) == Q25_ERR_ARG);
+    }
+    CHECK(q25_qrow_act(Q25_GGML_F32) == 0 && q25_qrow_act(Q25_GGML_Q4_0) == 0);
+    q25_qrow r;
+    CHECK(q25_qrow_unpack(Q25_GGML_Q4_0, blocks, 32, buf, sizeof buf, &r) == Q25_ERR_UNSUPPORTED);
+}
+
 int main(void)
 {
     types_and_sizes();
     hand_computed_blocks();
     tensor_table();
     row_dots();
+    qrow_dots();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -41,6 +41,7 @@ SRC_URI = "file://LICENSE;subdir=q25tok \
            file://q25tok_region.c;subdir=q25tok \
            file://q25tok_mmio.c;subdir=q25tok \
            file://q25tok_params.c;subdir=q25tok \
+           file://q25tok_qrow.c;subdir=q25tok \
            file://q25tok_rowdot.c;subdir=q25tok \
            file://q25tok_sha256.c;subdir=q25tok \
            file://q25tok_tensor.c;subdir=q25tok \
@@ -57,7 +58,7 @@ S = "${@d.getVar('UNPACKDIR') or d.getVar('WORKDIR')}/q25tok"
 # q25tok_dequant.c (ggml dequantization, bit-exact with gguf-py) is compiled by the Makefile
 # with -fno-fast-math -ffp-contract=off after CFLAGS: a fused multiply-add would round once
 # where numpy rounds twice, and the A53 has FMA. model_forward.c (q25tok generate) and
-# q25tok_rowdot.c (its NEON row dot products) likewise.
+# q25tok_rowdot.c and q25tok_qrow.c (its row dot products) likewise.
 # Do not add -ffast-math to this recipe's CFLAGS.
 # The Makefile links q25tok with -lm -pthread itself, after LDFLAGS (the forward pass's
 # worker threads), so this recipe's LDFLAGS need not name them.

@@ -3,7 +3,7 @@
  *
  * Where DUMP (the output of `q25tok generate --dump-layers --positions S` on prompt PROMPT's
  * ids, its forced continuation included) first differs from PROMPT's lines in EXPECTED (a
- * release's q25-forward.txt, first line `q25-forward 2`), compared as
+ * release's q25-forward.txt, first line `q25-forward 3`), compared as
  * record_compare.py compares them (q25tok_compare.c): the smoke test's comparison, over SSH
  * (forward_check.py) and in the OTA commit (ota_smoke.c). Both files are read whole, through
  * q25tok_read_private (no link followed, no FIFO, at most Q25TOK_MAX_TEXT bytes). Prints "step S: WHERE: DETAIL" on stdout and exits 11

@@ -13,7 +13,9 @@
  * copied by q25_region_read (aligned volatile loads) into a cached buffer, dequantised one row
  * at a time by q25_dequantize, and multiplied with every position of the batch while the row is
  * in the cache (on aarch64, a row times a single position is q25_row_dot straight from the
- * cached blocks: chunk_rows). Memory is the caller's workspace, bounded by q25_model_workspace:
+ * cached blocks: chunk_rows). A Q4_K, Q5_0, Q6_K or Q8_0 matrix is llama.cpp's integer product
+ * instead (q25tok_qrow.c): the batch's vectors quantised to int8 once per matmul, each row
+ * unpacked once into its quants and scales, then summed in int32 per position. Memory is the caller's workspace, bounded by q25_model_workspace:
  * no weight matrix is ever dequantised whole. Built with -ffp-contract=off (no fused
  * multiply-add here; the aarch64 build's NEON row dots in q25tok_rowdot.c use them, and so
  * differ from the host's by summation order only). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
@@ -60,6 +62,10 @@ typedef struct job {
     uint64_t row_bytes, in, out, r0, nr;
     const float *x, *bias;
     float *y;
+    const int8_t *aq; /* x quantised (the row's activation format), or NULL: float32 products */
+    const float *ad;
+    const int32_t *as;
+    size_t row_cap;
 } job;
 
 struct q25_pool {
@@ -79,7 +85,7 @@ struct q25_pool {
 
 /* ---- sizes --------------------------------------------------------------------------- */
 typedef struct layout {
-    uint64_t layers, kv, x, gate, scores, row, raw, pool, rows, total;
+    uint64_t layers, kv, x, gate, scores, row, raw, pool, rows, aq, ad, total;
 } layout;
 
 static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
@@ -101,8 +107,10 @@ static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, uin
     l->raw = align64(wide * 4 > RAW_CHUNK ? wide * 4 : RAW_CHUNK); /* one F32 row at least */
     l->pool = n_threads > 1 ? align64(sizeof(struct q25_pool)) : 0;
     l->rows = (uint64_t)(n_threads - 1) * l->row; /* the workers' dequantised rows */
+    l->aq = align64((uint64_t)n_batch * wide);          /* int8 activations */
+    l->ad = align64((uint64_t)n_batch * (wide / 32) * 4); /* their scales, and their sums */
     l->total = l->layers + 2 * l->kv + 4 * l->x + 2 * l->gate + l->scores + 2 * l->row + l->raw + l->pool
-               + l->rows + 64;
+               + l->rows + l->aq + 2 * l->ad + 64;
     return l->total <= SIZE_MAX;
 }
 
@@ -172,6 +180,10 @@ int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w
     m->vec = (float *)b, b += l.row;
     m->raw = b, b += l.raw;
     m->raw_cap = (size_t)l.raw;
+    m->row_cap = (size_t)l.row;
+    m->aq = (int8_t *)b, b += l.aq;
+    m->ad = (float *)b, b += l.ad;
+    m->as = (int32_t *)b, b += l.ad;
     m->n_threads = n_threads;
     struct q25_pool *pool = n_threads > 1 ? (struct q25_pool *)b : NULL;
     b += l.pool;
@@ -262,9 +274,20 @@ static float dot(const float *restrict a, const float *restrict b, size_t n)
 #endif
 static int chunk_rows(const job *c, uint64_t a, uint64_t b, float *row)
 {
+    const size_t nb = (size_t)c->in / 32;
     for (uint64_t r = a; r < b; r++) {
         const uint8_t *src = c->raw + r * c->row_bytes;
         const float bias = c->bias ? c->bias[c->r0 + r] : 0.0f;
+        if (c->aq) { /* integer products: the row unpacked once, times every quantised vector */
+            q25_qrow qr;
+            if (q25_qrow_unpack(c->type, src, (size_t)c->in, row, c->row_cap, &qr) != Q25_OK)
+                return Q25_ERR_ARG;
+            for (uint32_t j = 0; j < c->n; j++) {
+                const float v = q25_qrow_dot(&qr, c->aq + (size_t)j * c->in, c->ad + (size_t)j * nb, c->as + (size_t)j * nb);
+                c->y[(size_t)j * c->out + c->r0 + r] = c->bias ? v + bias : v;
+            }
+            continue;
+        }
         if (ROW_DOT && c->n == 1) {
             float v;
             const int st = q25_row_dot(c->type, src, (size_t)c->in, c->x, &v);
@@ -412,7 +435,17 @@ static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n,
         return Q25_ERR_ARG;
     const uint64_t in = t->ne[0], out = t->ne[1], row_blocks = in / be, row_bytes = row_blocks * bb;
     const uint64_t per = m->raw_cap / row_bytes; /* >= 1: raw_cap holds a float32 row of the widest */
-    job c = {t->type, n, m->raw, row_bytes, in, out, 0, 0, x, bias, y};
+    job c = {t->type, n, m->raw, row_bytes, in, out, 0, 0, x, bias, y, NULL, NULL, NULL, m->row_cap};
+    const int fmt = q25_qrow_act(t->type);
+    if (fmt) { /* llama.cpp's: the vectors quantised once, each row's products in integers */
+        for (uint32_t j = 0; j < n; j++)
+            if (q25_act_quantize(fmt, x + (size_t)j * in, (size_t)in, m->aq + (size_t)j * in, m->ad + (size_t)j * (in / 32),
+                                 m->as + (size_t)j * (in / 32)) != Q25_OK)
+                return Q25_ERR_ARG;
+        c.aq = m->aq;
+        c.ad = m->ad;
+        c.as = m->as;
+    }
     for (uint64_t r0 = 0; r0 < out; r0 += per) {
         const uint64_t nr = out - r0 < per ? out - r0 : per;
         if (fetch(m, t, r0 * row_blocks, nr * row_blocks) != Q25_OK)

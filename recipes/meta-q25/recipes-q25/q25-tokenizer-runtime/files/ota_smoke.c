@@ -252,7 +252,7 @@ static void forward_smoke(const ota_plan *p, const char *dir, const char *rid)
     ota_no_fifo(exp);
     size_t len;
     char *text = ota_read(exp, OTA_MAX_RECORD, &len);
-    if (!text || strncmp(text, "q25-forward 2\n", 14))
+    if (!text || strncmp(text, "q25-forward 3\n", 14))
         ota_die("smoke: %s: not a forward file this script reads", exp);
     int prompts = 0;
     for (char *line = text, *next; *line; line = next) {

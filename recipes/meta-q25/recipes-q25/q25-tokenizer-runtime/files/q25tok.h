@@ -300,6 +300,30 @@ int q25_row_dot(uint32_t type, const void *src, size_t n, const float *x, float 
 float q25_dot_f32(const float *a, const float *x, size_t n);
 const char *q25_row_dot_impl(void);
 
+/* Integer row products (q25tok_qrow.c; docs/forward.md, "Activations"): what llama.cpp's CPU
+ * backend computes for a quantised matrix. q25_qrow_act(type): the activation format a row of
+ * `type` is multiplied with (Q25_ACT_Q8_0 for Q5_0 and Q8_0, Q25_ACT_Q8_K for Q4_K and Q6_K),
+ * 0 for a float32 product. q25_act_quantize: n values (a multiple of 32, of 256 for Q8_K) to
+ * int8 q[n], one float scale per 32 values d[n/32] (a Q8_K block's scale repeated eight
+ * times) and the sums of q per 32 s[n/32]; a block holding an infinity or NaN gets d = NaN.
+ * q25_qrow_unpack: a row's n values (src: any alignment, normal memory) into buf (cap bytes,
+ * at least q25_qrow_size(n)), viewed by *r; Q25_ERR_UNSUPPORTED for a type without a format.
+ * q25_qrow_dot: the row times a vector quantised with the row's format (float32). */
+enum { Q25_ACT_Q8_0 = 1, Q25_ACT_Q8_K = 2 };
+typedef struct q25_qrow {
+    int8_t *w;        /* n quants */
+    int16_t *sc, *mn; /* integer scales per 16 values, integer mins per 32 */
+    float *d, *dmin;  /* float scales per 32 values, or per 256 (group 8) */
+    size_t n;
+    uint32_t group, has_min;
+} q25_qrow;
+int q25_qrow_act(uint32_t type);
+int q25_act_quantize(int fmt, const float *x, size_t n, int8_t *q, float *d, int32_t *s);
+size_t q25_qrow_size(size_t n);
+int q25_qrow_unpack(uint32_t type, const void *src, size_t n, void *buf, size_t cap, q25_qrow *r);
+float q25_qrow_dot(const q25_qrow *r, const int8_t *q, const float *d, const int32_t *s);
+const char *q25_qrow_impl(void);
+
 /* ---- the forward pass: Qwen2.5 (llama.cpp's `qwen2` graph) in float32 (model_forward.c) ----
  * The model's hyperparameters travel in the release as model_hparams.txt, key=value lines
  * (docs/forward.md): format=q25deploy-hparams/1, arch=qwen2, n_vocab, n_layer, n_embd, n_ff,
@@ -347,7 +371,10 @@ typedef struct q25_model {
     q25_layer_weights *layers;
     float *k_cache, *v_cache, *x, *xn, *q, *att, *gate, *up, *scores, *row, *vec;
     uint8_t *raw;
-    size_t raw_cap;
+    size_t raw_cap, row_cap;
+    int8_t *aq;       /* a matmul's input quantised (q25_act_quantize), n_batch rows */
+    float *ad;
+    int32_t *as;
     q25_pool *pool; /* NULL with one thread */
 } q25_model;
 
@@ -408,7 +435,7 @@ int q25_model_eval_last(q25_model *m, const uint32_t *ids, size_t n, uint32_t n_
  * first near-tie ("near-tie at step S: token T, host H (margin M)": a token that differs where
  * the host's margin is below the tolerance; the steps are teacher-forced, so every step is
  * still compared after it), or why a text is malformed; "" when they agree. The file's first
- * line must be "q25-forward 2". */
+ * line must be "q25-forward 3". */
 enum {
     Q25_FORWARD_AGREE = 0,
     Q25_FORWARD_NEAR_TIE = 1,     /* agree but for tokens the host's margin lets differ */

@@ -4,7 +4,7 @@
  * q25deploy/model/record_compare.py compares them (docs/forward.md), with the tolerances the
  * file's `tolerances` line carries (written on the host from record_compare.py's constants).
  *
- * Format 2 (`q25-forward 2`, the only one read): a prompt's ids include the forced continuation
+ * Format 3 (`q25-forward 3`, the only one read): a prompt's ids include the forced continuation
  * and its steps are the last positions of one teacher-forced `generate --positions N` pass, so
  * a token the board takes the other way at a near tie (host margin < token_margin, or nan)
  * changes no later context: the comparison goes on (that step's logits, every later step) and
@@ -297,8 +297,8 @@ static int parse_expected(const char *text, size_t size, uint32_t want, toleranc
     words w;
     size_t n;
     const char *line = next_line(&p, end, &n);
-    if (split(line, n, &w) || w.n != 2 || !is(&w, 0, "q25-forward") || !is(&w, 1, "2")) {
-        say(r, "the forward file's first line is not 'q25-forward 2'");
+    if (split(line, n, &w) || w.n != 2 || !is(&w, 0, "q25-forward") || !is(&w, 1, "3")) {
+        say(r, "the forward file's first line is not 'q25-forward 3'");
         return Q25_FORWARD_BAD_EXPECTED;
     }
     int have_tol = 0, found = 0;
