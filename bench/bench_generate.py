@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """`q25tok generate` against llama.cpp on the same GGUF, both built for aarch64 and run under
 qemu-aarch64 -cpu cortex-a53 in one run: the smoke test's first prompt and N greedy tokens,
-for a build of the tiny and of a Qwen2.5 0.5B-shaped model. llama.cpp is its `llama-simple`
-example, cross-built (static, armv8-a, the Debian cross toolchain) from the sources that ship
-in llama-cpp-python's sdist; our side is `q25tok generate --files` (the partition files, page
-cache: what the board's CPU should read, docs/runtime.md). Each side is timed as a whole
-process (model load, prompt, N tokens), best of --repeat, in wall time and in CPU time (user +
-system over all threads: llama-simple runs 4 threads, q25tok --threads 1 by default; on a busy
-host the CPU time is the steadier figure). --threads 1,4 times q25tok under qemu once per
-thread count (a row each; the lines must be the same), e.g. the board's four A53 cores against
-one; --q25tok-only leaves llama.cpp out (no sdist needed). --check times, instead, the smoke
+for a build of the tiny and of a Qwen2.5 0.5B-shaped model. llama.cpp is its `llama-completion`
+tool (greedy: --temp 0, no warm-up pass, no conversation mode), cross-built (static, armv8-a,
+the Debian cross toolchain) from the sources that ship in llama-cpp-python's sdist; our side is
+`q25tok generate --files` (the partition files, page cache: what the board's CPU should read,
+docs/runtime.md). Each side is timed as a whole process (model load, prompt, N tokens), best
+of --repeat, in wall time and in CPU time (user + system over all threads; on a busy host the
+CPU time is the steadier figure). --threads 1,4 runs both under qemu once per thread count
+(q25tok --threads N, llama.cpp -t N; a row each; q25tok's lines must be the same), e.g. the
+board's four A53 cores against one; --q25tok-only leaves llama.cpp out (no sdist needed). --check times, instead, the smoke
 test's forward check of the first prompt as the board runs it under qemu: `generate --positions
 N` on the prompt and its forced continuation (one batched pass, docs/forward.md) beside greedy
 `--steps N` on the prompt (N passes), per thread count. The native host build (one thread) of q25tok and the host's numpy reference
@@ -18,7 +18,7 @@ and N tokens) are timed too, for scale. Tokens per second = N / the wall time.
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/sdist
     python3 bench/bench_generate.py --sdist /tmp/sdist/llama_cpp_python-0.3.36.tar.gz
-    python3 bench/bench_generate.py --llama-simple BUILD/bin/llama-simple   # already built
+    python3 bench/bench_generate.py --llama BUILD/bin/llama-completion   # already built
     python3 bench/bench_generate.py --q25tok-only --presets 0.5b --threads 1,4 --repeat 1
     python3 bench/bench_generate.py --check --presets tiny,0.5b --threads 1,4 --repeat 1
 """
@@ -75,21 +75,21 @@ CMAKE_FLAGS = [
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF",
-    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",  # llama-completion: -t N (llama-simple always runs 4 threads)
     "-DCMAKE_EXE_LINKER_FLAGS=-static",
 ]
 
 
-def build_llama_simple(sdist: Path, work: Path) -> Path:
-    """llama.cpp's llama-simple for aarch64 from llama-cpp-python's sdist (vendor/llama.cpp)."""
+def build_llama(sdist: Path, work: Path) -> Path:
+    """llama.cpp's llama-completion for aarch64 from llama-cpp-python's sdist (vendor/llama.cpp)."""
     with tarfile.open(sdist) as t:
         t.extractall(work, filter="data")
     src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
     build = work / "build"
     subprocess.run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], check=True, capture_output=True)
     jobs = str(os.cpu_count() or 2)
-    subprocess.run(["cmake", "--build", str(build), "--target", "llama-simple", "-j", jobs], check=True)
-    return build / "bin" / "llama-simple"
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-completion", "-j", jobs], check=True)
+    return build / "bin" / "llama-completion"
 
 
 def timed(cmd: list[str], repeat: int) -> tuple[float, float, str, str]:
@@ -122,8 +122,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--threads", default="1", help="q25tok's --threads under qemu, a comma-separated list (1)")
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--sdist", type=Path, help="llama-cpp-python's sdist (.tar.gz): build llama-simple from it")
-    g.add_argument("--llama-simple", type=Path, help="an aarch64 llama-simple already built")
+    g.add_argument("--sdist", type=Path, help="llama-cpp-python's sdist (.tar.gz): build llama-completion from it")
+    g.add_argument("--llama", type=Path, help="an aarch64 llama-completion already built")
     g.add_argument("--q25tok-only", action="store_true", help="time q25tok alone (no llama.cpp)")
     g.add_argument("--check", action="store_true", help="the smoke test's forward check: --positions against --steps")
     args = ap.parse_args()
@@ -132,7 +132,7 @@ def main() -> None:
     thread_counts = [int(n) for n in args.threads.split(",")]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        llama_simple = None if args.q25tok_only else args.llama_simple or build_llama_simple(args.sdist, tmp / "llama")
+        llama_bin = None if args.q25tok_only else args.llama or build_llama(args.sdist, tmp / "llama")
         build_runtime(tmp / "host")
         build_runtime(tmp / "arm", cross="aarch64")
         print(
@@ -156,17 +156,16 @@ def main() -> None:
             ref, _, ref_lines, _ = timed(py, 1)
             if [ln.split()[3] for ln in ref_lines.splitlines()] != [ln.split()[5] for ln in host_steps]:
                 print(f"{preset}: the reference's tokens differ from q25tok's (a near tie?)", file=sys.stderr)
-            llama_cell, llama = "not run", None
-            if llama_simple is not None:
-                simple = [*QEMU, str(llama_simple), "-m", str(model), "-n", str(args.steps), text.decode()]
-                llama, llama_cpu, _, err = timed(simple, args.repeat)
-                m = re.search(r"decoded (\d+) tokens in ([\d.]+) s", err)
-                e = re.search(r"eval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
-                inner = f"; its timers: {m[1]} tokens in {m[2]} s" if m else ""
-                inner += f", {float(e[1]) / int(e[2]):.0f} ms per token after the prompt" if e else ""
-                llama_cell = f"{llama:.2f} / {llama_cpu:.2f} s ({args.steps / llama:.2f} tok/s{inner})"
             n = args.steps
             for threads in thread_counts:
+                llama_cell, llama = "not run", None
+                if llama_bin is not None:
+                    flags = ["-n", str(n), "-t", str(threads), "--temp", "0", "-no-cnv", "--no-warmup", "-c", "256"]
+                    cmd = [*QEMU, str(llama_bin), "-m", str(model), *flags, "-p", text.decode()]
+                    llama, llama_cpu, _, err = timed(cmd, args.repeat)
+                    e = re.search(r"\beval time =\s+([\d.]+) ms /\s+(\d+) runs", err)
+                    inner = f"; {float(e[1]) / int(e[2]):.0f} ms per token after the prompt" if e else ""
+                    llama_cell = f"{llama:.2f} / {llama_cpu:.2f} s ({n / llama:.2f} tok/s{inner})"
                 arm = [*QEMU, str(tmp / "arm" / "q25tok"), *gen, "--threads", str(threads), *tables, *map(str, ids)]
                 ours, ours_cpu, lines, _ = timed(arm, args.repeat)
                 # the same tokens as the host build; the margins only close (the A53 build sums

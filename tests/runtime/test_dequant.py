@@ -10,6 +10,7 @@ and BF16 only move bits: their NaNs are compared bit for bit."""
 
 from __future__ import annotations
 
+import platform
 import subprocess
 from pathlib import Path
 
@@ -297,6 +298,8 @@ def test_weights_api_contract(tmp_path, arch):
     r = subprocess.run([*run_with, exe], capture_output=True, text=True, check=False)
     assert r.returncode == 0 and r.stdout.endswith(" passed, 0 failed\n"), r.stdout + r.stderr
     assert f"row dot: {'neon' if arch == 'aarch64' else 'generic'}\n" in r.stdout
+    qrow = {"aarch64": "neon", "armhf": "generic"}.get(arch, "sse2" if platform.machine() == "x86_64" else "generic")
+    assert f"qrow dot: {qrow}\n" in r.stdout
 
 
 def test_weights_fuzz_harness_finds_nothing(tmp_path, campaign):

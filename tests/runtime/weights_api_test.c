@@ -286,7 +286,7 @@ static void qrow_dots(void)
 {
     static const uint32_t TYPES[] = {Q25_GGML_Q4_K, Q25_GGML_Q5_0, Q25_GGML_Q6_K, Q25_GGML_Q8_0};
     enum { N = 1024 };
-    static uint8_t blocks[N * 4 + 1], buf[N * 2 + 256];
+    static uint8_t blocks[N * 4 + 1], buf[N * 4 + 256];
     static float w[N], x[N], d[N / 32];
     static int8_t q[N];
     static int32_t s[N / 32];

@@ -103,7 +103,7 @@ static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, uin
     l->x = align64((uint64_t)n_batch * p->n_embd * sizeof(float));
     l->gate = align64((uint64_t)n_batch * p->n_ff * sizeof(float));
     l->scores = align64((uint64_t)n_ctx * sizeof(float));
-    l->row = align64(wide * sizeof(float));
+    l->row = align64(wide * sizeof(float) > q25_qrow_size(wide) ? wide * sizeof(float) : q25_qrow_size(wide));
     l->raw = align64(wide * 4 > RAW_CHUNK ? wide * 4 : RAW_CHUNK); /* one F32 row at least */
     l->pool = n_threads > 1 ? align64(sizeof(struct q25_pool)) : 0;
     l->rows = (uint64_t)(n_threads - 1) * l->row; /* the workers' dequantised rows */
@@ -427,8 +427,11 @@ static int run_chunk(q25_model *m, const job *c)
 
 /* y[j][r] = row r of t . x[j] (+ bias[r]) for the n vectors of x (t->ne[0] each): the
  * rows come out of the region a chunk at a time (by this thread: fetch) and are dequantised
- * one at a time, by this thread or split among the pool's */
-static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n, float *y, const float *bias)
+ * one at a time, by this thread or split among the pool's. same_x: x has not changed since the
+ * previous matmul (q, k, v; gate, up), whose int8 copy of x is used again where it has the
+ * format this matrix wants. */
+static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n, float *y, const float *bias,
+                  int same_x)
 {
     uint32_t be, bb;
     if (q25_ggml_block(t->type, &be, &bb) != Q25_OK)
@@ -437,11 +440,17 @@ static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n,
     const uint64_t per = m->raw_cap / row_bytes; /* >= 1: raw_cap holds a float32 row of the widest */
     job c = {t->type, n, m->raw, row_bytes, in, out, 0, 0, x, bias, y, NULL, NULL, NULL, m->row_cap};
     const int fmt = q25_qrow_act(t->type);
-    if (fmt) { /* llama.cpp's: the vectors quantised once, each row's products in integers */
-        for (uint32_t j = 0; j < n; j++)
-            if (q25_act_quantize(fmt, x + (size_t)j * in, (size_t)in, m->aq + (size_t)j * in, m->ad + (size_t)j * (in / 32),
-                                 m->as + (size_t)j * (in / 32)) != Q25_OK)
-                return Q25_ERR_ARG;
+    if (!same_x)
+        m->aq_fmt = 0; /* the int8 copy is of another x */
+    if (fmt) {         /* llama.cpp's: the vectors quantised once, each row's products in integers */
+        if (m->aq_fmt != fmt) {
+            m->aq_fmt = 0;
+            for (uint32_t j = 0; j < n; j++)
+                if (q25_act_quantize(fmt, x + (size_t)j * in, (size_t)in, m->aq + (size_t)j * in,
+                                     m->ad + (size_t)j * (in / 32), m->as + (size_t)j * (in / 32)) != Q25_OK)
+                    return Q25_ERR_ARG;
+            m->aq_fmt = fmt;
+        }
         c.aq = m->aq;
         c.ad = m->ad;
         c.as = m->as;
@@ -545,11 +554,11 @@ static int layer(q25_model *m, uint32_t il, uint32_t n)
     for (uint32_t j = 0; st == Q25_OK && j < n; j++)
         rms_norm(m->x + (size_t)j * e, m->vec, m->xn + (size_t)j * e, e, m->hp.rms_eps);
     if (st == Q25_OK && (st = load_vec(m, &L->bq, m->vec)) == Q25_OK)
-        st = matmul(m, &L->wq, m->xn, n, m->q, m->vec);
+        st = matmul(m, &L->wq, m->xn, n, m->q, m->vec, 0);
     if (st == Q25_OK && (st = load_vec(m, &L->bk, m->vec)) == Q25_OK)
-        st = matmul(m, &L->wk, m->xn, n, kc, m->vec);
+        st = matmul(m, &L->wk, m->xn, n, kc, m->vec, 1);
     if (st == Q25_OK && (st = load_vec(m, &L->bv, m->vec)) == Q25_OK)
-        st = matmul(m, &L->wv, m->xn, n, vc, m->vec);
+        st = matmul(m, &L->wv, m->xn, n, vc, m->vec, 1);
     if (st != Q25_OK)
         return st;
     for (uint32_t j = 0; j < n; j++) {
@@ -558,21 +567,21 @@ static int layer(q25_model *m, uint32_t il, uint32_t n)
     }
     for (uint32_t j = 0; j < n; j++)
         attend(m, il, m->n_past + j, m->q + (size_t)j * e, m->att + (size_t)j * e);
-    if ((st = matmul(m, &L->wo, m->att, n, m->xn, NULL)) != Q25_OK)
+    if ((st = matmul(m, &L->wo, m->att, n, m->xn, NULL, 0)) != Q25_OK)
         return st;
     add(m->x, m->xn, (size_t)n * e);
     if ((st = load_vec(m, &L->ffn_norm, m->vec)) != Q25_OK)
         return st;
     for (uint32_t j = 0; j < n; j++)
         rms_norm(m->x + (size_t)j * e, m->vec, m->xn + (size_t)j * e, e, m->hp.rms_eps);
-    if ((st = matmul(m, &L->gate, m->xn, n, m->gate, NULL)) != Q25_OK
-        || (st = matmul(m, &L->up, m->xn, n, m->up, NULL)) != Q25_OK)
+    if ((st = matmul(m, &L->gate, m->xn, n, m->gate, NULL, 0)) != Q25_OK
+        || (st = matmul(m, &L->up, m->xn, n, m->up, NULL, 1)) != Q25_OK)
         return st;
     for (size_t i = 0; i < (size_t)n * ff; i++) {
         const float g = m->gate[i], silu = g / (1.0f + expf(-g));
         m->gate[i] = silu * m->up[i];
     }
-    if ((st = matmul(m, &L->down, m->gate, n, m->q, NULL)) != Q25_OK)
+    if ((st = matmul(m, &L->down, m->gate, n, m->q, NULL, 0)) != Q25_OK)
         return st;
     add(m->x, m->q, (size_t)n * e);
     return Q25_OK;
@@ -632,7 +641,7 @@ int q25_model_eval_last(q25_model *m, const uint32_t *ids, size_t n, uint32_t n_
                 rms_norm(last + (size_t)j * e, m->vec, m->xn + (size_t)j * e, e, m->hp.rms_eps);
             if (fn)
                 fn(arg, (int)m->hp.n_layer, m->xn, n_out, e);
-            st = matmul(m, &m->output, m->xn, n_out, logits, NULL); /* one pass over the head */
+            st = matmul(m, &m->output, m->xn, n_out, logits, NULL, 0); /* one pass over the head */
         }
         if (st == Q25_OK) {
             m->n_past += nb;

@@ -312,6 +312,7 @@ const char *q25_row_dot_impl(void);
 enum { Q25_ACT_Q8_0 = 1, Q25_ACT_Q8_K = 2 };
 typedef struct q25_qrow {
     int8_t *w;        /* n quants */
+    int16_t *w16;     /* x86-64: the quants times their scale, for pmaddwd */
     int16_t *sc, *mn; /* integer scales per 16 values, integer mins per 32 */
     float *d, *dmin;  /* float scales per 32 values, or per 256 (group 8) */
     size_t n;
@@ -373,6 +374,7 @@ typedef struct q25_model {
     uint8_t *raw;
     size_t raw_cap, row_cap;
     int8_t *aq;       /* a matmul's input quantised (q25_act_quantize), n_batch rows */
+    int aq_fmt;       /* aq's format, while it is of the current input; else 0 */
     float *ad;
     int32_t *as;
     q25_pool *pool; /* NULL with one thread */

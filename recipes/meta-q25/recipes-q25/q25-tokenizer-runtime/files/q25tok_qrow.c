@@ -15,7 +15,8 @@
  * both compute the same real-number product and differ only in the float32 rounding of its
  * sums. A block holding an infinity or a NaN quantises to d = NaN (every product with it is
  * NaN, as on the host). On aarch64 (NEON, armv8.0-a: no dotprod) the int8 products are
- * vmull_s8 widened and pairwise added; elsewhere portable C. Both give the same bits: the
+ * vmull_s8 widened and pairwise added; on x86-64 SSE2 (its baseline) pmaddwd; elsewhere
+ * portable C. All give the same bits: the
  * integer sums are exact and the float arithmetic is the same scalar operations in the same
  * order. Reads blocks of any alignment from normal memory (a copy made by q25_region_read);
  * no allocation, no libm; built with -ffp-contract=off.
@@ -36,6 +37,12 @@
 #else
 #define QROW_NEON 0
 #endif
+#if !QROW_NEON && defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h> /* x86-64's baseline: no flag, no CPU check */
+#define QROW_SSE2 1
+#else
+#define QROW_SSE2 0
+#endif
 
 enum { QB = 32, QK = 256 };
 
@@ -50,7 +57,7 @@ int q25_qrow_act(uint32_t type)
     }
 }
 
-const char *q25_qrow_impl(void) { return QROW_NEON ? "neon" : "generic"; }
+const char *q25_qrow_impl(void) { return QROW_NEON ? "neon" : QROW_SSE2 ? "sse2" : "generic"; }
 
 /* ---- activations ---------------------------------------------------------------------- */
 /* v to the nearest integer, ties to even, for |v| < 2^22 (ggml's nearest_int) */
@@ -131,12 +138,50 @@ static void block_sums(const int8_t *q, int32_t *s, size_t blocks)
     }
 }
 
+#if QROW_NEON
+/* one Q8_0 block with NEON: the same maximum, products and rounding (vcvtnq: ties to even,
+ * saturating narrows: the clamp) as the scalar code; 0 when the block is not finite (a NaN
+ * or an infinity makes the vector maximum so) */
+static int q8_0_block(const float *x, int8_t *q, float *d, int32_t *s)
+{
+    float32x4_t v[8], mx = vdupq_n_f32(0.0f);
+    for (int k = 0; k < 8; k++) {
+        v[k] = vld1q_f32(x + 4 * k);
+        mx = vmaxq_f32(mx, vabsq_f32(v[k]));
+    }
+    const float amax = vmaxvq_f32(mx);
+    if (!(amax <= 3.40282347e38f))
+        return 0;
+    const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    int16x8_t h[4];
+    for (int k = 0; k < 4; k++)
+        h[k] = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[2 * k], id))),
+                            vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[2 * k + 1], id))));
+    const int8x16_t q0 = vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1]));
+    const int8x16_t q1 = vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3]));
+    vst1q_s8(q, q0);
+    vst1q_s8(q + 16, q1);
+    *s = (int32_t)vaddlvq_s8(q0) + (int32_t)vaddlvq_s8(q1);
+    const uint16_t hb = half_from(dd);
+    const uint8_t b2[2] = {(uint8_t)(hb & 0xFF), (uint8_t)(hb >> 8)};
+    *d = q25_half(b2);
+    return 1;
+}
+#endif
+
 int q25_act_quantize(int fmt, const float *x, size_t n, int8_t *q, float *d, int32_t *s)
 {
     const size_t per = fmt == Q25_ACT_Q8_0 ? QB : fmt == Q25_ACT_Q8_K ? QK : 0;
     if (!per || n % per || (n && (!x || !q || !d || !s)))
         return Q25_ERR_ARG;
     for (size_t i = 0; i < n; i += per) {
+#if QROW_NEON
+        if (fmt == Q25_ACT_Q8_0) {
+            if (!q8_0_block(x + i, q + i, d + i / QB, s + i / QB))
+                nan_block(q + i, s + i / QB, d + i / QB, 1);
+            continue;
+        }
+#endif
         float amax, big;
         if (!finite_block(x + i, per, &amax, &big)) {
             nan_block(q + i, s + i / QB, d + i / QB, per / QB);
@@ -168,13 +213,15 @@ static size_t up16(size_t v) { return (v + 15) & ~(size_t)15; }
 
 size_t q25_qrow_size(size_t n)
 {
-    return up16(n) + up16(n / 16 * sizeof(int16_t)) + up16(n / QB * sizeof(int16_t)) + 2 * up16(n / QB * sizeof(float)) + 16;
+    return up16(n) + up16(n * sizeof(int16_t)) + up16(n / 16 * sizeof(int16_t)) + up16(n / QB * sizeof(int16_t))
+           + 2 * up16(n / QB * sizeof(float)) + 16;
 }
 
 static void view(void *buf, size_t n, q25_qrow *r)
 {
     uint8_t *b = (uint8_t *)(((uintptr_t)buf + 15) & ~(uintptr_t)15);
     r->w = (int8_t *)b, b += up16(n);
+    r->w16 = (int16_t *)b, b += up16(n * sizeof(int16_t));
     r->sc = (int16_t *)b, b += up16(n / 16 * sizeof(int16_t));
     r->mn = (int16_t *)b, b += up16(n / QB * sizeof(int16_t));
     r->d = (float *)b, b += up16(n / QB * sizeof(float));
@@ -303,6 +350,14 @@ int q25_qrow_unpack(uint32_t type, const void *src, size_t n, void *buf, size_t 
     }
     r->group = fmt == Q25_ACT_Q8_K ? QK / QB : 1;
     r->has_min = type == Q25_GGML_Q4_K;
+#if QROW_SSE2
+    /* the weights times their sub-block scale, widened once for every position (|w sc| <= 4096) */
+    for (size_t i = 0; i < n; i += 16) {
+        const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(r->w + i)), sc = _mm_set1_epi16(r->sc[i / 16]);
+        _mm_store_si128((__m128i *)(void *)(r->w16 + i), _mm_mullo_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(w, w), 8), sc));
+        _mm_store_si128((__m128i *)(void *)(r->w16 + i + 8), _mm_mullo_epi16(_mm_srai_epi16(_mm_unpackhi_epi8(w, w), 8), sc));
+    }
+#endif
     return Q25_OK;
 }
 
@@ -324,6 +379,21 @@ static inline void group_sums(const q25_qrow *r, size_t b, const int8_t *q, cons
         m += r->mn[e] * s[e];
     }
     *isum = vaddvq_s32(acc);
+#elif QROW_SSE2
+    /* the activations int8 to int16 (unpacked with themselves, shifted back down: the sign
+     * kept), times the scaled int16 weights (q25_qrow_unpack), pairs added to int32 (pmaddwd) */
+    __m128i acc = _mm_setzero_si128();
+    const __m128i *w16 = (const __m128i *)(const void *)(r->w16 + b * QB);
+    for (size_t i = 0; i < r->group * 2; i++) {
+        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(q + b * QB + 16 * i));
+        const __m128i xl = _mm_srai_epi16(_mm_unpacklo_epi8(x, x), 8), xh = _mm_srai_epi16(_mm_unpackhi_epi8(x, x), 8);
+        acc = _mm_add_epi32(acc, _mm_add_epi32(_mm_madd_epi16(w16[2 * i], xl), _mm_madd_epi16(w16[2 * i + 1], xh)));
+    }
+    for (size_t e = b; e < b + r->group; e++)
+        m += r->mn[e] * s[e];
+    acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, _MM_SHUFFLE(1, 0, 3, 2)));
+    acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, _MM_SHUFFLE(2, 3, 0, 1)));
+    *isum = _mm_cvtsi128_si32(acc);
 #else
     int32_t t = 0;
     for (size_t e = b; e < b + r->group; e++) {
@@ -341,10 +411,50 @@ static inline void group_sums(const q25_qrow *r, size_t b, const int8_t *q, cons
     *msum = m;
 }
 
+#if QROW_NEON
+/* one block of 32 (scale 1: Q5_0, Q8_0) as four int32 partial sums */
+static inline int32x4_t block4(const int8_t *w, const int8_t *x)
+{
+    const int8x16_t w0 = vld1q_s8(w), w1 = vld1q_s8(w + 16), x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int32x4_t t = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+    t = vpadalq_s16(t, vmull_high_s8(w0, x0));
+    t = vpadalq_s16(t, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+    return vpadalq_s16(t, vmull_high_s8(w1, x1));
+}
+#endif
+
+/* Q5_0 and Q8_0 rows (one scale per block of 32, no min): block b's d[b] * (wd * isum) goes
+ * to float lane b % 4, in block order, and the lanes are added (l0 + l1) + (l2 + l3). NEON
+ * does four blocks at once in the four lanes of a vector (the same products and sums). */
+static float dot_blocks(const q25_qrow *r, size_t nb, const int8_t *q, const float *d, const int32_t *s)
+{
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    size_t b = 0;
+#if QROW_NEON
+    float32x4_t a4 = vdupq_n_f32(0.0f);
+    for (; b + 4 <= nb; b += 4) {
+        const int8_t *w = r->w + b * QB, *x = q + b * QB;
+        const int32x4_t t0 = block4(w, x), t1 = block4(w + QB, x + QB);
+        const int32x4_t t2 = block4(w + 2 * QB, x + 2 * QB), t3 = block4(w + 3 * QB, x + 3 * QB);
+        const int32x4_t is = vpaddq_s32(vpaddq_s32(t0, t1), vpaddq_s32(t2, t3));
+        a4 = vaddq_f32(a4, vmulq_f32(vld1q_f32(d + b), vmulq_f32(vld1q_f32(r->d + b), vcvtq_f32_s32(is))));
+    }
+    vst1q_f32(acc, a4);
+#endif
+    for (; b < nb; b++) {
+        int32_t isum, msum;
+        group_sums(r, b, q, s, &isum, &msum);
+        acc[b % 4] += d[b] * (r->d[b] * (float)isum);
+    }
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 float q25_qrow_dot(const q25_qrow *r, const int8_t *q, const float *d, const int32_t *s)
 {
-    float acc = 0.0f;
     const size_t nb = r->n / QB;
+    if (r->group == 1 && !r->has_min)
+        return dot_blocks(r, nb, q, d, s);
+    float acc = 0.0f;
     for (size_t b = 0, g = 0; b < nb; b += r->group, g++) {
         int32_t isum, msum;
         group_sums(r, b, q, s, &isum, &msum);
