@@ -29,6 +29,16 @@ void ota_die(const char *fmt, ...)
     abort();
 }
 
+/* the first `pat` in text[0, n) (text has no NUL: strstr would read past its end) */
+static const char *find(const char *text, size_t n, const char *pat)
+{
+    const size_t m = strlen(pat);
+    for (size_t i = 0; i + m <= n; i++)
+        if (!memcmp(text + i, pat, m))
+            return text + i;
+    return NULL;
+}
+
 static void release(const char *text, size_t n)
 {
     ota_release r, again;
@@ -42,7 +52,7 @@ static void release(const char *text, size_t n)
     size_t len;
     char *out = ota_release_render(&r, &len);
     REQUIRE(out && len == n);
-    const char *at = strstr(text, "\n  \"id\": \"");
+    const char *at = find(text, n, "\n  \"id\": \"");
     REQUIRE(at);
     size_t off = (size_t)(at - text) + 10;
     REQUIRE(!memcmp(out, text, off) && !memcmp(out + off + 16, text + off + 16, n - off - 16));
