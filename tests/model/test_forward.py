@@ -20,9 +20,9 @@ Logits are also compared as a whole: the normalised mean squared error
 measured worst 4.4e-4 tiny, 8.9e-4 tiny-untied, 3.6e-4 0.5B-shaped).
 
 That the difference is those roundings and nothing else is checked directly: with llama.cpp's
-roundings applied to the reference (the activations through gguf-py's Q8_0 and Q8_K as
-llama.cpp's reference code rounds them, K, V, Q and the attention weights through float16),
-the logits agree to an NMSE below 1e-9 (measured 6e-15 tiny, 2e-12 tiny-untied): the graph is
+roundings applied to the reference as well (K, V, Q and the attention weights through
+float16, beside the activations it rounds itself), the logits agree to an NMSE below 1e-9
+(measured 6e-15 tiny, 2e-12 tiny-untied): the graph, the activations' rounding included, is
 llama.cpp's.
 """
 
@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q
-from gguf.quants import dequantize, quantize
 
 import q25deploy.model.forward as forward_module
 from q25deploy.model.forward import Forward, KVCache
@@ -118,39 +116,11 @@ def test_05b_greedy_tokens_and_logits_match_llama_cpp(llama_reference, tmp_path,
     check(compare(llama_reference, model, qwen25_codec, MARGINS["0.5b"]), MARGINS["0.5b"])
 
 
-def q8_k(x: np.ndarray) -> np.ndarray:
-    """``x`` through llama.cpp's Q8_K (blocks of 256: scale = -127/the value of largest magnitude)."""
-    b = x.reshape(-1, 256)
-    big = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]
-    with np.errstate(divide="ignore"):
-        iscale = np.where(big == 0, np.float32(0), np.float32(-127.0) / big).astype(np.float32)
-    q = np.minimum(127, np.rint(iscale[:, None] * b)).astype(np.float32)
-    d = np.where(iscale == 0, np.float32(0), np.float32(1.0) / iscale).astype(np.float32)
-    return (q * d[:, None]).reshape(x.shape)
-
-
-def with_llama_roundings(monkeypatch, weights: Weights) -> None:
-    """Make the reference round where llama.cpp's CPU backend does (not a feature: a probe)."""
-    kinds: dict[int, Q] = {}
-    get, attention, softmax = (
-        weights.get,
-        forward_module.attention,
-        forward_module.softmax,
-    )
-
-    def typed_get(name):
-        a = get(name)
-        kinds[id(a)] = Q(weights.info(name).ggml_type)
-        return a
-
-    def rounded_linear(x, w, b=None):
-        kind = kinds.get(id(w))
-        if kind in (Q.Q8_0, Q.Q5_0):
-            x = dequantize(quantize(x, Q.Q8_0), Q.Q8_0).reshape(x.shape).astype(np.float32)
-        elif kind in (Q.Q4_K, Q.Q6_K):
-            x = q8_k(x)
-        y = np.matmul(x, w.T)
-        return y + b if b is not None else y
+def with_llama_roundings(monkeypatch) -> None:
+    """Make the reference round where llama.cpp's CPU backend does beyond what it rounds itself
+    (its activations: model/activations.py): K, V, Q and the attention weights through float16
+    (not a feature: a probe)."""
+    attention, softmax = forward_module.attention, forward_module.softmax
 
     def half(a):
         return a.astype(np.float16).astype(np.float32)
@@ -160,11 +130,6 @@ def with_llama_roundings(monkeypatch, weights: Weights) -> None:
         cache.v[layer][...] = half(cache.v[layer])
         return attention(half(q), cache, layer, positions, hp)
 
-    monkeypatch.setattr(weights, "get", typed_get)
-    # every matrix product, which the reference makes a chunk of rows at a time
-    monkeypatch.setattr(
-        weights, "products", lambda name, xs, bias=None: [rounded_linear(x, typed_get(name), bias) for x in xs]
-    )
     monkeypatch.setattr(forward_module, "attention", rounded_attention)
     monkeypatch.setattr(forward_module, "softmax", lambda s: half(softmax(s)))
 
@@ -177,8 +142,7 @@ def test_with_llama_cpp_roundings_the_logits_agree_to_rounding(
     ids = [9707, 11, 1879, 0, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13]  # "Hello, world! The ..."
     theirs = llama_model(llama_reference, model).logits(ids)[-1]
     with GGUFFile(model) as f:
-        w = Weights(f)
-        with_llama_roundings(monkeypatch, w)
-        fw = Forward(w, runnable(f))
+        with_llama_roundings(monkeypatch)
+        fw = Forward(Weights(f), runnable(f))
         ours = fw.eval([(ids, KVCache.empty(fw.hp, len(ids)))])[0].logits
     assert np.sum((ours - theirs) ** 2.0) / np.sum(theirs**2.0) < EMULATED_NMSE
