@@ -23,16 +23,16 @@ Q8_K_TYPES = frozenset({Q.Q4_K, Q.Q6_K})
 
 def _q8_0(b: np.ndarray) -> np.ndarray:
     d = np.abs(b).max(axis=1) / F32(127)
-    inv = np.where(d != 0, F32(1) / np.where(d != 0, d, F32(1)), F32(0)).astype(F32)
+    inv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)  # through(): division warnings off
     q = np.clip(np.rint(b * inv[:, None]), -128, 127)
     return (q * d.astype(np.float16).astype(F32)[:, None]).astype(F32)
 
 
 def _q8_k(b: np.ndarray) -> np.ndarray:
     big = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]
-    iscale = np.where(big != 0, F32(-127) / np.where(big != 0, big, F32(1)), F32(0)).astype(F32)
+    iscale = np.where(big != 0, F32(-127) / big, F32(0)).astype(F32)
     q = np.clip(np.minimum(127, np.rint(iscale[:, None] * b)), -128, 127)
-    d = np.where(iscale != 0, F32(1) / np.where(iscale != 0, iscale, F32(1)), F32(0)).astype(F32)
+    d = np.where(iscale != 0, F32(1) / iscale, F32(0)).astype(F32)
     return (q * d[:, None]).astype(F32)
 
 

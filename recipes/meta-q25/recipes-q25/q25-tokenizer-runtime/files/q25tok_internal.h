@@ -115,14 +115,17 @@ static inline uint32_t q25_half_bits(uint16_t h)
     return sign | ((exp + 112) << 23) | (man << 13);
 }
 
-/* a little-endian IEEE half at p as float */
-static inline float q25_half(const uint8_t *p)
+/* an IEEE half as float */
+static inline float q25_half_value(uint16_t h)
 {
-    uint32_t u = q25_half_bits((uint16_t)(p[0] | (p[1] << 8)));
+    uint32_t u = q25_half_bits(h);
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+/* a little-endian IEEE half at p as float */
+static inline float q25_half(const uint8_t *p) { return q25_half_value((uint16_t)(p[0] | (p[1] << 8))); }
 
 /* the 6-bit scales and mins of Q4_K / Q5_K: sc[8], mn[8] */
 static inline void q25_k_scale_min(const uint8_t *s, int *sc, int *mn)

@@ -99,6 +99,9 @@ static uint16_t half_from(float f)
     return (uint16_t)(sign | h);
 }
 
+/* the Q8_0 scale as its block keeps it: float16, read back */
+static float as_half(float f) { return q25_half_value(half_from(f)); }
+
 static int finite_block(const float *x, size_t n, float *amax, float *big)
 {
     float a = 0.0f, b = 0.0f;
@@ -162,9 +165,7 @@ static int q8_0_block(const float *x, int8_t *q, float *d, int32_t *s)
     vst1q_s8(q, q0);
     vst1q_s8(q + 16, q1);
     *s = (int32_t)vaddlvq_s8(q0) + (int32_t)vaddlvq_s8(q1);
-    const uint16_t hb = half_from(dd);
-    const uint8_t b2[2] = {(uint8_t)(hb & 0xFF), (uint8_t)(hb >> 8)};
-    *d = q25_half(b2);
+    *d = as_half(dd);
     return 1;
 }
 #endif
@@ -191,9 +192,7 @@ int q25_act_quantize(int fmt, const float *x, size_t n, int8_t *q, float *d, int
             const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
             for (size_t j = 0; j < QB; j++)
                 q[i + j] = (int8_t)clamp8(nearest(x[i + j] * id));
-            const uint16_t h = half_from(dd);
-            const uint8_t hb[2] = {(uint8_t)(h & 0xFF), (uint8_t)(h >> 8)};
-            d[i / QB] = q25_half(hb);
+            d[i / QB] = as_half(dd);
         } else {
             const float iscale = big != 0.0f ? -127.0f / big : 0.0f, dd = iscale != 0.0f ? 1.0f / iscale : 0.0f;
             for (size_t j = 0; j < QK; j++) {
@@ -242,7 +241,6 @@ static void unpack_q5_0(const uint8_t *p, size_t nb, q25_qrow *r)
 {
     for (size_t b = 0; b < nb; b++, p += 22) {
         r->d[b] = q25_half(p);
-        const uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
         const uint8_t *qs = p + 6;
         int8_t *w = r->w + b * QB;
 #if QROW_NEON
@@ -255,8 +253,8 @@ static void unpack_q5_0(const uint8_t *p, size_t nb, q25_qrow *r)
         const uint8x16_t hi = vorrq_u8(vshrq_n_u8(v, 4), vandq_u8(vtstq_u8(hb1, bits), sixteen));
         vst1q_s8(w, vsubq_s8(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(sixteen)));
         vst1q_s8(w + 16, vsubq_s8(vreinterpretq_s8_u8(hi), vreinterpretq_s8_u8(sixteen)));
-        (void)qh;
 #else
+        const uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
         for (int j = 0; j < 16; j++) {
             w[j] = (int8_t)(((qs[j] & 0x0F) | ((qh >> j) & 1u) << 4) - 16);
             w[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4) - 16);
