@@ -253,6 +253,19 @@ static void unpack_q5_0(const uint8_t *p, size_t nb, q25_qrow *r)
         const uint8x16_t hi = vorrq_u8(vshrq_n_u8(v, 4), vandq_u8(vtstq_u8(hb1, bits), sixteen));
         vst1q_s8(w, vsubq_s8(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(sixteen)));
         vst1q_s8(w + 16, vsubq_s8(vreinterpretq_s8_u8(hi), vreinterpretq_s8_u8(sixteen)));
+#elif QROW_SSE2
+        /* the same steps: each high bit picked out of its byte repeated eight times */
+        const __m128i bits = _mm_set1_epi64x((long long)0x8040201008040201ULL), lo4 = _mm_set1_epi8(0x0F);
+        const __m128i sixteen = _mm_set1_epi8(16);
+        const __m128i hb0 = _mm_set_epi64x((long long)(p[3] * 0x0101010101010101ULL), (long long)(p[2] * 0x0101010101010101ULL));
+        const __m128i hb1 = _mm_set_epi64x((long long)(p[5] * 0x0101010101010101ULL), (long long)(p[4] * 0x0101010101010101ULL));
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)qs);
+        const __m128i h0 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hb0, bits), bits), sixteen);
+        const __m128i h1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hb1, bits), bits), sixteen);
+        const __m128i lo = _mm_or_si128(_mm_and_si128(v, lo4), h0);
+        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 4), lo4), h1);
+        _mm_storeu_si128((__m128i *)(void *)w, _mm_sub_epi8(lo, sixteen));
+        _mm_storeu_si128((__m128i *)(void *)(w + 16), _mm_sub_epi8(hi, sixteen));
 #else
         const uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
         for (int j = 0; j < 16; j++) {
@@ -349,7 +362,16 @@ int q25_qrow_unpack(uint32_t type, const void *src, size_t n, void *buf, size_t 
     r->group = fmt == Q25_ACT_Q8_K ? QK / QB : 1;
     r->has_min = type == Q25_GGML_Q4_K;
 #if QROW_SSE2
-    /* the weights times their sub-block scale, widened once for every position (|w sc| <= 4096) */
+    /* the weights times their sub-block scale, widened once for every position (|w sc| <= 4096);
+     * Q5_0 and Q8_0 scales are 1: widened only */
+    if (r->group == 1 && !r->has_min) {
+        for (size_t i = 0; i < n; i += 16) {
+            const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(r->w + i));
+            _mm_store_si128((__m128i *)(void *)(r->w16 + i), _mm_srai_epi16(_mm_unpacklo_epi8(w, w), 8));
+            _mm_store_si128((__m128i *)(void *)(r->w16 + i + 8), _mm_srai_epi16(_mm_unpackhi_epi8(w, w), 8));
+        }
+        return Q25_OK;
+    }
     for (size_t i = 0; i < n; i += 16) {
         const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(r->w + i)), sc = _mm_set1_epi16(r->sc[i / 16]);
         _mm_store_si128((__m128i *)(void *)(r->w16 + i), _mm_mullo_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(w, w), 8), sc));
@@ -419,11 +441,34 @@ static inline int32x4_t block4(const int8_t *w, const int8_t *x)
     t = vpadalq_s16(t, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
     return vpadalq_s16(t, vmull_high_s8(w1, x1));
 }
+#elif QROW_SSE2
+/* one block of 32 (scale 1: Q5_0, Q8_0; its weights widened by q25_qrow_unpack) as four
+ * int32 partial sums */
+static inline __m128i block4(const int16_t *w16, const int8_t *x)
+{
+    const __m128i *w = (const __m128i *)(const void *)w16;
+    const __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)x);
+    const __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(x + 16));
+    const __m128i a = _mm_add_epi32(_mm_madd_epi16(w[0], _mm_srai_epi16(_mm_unpacklo_epi8(x0, x0), 8)),
+                                    _mm_madd_epi16(w[1], _mm_srai_epi16(_mm_unpackhi_epi8(x0, x0), 8)));
+    const __m128i b = _mm_add_epi32(_mm_madd_epi16(w[2], _mm_srai_epi16(_mm_unpacklo_epi8(x1, x1), 8)),
+                                    _mm_madd_epi16(w[3], _mm_srai_epi16(_mm_unpackhi_epi8(x1, x1), 8)));
+    return _mm_add_epi32(a, b);
+}
+
+/* four blocks' partial sums (t0..t3) to one vector of their totals, block k in lane k */
+static inline __m128i totals4(__m128i t0, __m128i t1, __m128i t2, __m128i t3)
+{
+    const __m128i s01 = _mm_add_epi32(_mm_unpacklo_epi32(t0, t1), _mm_unpackhi_epi32(t0, t1));
+    const __m128i s23 = _mm_add_epi32(_mm_unpacklo_epi32(t2, t3), _mm_unpackhi_epi32(t2, t3));
+    return _mm_add_epi32(_mm_unpacklo_epi64(s01, s23), _mm_unpackhi_epi64(s01, s23));
+}
 #endif
 
 /* Q5_0 and Q8_0 rows (one scale per block of 32, no min): block b's d[b] * (wd * isum) goes
  * to float lane b % 4, in block order, and the lanes are added (l0 + l1) + (l2 + l3). NEON
- * does four blocks at once in the four lanes of a vector (the same products and sums). */
+ * and SSE2 do four blocks at once in the four lanes of a vector (the same products and sums:
+ * integer sums are exact in any order, and each lane's float steps are the scalar ones). */
 static float dot_blocks(const q25_qrow *r, size_t nb, const int8_t *q, const float *d, const int32_t *s)
 {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -438,6 +483,16 @@ static float dot_blocks(const q25_qrow *r, size_t nb, const int8_t *q, const flo
         a4 = vaddq_f32(a4, vmulq_f32(vld1q_f32(d + b), vmulq_f32(vld1q_f32(r->d + b), vcvtq_f32_s32(is))));
     }
     vst1q_f32(acc, a4);
+#elif QROW_SSE2
+    __m128 a4 = _mm_setzero_ps();
+    for (; b + 4 <= nb; b += 4) {
+        const int16_t *w = r->w16 + b * QB;
+        const int8_t *x = q + b * QB;
+        const __m128i is = totals4(block4(w, x), block4(w + QB, x + QB), block4(w + 2 * QB, x + 2 * QB),
+                                   block4(w + 3 * QB, x + 3 * QB));
+        a4 = _mm_add_ps(a4, _mm_mul_ps(_mm_loadu_ps(d + b), _mm_mul_ps(_mm_loadu_ps(r->d + b), _mm_cvtepi32_ps(is))));
+    }
+    _mm_storeu_ps(acc, a4);
 #endif
     for (; b < nb; b++) {
         int32_t isum, msum;
