@@ -21,9 +21,10 @@
  * differ from the host's by summation order only). It calls libm (-lm) and POSIX threads (-pthread), so it is not one
  * of the q25tok_*.c files that tools and tests link without them.
  *
- * Threads (n_threads > 1 at q25_model_open): the chunk is still fetched by the calling thread
- * alone (Device-memory rules, one reader), then its rows are split into n_threads contiguous
- * ranges; the caller takes the first, the pool's n_threads - 1 workers the others, each with
+ * Threads (n_threads > 1 at q25_model_open): the chunks are still fetched by the calling thread
+ * alone (Device-memory rules, one reader), into two buffers in turn: a chunk's rows are split
+ * into n_threads contiguous ranges, the pool's n_threads - 1 workers start on theirs, and the
+ * caller fetches the next chunk before it takes the first range; each with
  * its own dequantised-row buffer, writing disjoint outputs. A row's arithmetic (q25_dequantize,
  * then dot, in the same order; or q25_row_dot) does not depend on who computes it: the results are bit for bit
  * those of one thread. The workers are started at open and joined at q25_model_close; one
@@ -46,7 +47,10 @@
 #define HOLDS_A_MAPPING
 #endif
 
-enum { RAW_CHUNK = 64 << 10 }; /* bytes of blocks copied out of a region at once */
+/* bytes of blocks copied out of a region at once: each chunk is one hand-over to the pool
+ * (64 KiB made two threads no faster than one on a 2-core x86 host: 6000 hand-overs for the
+ * 0.5B model), and it still fits an A53 cluster's L2 twice over */
+enum { RAW_CHUNK = 256 << 10 };
 
 struct q25_layer_weights {
     q25_tensor attn_norm, wq, bq, wk, bk, wv, bv, wo, ffn_norm, gate, up, down;
@@ -85,7 +89,7 @@ struct q25_pool {
 
 /* ---- sizes --------------------------------------------------------------------------- */
 typedef struct layout {
-    uint64_t layers, kv, x, gate, scores, row, raw, pool, rows, aq, ad, total;
+    uint64_t layers, kv, x, gate, scores, row, raw, raw_next, pool, rows, aq, ad, total;
 } layout;
 
 static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
@@ -105,11 +109,12 @@ static int plan(const q25_model_params *p, uint32_t n_ctx, uint32_t n_batch, uin
     l->scores = align64((uint64_t)n_ctx * sizeof(float));
     l->row = align64(wide * sizeof(float) > q25_qrow_size(wide) ? wide * sizeof(float) : q25_qrow_size(wide));
     l->raw = align64(wide * 4 > RAW_CHUNK ? wide * 4 : RAW_CHUNK); /* one F32 row at least */
+    l->raw_next = n_threads > 1 ? l->raw : 0;
     l->pool = n_threads > 1 ? align64(sizeof(struct q25_pool)) : 0;
     l->rows = (uint64_t)(n_threads - 1) * l->row; /* the workers' dequantised rows */
     l->aq = align64((uint64_t)n_batch * wide);          /* int8 activations */
     l->ad = align64((uint64_t)n_batch * (wide / 32) * 4); /* their scales, and their sums */
-    l->total = l->layers + 2 * l->kv + 4 * l->x + 2 * l->gate + l->scores + 2 * l->row + l->raw + l->pool
+    l->total = l->layers + 2 * l->kv + 4 * l->x + 2 * l->gate + l->scores + 2 * l->row + l->raw + l->raw_next + l->pool
                + l->rows + l->aq + 2 * l->ad + 64;
     return l->total <= SIZE_MAX;
 }
@@ -179,6 +184,7 @@ int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w
     m->row = (float *)b, b += l.row;
     m->vec = (float *)b, b += l.row;
     m->raw = b, b += l.raw;
+    m->raw_next = l.raw_next ? b : NULL, b += l.raw_next;
     m->raw_cap = (size_t)l.raw;
     m->row_cap = (size_t)l.row;
     m->aq = (int8_t *)b, b += l.aq;
@@ -229,14 +235,21 @@ int q25_model_open(q25_model *m, const q25_model_params *p, const q25_weights *w
 }
 
 /* ---- reading weights ----------------------------------------------------------------- */
-/* The one function that touches a mapping: blocks [first, first + count) of t into m->raw
- * through q25_region_read (no mem* or str* call here: tests/runtime/test_region_access.py) */
-HOLDS_A_MAPPING static int fetch(const q25_model *m, const q25_tensor *t, uint64_t first, uint64_t count)
+/* The one function that touches a mapping: blocks [first, first + count) of t into dst (one
+ * of the raw chunks) through q25_region_read (no mem* or str* call here:
+ * tests/runtime/test_region_access.py) */
+HOLDS_A_MAPPING static int fetch_into(const q25_model *m, const q25_tensor *t, uint64_t first, uint64_t count,
+                                      uint8_t *dst)
 {
     uint64_t off, bytes;
     if (q25_tensor_blocks(t, first, count, &off, &bytes) != Q25_OK || bytes > m->raw_cap)
         return Q25_ERR_ARG;
-    return q25_region_read(&m->w.regions[t->region], m->w.mapped[t->region], off, m->raw, (size_t)bytes);
+    return q25_region_read(&m->w.regions[t->region], m->w.mapped[t->region], off, dst, (size_t)bytes);
+}
+
+static int fetch(const q25_model *m, const q25_tensor *t, uint64_t first, uint64_t count)
+{
+    return fetch_into(m, t, first, count, m->raw);
 }
 
 /* a whole (small) tensor, dequantised: norms and biases, at most n_embd values */
@@ -403,8 +416,16 @@ void q25_model_close(q25_model *m)
     m->layers = NULL;
 }
 
-/* one fetched chunk: by the caller alone, or split among the pool's threads */
-static int run_chunk(q25_model *m, const job *c)
+/* the chunk a pooled matmul fetches while the workers compute the current one */
+typedef struct {
+    const q25_tensor *t;
+    uint64_t first, count; /* blocks; count 0: none (the last chunk) */
+    uint8_t *dst;
+} prefetch;
+
+/* one fetched chunk: by the caller alone, or split among the pool's threads while the caller
+ * fetches `next` (with a pool) before it computes its own range */
+static int run_chunk(q25_model *m, const job *c, const prefetch *next)
 {
     struct q25_pool *p = m->pool;
     if (!p)
@@ -415,7 +436,11 @@ static int run_chunk(q25_model *m, const job *c)
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    int st = chunk_rows(c, 0, split(c->nr, 1, p->n_threads), m->row);
+    int st = Q25_OK;
+    if (next && next->count && fetch_into(m, next->t, next->first, next->count, next->dst) != Q25_OK)
+        st = Q25_ERR_ARG; /* what a failed fetch is everywhere here; the workers are still waited for */
+    if (st == Q25_OK)
+        st = chunk_rows(c, 0, split(c->nr, 1, p->n_threads), m->row);
     pthread_mutex_lock(&p->mu);
     while (p->pending)
         pthread_cond_wait(&p->done, &p->mu);
@@ -455,15 +480,26 @@ static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n,
         c.ad = m->ad;
         c.as = m->as;
     }
+    /* with a pool, chunk k + 1 is fetched into the other buffer while the workers compute k */
+    uint8_t *cur = m->raw, *spare = m->pool ? m->raw_next : NULL;
+    if (spare && fetch_into(m, t, 0, (out < per ? out : per) * row_blocks, cur) != Q25_OK)
+        return Q25_ERR_ARG;
     for (uint64_t r0 = 0; r0 < out; r0 += per) {
-        const uint64_t nr = out - r0 < per ? out - r0 : per;
-        if (fetch(m, t, r0 * row_blocks, nr * row_blocks) != Q25_OK)
+        const uint64_t nr = out - r0 < per ? out - r0 : per, r1 = r0 + nr;
+        if (!spare && fetch_into(m, t, r0 * row_blocks, nr * row_blocks, cur) != Q25_OK)
             return Q25_ERR_ARG;
+        const prefetch next = {t, r1 * row_blocks, r1 < out ? (out - r1 < per ? out - r1 : per) * row_blocks : 0, spare};
+        c.raw = cur;
         c.r0 = r0;
         c.nr = nr;
-        int st = run_chunk(m, &c);
+        int st = run_chunk(m, &c, spare ? &next : NULL);
         if (st != Q25_OK)
             return st;
+        if (spare) {
+            uint8_t *done = cur;
+            cur = spare;
+            spare = done;
+        }
     }
     return Q25_OK;
 }

@@ -361,7 +361,8 @@ typedef struct q25_pool q25_pool;                   /* model_forward.c: the work
 /* A model opened on a caller's workspace: the library allocates nothing (but the stacks of
  * its worker threads, which pthread_create allocates). The workspace holds the KV cache
  * (2 x n_layer x n_ctx x n_kv floats), one batch of activations, one row of dequantised
- * weights per thread, a bounded chunk of raw blocks (never a whole weight matrix) and, with
+ * weights per thread, a bounded chunk of raw blocks (never a whole weight matrix; two with
+ * n_threads > 1, the next fetched while the pool computes this one) and, with
  * n_threads > 1, the pool's state. The struct and the workspace must stay where they are
  * from q25_model_open to q25_model_close. */
 typedef struct q25_model {
@@ -371,7 +372,7 @@ typedef struct q25_model {
     q25_tensor embd, out_norm, output; /* output: token_embd's copy when tied */
     q25_layer_weights *layers;
     float *k_cache, *v_cache, *x, *xn, *q, *att, *gate, *up, *scores, *row, *vec;
-    uint8_t *raw;
+    uint8_t *raw, *raw_next; /* raw_next: the second chunk (n_threads > 1), else NULL */
     size_t raw_cap, row_cap;
     int8_t *aq;       /* a matmul's input quantised (q25_act_quantize), n_batch rows */
     int aq_fmt;       /* aq's format, while it is of the current input; else 0 */
