@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
-from reserved_standin import boot_with, with_standins  # noqa: E402
+from reserved_standin import boot_with, power_cycle, with_standins  # noqa: E402
 from shaped_link import shaped_link  # noqa: E402
 from sshd import SSHServer, keygen  # noqa: E402
 
@@ -187,9 +187,7 @@ def rows_for(r: Runner, build: Path, other: Path, repeat: int, full_repeat: int 
         def before(which: str) -> None:
             r.on_board(f"rm -rf {b.remote_root} {b.scp_dir} {b.runtime_path}; mkdir -p {b.scp_dir}")
             if r.memory is not None:  # a board that booted: its regions hold nothing of ours
-                size = r.memory.stat().st_size
-                os.truncate(r.memory, 0)
-                os.truncate(r.memory, size)
+                power_cycle(r.memory, build)
             if with_q25tok:
                 r.on_board(runtime_copy)
 
