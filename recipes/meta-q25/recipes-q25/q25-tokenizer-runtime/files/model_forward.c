@@ -47,9 +47,8 @@
 #define HOLDS_A_MAPPING
 #endif
 
-/* bytes of blocks copied out of a region at once: each chunk is one hand-over to the pool
- * (64 KiB made two threads no faster than one on a 2-core x86 host: 6000 hand-overs for the
- * 0.5B model), and it still fits an A53 cluster's L2 twice over */
+/* bytes of blocks copied out of a region at once: each chunk is one hand-over to the pool, so
+ * few enough of them (docs/runtime.md), and two still fit an A53 cluster's L2 */
 enum { RAW_CHUNK = 256 << 10 };
 
 struct q25_layer_weights {
