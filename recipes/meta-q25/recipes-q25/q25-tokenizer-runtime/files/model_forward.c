@@ -415,29 +415,37 @@ void q25_model_close(q25_model *m)
     m->layers = NULL;
 }
 
-/* the chunk a pooled matmul fetches while the workers compute the current one */
+/* the chunk a matmul fetches after the current one */
 typedef struct {
     const q25_tensor *t;
     uint64_t first, count; /* blocks; count 0: none (the last chunk) */
     uint8_t *dst;
 } prefetch;
 
-/* one fetched chunk: by the caller alone, or split among the pool's threads while the caller
- * fetches `next` (with a pool) before it computes its own range */
+/* 0, or Q25_ERR_ARG (what a failed fetch is everywhere here) */
+static int fetch_next(const q25_model *m, const prefetch *next)
+{
+    return !next->count || fetch_into(m, next->t, next->first, next->count, next->dst) == Q25_OK ? Q25_OK
+                                                                                             : Q25_ERR_ARG;
+}
+
+/* one fetched chunk, then the next one fetched: by the caller alone (the chunk computed first:
+ * `next` may be the same buffer), or split among the pool's threads while the caller fetches
+ * `next` (into the other buffer) before it computes its own range */
 static int run_chunk(q25_model *m, const job *c, const prefetch *next)
 {
     struct q25_pool *p = m->pool;
-    if (!p)
-        return chunk_rows(c, 0, c->nr, m->row);
+    if (!p) {
+        const int st = chunk_rows(c, 0, c->nr, m->row);
+        return st == Q25_OK ? fetch_next(m, next) : st;
+    }
     pthread_mutex_lock(&p->mu);
     p->j = *c;
     p->pending = p->n_threads - 1;
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    int st = Q25_OK;
-    if (next && next->count && fetch_into(m, next->t, next->first, next->count, next->dst) != Q25_OK)
-        st = Q25_ERR_ARG; /* what a failed fetch is everywhere here; the workers are still waited for */
+    int st = fetch_next(m, next); /* on failure the workers are still waited for */
     if (st == Q25_OK)
         st = chunk_rows(c, 0, split(c->nr, 1, p->n_threads), m->row);
     pthread_mutex_lock(&p->mu);
@@ -479,26 +487,22 @@ static int matmul(q25_model *m, const q25_tensor *t, const float *x, uint32_t n,
         c.ad = m->ad;
         c.as = m->as;
     }
-    /* with a pool, chunk k + 1 is fetched into the other buffer while the workers compute k */
-    uint8_t *cur = m->raw, *spare = m->pool ? m->raw_next : NULL;
-    if (spare && fetch_into(m, t, 0, (out < per ? out : per) * row_blocks, cur) != Q25_OK)
+    /* chunk k + 1 goes into the other buffer (with a pool: raw_next, fetched while the workers
+     * compute k), or into the same one once k is computed (one thread: raw_next is NULL) */
+    uint8_t *cur = m->raw, *other = m->raw_next ? m->raw_next : m->raw;
+    if (fetch_into(m, t, 0, (out < per ? out : per) * row_blocks, cur) != Q25_OK)
         return Q25_ERR_ARG;
     for (uint64_t r0 = 0; r0 < out; r0 += per) {
         const uint64_t nr = out - r0 < per ? out - r0 : per, r1 = r0 + nr;
-        if (!spare && fetch_into(m, t, r0 * row_blocks, nr * row_blocks, cur) != Q25_OK)
-            return Q25_ERR_ARG;
-        const prefetch next = {t, r1 * row_blocks, r1 < out ? (out - r1 < per ? out - r1 : per) * row_blocks : 0, spare};
+        const prefetch next = {t, r1 * row_blocks, (out - r1 < per ? out - r1 : per) * row_blocks, other};
         c.raw = cur;
         c.r0 = r0;
         c.nr = nr;
-        int st = run_chunk(m, &c, spare ? &next : NULL);
+        int st = run_chunk(m, &c, &next);
         if (st != Q25_OK)
             return st;
-        if (spare) {
-            uint8_t *done = cur;
-            cur = spare;
-            spare = done;
-        }
+        other = cur;
+        cur = next.dst;
     }
     return Q25_OK;
 }

@@ -46,6 +46,21 @@
 
 enum { QB = 32, QK = 256 };
 
+#if QROW_SSE2
+/* int8 lanes to int16 (unpacked with themselves, shifted back down: the sign kept), the low
+ * eight and the high eight */
+static inline __m128i lo16(__m128i v) { return _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8); }
+static inline __m128i hi16(__m128i v) { return _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8); }
+
+/* 16 int8 activations at x times their 16 widened weights (w16[0..1]) as four int32 partial
+ * sums: pairs added by pmaddwd */
+static inline __m128i dot16(const __m128i *w16, const int8_t *x)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)x);
+    return _mm_add_epi32(_mm_madd_epi16(w16[0], lo16(v)), _mm_madd_epi16(w16[1], hi16(v)));
+}
+#endif
+
 int q25_qrow_act(uint32_t type)
 {
     switch (type) {
@@ -364,18 +379,17 @@ int q25_qrow_unpack(uint32_t type, const void *src, size_t n, void *buf, size_t 
 #if QROW_SSE2
     /* the weights times their sub-block scale, widened once for every position (|w sc| <= 4096);
      * Q5_0 and Q8_0 scales are 1: widened only */
-    if (r->group == 1 && !r->has_min) {
-        for (size_t i = 0; i < n; i += 16) {
-            const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(r->w + i));
-            _mm_store_si128((__m128i *)(void *)(r->w16 + i), _mm_srai_epi16(_mm_unpacklo_epi8(w, w), 8));
-            _mm_store_si128((__m128i *)(void *)(r->w16 + i + 8), _mm_srai_epi16(_mm_unpackhi_epi8(w, w), 8));
-        }
-        return Q25_OK;
-    }
+    const int scaled = r->group != 1 || r->has_min;
     for (size_t i = 0; i < n; i += 16) {
-        const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(r->w + i)), sc = _mm_set1_epi16(r->sc[i / 16]);
-        _mm_store_si128((__m128i *)(void *)(r->w16 + i), _mm_mullo_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(w, w), 8), sc));
-        _mm_store_si128((__m128i *)(void *)(r->w16 + i + 8), _mm_mullo_epi16(_mm_srai_epi16(_mm_unpackhi_epi8(w, w), 8), sc));
+        const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(r->w + i));
+        __m128i wl = lo16(w), wh = hi16(w);
+        if (scaled) {
+            const __m128i sc = _mm_set1_epi16(r->sc[i / 16]);
+            wl = _mm_mullo_epi16(wl, sc);
+            wh = _mm_mullo_epi16(wh, sc);
+        }
+        _mm_store_si128((__m128i *)(void *)(r->w16 + i), wl);
+        _mm_store_si128((__m128i *)(void *)(r->w16 + i + 8), wh);
     }
 #endif
     return Q25_OK;
@@ -400,15 +414,11 @@ static inline void group_sums(const q25_qrow *r, size_t b, const int8_t *q, cons
     }
     *isum = vaddvq_s32(acc);
 #elif QROW_SSE2
-    /* the activations int8 to int16 (unpacked with themselves, shifted back down: the sign
-     * kept), times the scaled int16 weights (q25_qrow_unpack), pairs added to int32 (pmaddwd) */
+    /* the activations widened, times the scaled int16 weights (q25_qrow_unpack) */
     __m128i acc = _mm_setzero_si128();
     const __m128i *w16 = (const __m128i *)(const void *)(r->w16 + b * QB);
-    for (size_t i = 0; i < r->group * 2; i++) {
-        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(q + b * QB + 16 * i));
-        const __m128i xl = _mm_srai_epi16(_mm_unpacklo_epi8(x, x), 8), xh = _mm_srai_epi16(_mm_unpackhi_epi8(x, x), 8);
-        acc = _mm_add_epi32(acc, _mm_add_epi32(_mm_madd_epi16(w16[2 * i], xl), _mm_madd_epi16(w16[2 * i + 1], xh)));
-    }
+    for (size_t i = 0; i < r->group * 2; i++)
+        acc = _mm_add_epi32(acc, dot16(w16 + 2 * i, q + b * QB + 16 * i));
     for (size_t e = b; e < b + r->group; e++)
         m += r->mn[e] * s[e];
     acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -447,13 +457,7 @@ static inline int32x4_t block4(const int8_t *w, const int8_t *x)
 static inline __m128i block4(const int16_t *w16, const int8_t *x)
 {
     const __m128i *w = (const __m128i *)(const void *)w16;
-    const __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)x);
-    const __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(x + 16));
-    const __m128i a = _mm_add_epi32(_mm_madd_epi16(w[0], _mm_srai_epi16(_mm_unpacklo_epi8(x0, x0), 8)),
-                                    _mm_madd_epi16(w[1], _mm_srai_epi16(_mm_unpackhi_epi8(x0, x0), 8)));
-    const __m128i b = _mm_add_epi32(_mm_madd_epi16(w[2], _mm_srai_epi16(_mm_unpacklo_epi8(x1, x1), 8)),
-                                    _mm_madd_epi16(w[3], _mm_srai_epi16(_mm_unpackhi_epi8(x1, x1), 8)));
-    return _mm_add_epi32(a, b);
+    return _mm_add_epi32(dot16(w, x), dot16(w + 2, x + 16));
 }
 
 /* four blocks' partial sums (t0..t3) to one vector of their totals, block k in lane k */
