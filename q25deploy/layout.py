@@ -32,6 +32,11 @@ def partition_file(index: int) -> str:
     return f"partitions/region_{index:02d}.bin"
 
 
+def is_partition(rel: str) -> bool:
+    """Whether a build or release path is a partition (not one of the :data:`TABLES`)."""
+    return rel.startswith("partitions/") and rel not in TABLES
+
+
 def tokenizer_file(name: str) -> str:
     return f"{TOKENIZER_DIR}/{name}"
 

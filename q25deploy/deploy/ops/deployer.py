@@ -124,7 +124,7 @@ def deploy(
     expect_arch: str | None,
     smoke: Callable[[bool, dict | None], dict],
     progress: Callable[[str], None] = lambda s: None,
-    load: Callable[[], dict] | None = None,
+    load: Callable[..., dict] | None = None,
     state: dict | None = None,
     verify_links: bool = False,
     sent: Flows | None = None,
@@ -136,6 +136,7 @@ def deploy(
     stage what the board lacks (hashed on the board as it is written), promote it, switch,
     smoke-test, then prune older releases or roll back. ``load`` puts the current release's
     partitions into their reserved regions (after the switch, and again after switching back);
+    after the switch it is given the files this deploy sent and proved, sha256 by name (``load(proven)``);
     ``smoke(quick, residency)``: quick after this deploy proved the files; ``residency`` is what
     ``load`` reported (None without it). ``verify_links``: the board
     also hashes the files it links from kept releases and any that differ is sent again.
@@ -162,7 +163,7 @@ def deploy(
         board.expect_upload(max((f.size for f in transfer.uploads), default=0))  # an ssh login, ahead
         preflight(board, files, expect_arch=expect_arch, need_bytes=transfer.payload_bytes + (1 << 20))
         staged = files.path(f"releases/.incoming-{release.id}")
-        staging, repaired = _stage(
+        staging, repaired, proven = _stage(
             board, files, release, transfer, res, progress, verify_links, sent, receivers, sending
         )
         phases.mark("transfer")
@@ -174,7 +175,7 @@ def deploy(
         if kept == "new" and release.id not in state.get("releases", {}):
             staged = files.release_dir(release.id)  # promoted, not yet switched to: still this run's
         phases.mark("flush")
-        return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress)
+        return _switch_and_test(files, release, state, res, smoke=smoke, load=load, progress=progress, proven=proven)
     except (DeployError, Interrupted) as e:  # the result keeps what was sent before it failed
         if interrupt.requested() and not board.shielded:  # Ctrl-C, or an ssh of ours that died of it
             return stopped(board, files, res, staged)
@@ -236,10 +237,11 @@ def _stage(
     sent,
     receivers: Sequence[str],
     sending,
-) -> tuple[str, bool]:
+) -> tuple[str, bool, dict[str, str]]:
     """``releases/.incoming-<id>``: files the board has are hard-linked, the rest uploaded and
     hashed as they are written; a digest that differs fails the deploy (``current`` untouched).
-    Also whether a kept copy was damaged and sent again."""
+    Also whether a kept copy was damaged and sent again, and the files sent (each proven: its
+    sha256 by name)."""
     staging = files.path(f"releases/.incoming-{release.id}")
 
     def staged(rel: str) -> str:  # every path checked: a release file never leaves the staging directory
@@ -288,7 +290,7 @@ def _stage(
             f"{board.spec.name}: verify failed on the board ({', '.join(bad)}: the bytes written "
             "differ from the build's sha256); the current release is unchanged"
         )
-    return staging, bool(repair)
+    return staging, bool(repair), {f.rel: f.sha256 for f in uploads}
 
 
 def _drop(board: BoardSession, staging: str) -> None:
@@ -318,10 +320,12 @@ def _bad_links(board: BoardSession, kept: list[tuple], progress) -> list:
 
 
 def _switch_and_test(
-    files: BoardFiles, release: Release, state: dict, res: HostResult, *, smoke, load, progress
+    files: BoardFiles, release: Release, state: dict, res: HostResult, *, smoke, load, progress, proven: dict[str, str]
 ) -> HostResult:
     """Switch to the release, load and smoke-test it; prune older releases when it passed, go
-    back to exactly the state before this deploy (older rollback point included) when not."""
+    back to exactly the state before this deploy (older rollback point included) when not.
+    ``proven``: the files this deploy sent, each hashed as the board wrote it (sha256 by name),
+    for the load after the switch (not the one after switching back)."""
     interrupt.check(files.board)  # the last point a Ctrl-C stops at: from here the switch completes
     files.board.shielded = True
     old_current = state.get("current")
@@ -339,7 +343,7 @@ def _switch_and_test(
     phases.mark("switch")
     if load:
         progress("loading the partitions into reserved memory")
-        res.residency = load()
+        res.residency = load(proven)
     phases.mark("load")
     progress("smoke test")
     res.smoke = smoke(True, res.residency)  # this deploy has just proven every file it sent: not hashed again

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from functools import cached_property
@@ -16,7 +16,7 @@ from ... import phases
 from ...builddir import BuildDir
 from ...common import file_sha256
 from ...errors import DeployError, Interrupted, Q25Error
-from ...layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN
+from ...layout import ASSETS_MANIFEST, PARTITION_MAP, RUNTIME_BIN, is_partition
 from ...model.record_compare import first_prompts
 from ...plugin.routing import board_hooks
 from ...schema import BuildInfo
@@ -383,14 +383,19 @@ class Fleet:
 
     def _load(self, board: BoardSession, files: BoardFiles, own: str | None = None):
         """``q25tok load`` with the q25tok :meth:`_q25tok` chooses for the release current is
-        then (after a switch, or after switching back: read from the state file)."""
+        then (after a switch, or after switching back: read from the state file). ``load(proven)``:
+        the files this deploy has just sent, each hashed as the board wrote it (sha256 by name);
+        when they are every partition of that release, the load compares what it reads back
+        with them instead of hashing it again."""
 
-        def load() -> dict:
+        def load(proven: Mapping[str, str] | None = None) -> dict:
             state = files.read_state()
             record = state.get("releases", {}).get(state.get("current") or "")
+            parts = {rel: got[0] for rel, got in (record or {}).get("files", {}).items() if is_partition(rel)}
+            compare = bool(parts) and all((proven or {}).get(rel) == sha for rel, sha in parts.items())
             try:
                 with self._q25tok(board, files, record, own) as q25tok:
-                    return load_regions(board, files, q25tok, **self.board_paths)
+                    return load_regions(board, files, q25tok, compare=compare, **self.board_paths)
             except Unverified as e:
                 return {"state": "failed", "regions": [], "detail": str(e)}
 

@@ -75,7 +75,7 @@ def release_from_build(build_dir: Path, runtime_bin: tuple[Path, str] | None = N
     checked by :mod:`q25deploy.schema`, no file read through a symlink)."""
     build = BuildDir(build_dir)
     manifest, info = build.manifest, build.info
-    partitions = sorted(p for p in manifest if p.startswith("partitions/") and p not in layout.TABLES)
+    partitions = sorted(p for p in manifest if layout.is_partition(p))
     build.check_region_table()  # what q25tok load writes into physical memory: checked before it travels
     where = str(build.path / layout.MANIFEST)
     files = []

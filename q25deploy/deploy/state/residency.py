@@ -15,6 +15,12 @@ skips the copy. A reboot (another boot id) or another table loads again. ``statu
 that record as it is (:func:`held`: the regions are read back only without one, or when
 asked, ``status --verify``) and never writes or removes it.
 
+A deploy that has just received every partition file, each hashed by the board as it wrote
+it, loads with ``--compare``: each chunk is read back as soon as it is written and compared
+with the bytes written, not hashed a second time (the files are as proven as the quick smoke
+test takes them to be). Any other load (a rollback, a reboot's reload, a release whose
+partitions were linked from a kept one) hashes what it reads back.
+
 A region that does not hold its partition is read once more (``q25tok verify --diff``, which
 compares it with the release's partition file on the board: read through the same Device
 memory accesses) for the byte ranges that differ; :func:`differing_tensors` names the first
@@ -34,15 +40,16 @@ EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes
 LOADED = ".q25deploy-loaded"
 # $1 current, $2 the q25tok to run (the caller's choice), $3 load|verify, $4 region table,
 # $5 memory, $6 device tree, $7 the loaded stamp ("-": none), $8 "read" when the stamp is only
-# read (status: nothing is written or removed). A stamp that cannot be written (a directory
-# planted at its name) fails the load: it would otherwise fail silently
+# read (status: nothing is written or removed), $9 "--compare" or "-" (load only: each chunk
+# read back and compared as it is written, not hashed). A stamp that cannot be written (a
+# directory planted at its name) fails the load: it would otherwise fail silently
 SCRIPT = r"""[ -f "$4" ] || { echo no-table; exit 0; }; q="$2"
 if [ "$7" != - ]; then
   want="$(cat /proc/sys/kernel/random/boot_id 2>/dev/null) $(sha256sum < "$4" | cut -d" " -f1)"
   [ -f "$7" ] && [ ! -L "$7" ] && [ "$(cat "$7" 2>/dev/null)" = "$want" ] && { echo cached; exit 0; }
   if [ "$8" != read ] && { [ -e "$7" ] || [ -L "$7" ]; }; then rm -f "$7" || exit 1; fi
 fi
-"$q" "$3" --mem "$5" --dt "$6" "$4"; st=$?
+if [ "$9" = --compare ]; then "$q" "$3" --compare --mem "$5" --dt "$6" "$4"; else "$q" "$3" --mem "$5" --dt "$6" "$4"; fi; st=$?
 [ $st = 6 ] && "$q" verify --diff --mem "$5" --dt "$6" "$4" 2>/dev/null | grep '^differs '  # where (a newer q25tok)
 if [ $st = 0 ] && [ "$7" != - ] && [ "$8" != read ]; then  # never through a planted name
   t=$(mktemp "$7.XXXXXX") && { echo "$want" > "$t" && mv -f "$t" "$7" || { rm -f "$t"; false; }; } ||
@@ -52,17 +59,27 @@ exit $st"""
 
 
 def run_q25tok(
-    board: BoardSession, files, command: str, q25tok: str, *, memory: str, device_tree: str, stamp: str = ""
+    board: BoardSession,
+    files,
+    command: str,
+    q25tok: str,
+    *,
+    memory: str,
+    device_tree: str,
+    stamp: str = "",
+    compare: bool = False,
 ) -> dict:
     """``q25tok load|verify`` on ``current``'s region table through ``memory`` (``/dev/mem``),
     checked against ``device_tree``; per-region results (a load this boot already did: cached).
     ``stamp``: the load record's use, ``write`` (a load's default), ``read`` or ``none``
-    (a verify's default: the regions are read back whatever the record says)."""
+    (a verify's default: the regions are read back whatever the record says). ``compare``
+    (a load of partition files this deploy has just received and hashed): ``load --compare``."""
     cur = files.cur()
     stamp = stamp or ("write" if command == "load" else "none")
     path = "-" if stamp == "none" else files.path(LOADED)
+    flag = "--compare" if compare and command == "load" else "-"
     status, out, err = board.run(
-        ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, path, stamp],
+        ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, path, stamp, flag],
         check=False,
         timeout=600,
     )
@@ -153,16 +170,17 @@ def differing_tensors(region: dict, pmap: dict) -> str:
     return "; ".join(x for x in [text, *(n for n in notes if n != "more")] if x)
 
 
-def load(board: BoardSession, files, q25tok: str, **paths: str) -> dict:
-    return run_q25tok(board, files, "load", q25tok, **paths)
+def load(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: str, compare: bool = False) -> dict:
+    return run_q25tok(board, files, "load", q25tok, memory=memory, device_tree=device_tree, compare=compare)
 
 
-def verify(board: BoardSession, files, q25tok: str, **paths: str) -> dict:
-    return run_q25tok(board, files, "verify", q25tok, **paths)
+def verify(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: str) -> dict:
+    return run_q25tok(board, files, "verify", q25tok, memory=memory, device_tree=device_tree)
 
 
-def held(board: BoardSession, files, q25tok: str, *, read_back: bool = False, **paths: str) -> dict:
+def held(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: str, read_back: bool = False) -> dict:
     """What ``status`` reports of the regions: this boot's load record when it names the
     current region table (``cached``: not read again), else (or with ``read_back``) what
     ``q25tok verify`` reads back. Nothing on the board is written."""
-    return run_q25tok(board, files, "verify", q25tok, stamp="none" if read_back else "read", **paths)
+    stamp = "none" if read_back else "read"
+    return run_q25tok(board, files, "verify", q25tok, memory=memory, device_tree=device_tree, stamp=stamp)

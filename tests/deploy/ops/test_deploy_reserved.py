@@ -173,3 +173,26 @@ def test_a_flipped_bit_in_a_region_names_the_tensor_and_its_bytes(tmp_path, caps
     # the default output: the failed check's line under the board, first, naming tensor and bytes
     want = f"FAIL residency  {reg['node']}: MISMATCH: differs in blk.1.ffn_up.weight bytes 1000-1000 of {t['bytes']}"
     assert out.splitlines()[2].strip() == want, out
+
+
+def test_a_deploy_compares_the_partitions_it_sent_and_hashes_those_it_linked(tmp_path, capsys, ssh, sized, q25tok):
+    """The load after a deploy's switch compares what it reads back with the partition files
+    that deploy has just sent (each hashed as the board wrote it: ``load --compare``, no
+    sha256 in its report); a release whose partitions were linked from a kept one, and the
+    load after a rollback, hash what they read back (the region's sha256 is reported)."""
+    srv, root = ssh["servers"][0], tmp_path / "board"
+    small, large = sized["tiny+reserve"], sized["tiny-untied+reserve"]
+    here, _, mem = reserved_board(tmp_path, small)
+    sha = {
+        b: [r["sha256"] for r in json.loads((b / "partition_map.json").read_text())["regions"]] for b in (small, large)
+    }
+    for build, sent in ((small, True), (large, True), (small, False)):
+        code, res, _ = deploy(capsys, ssh, srv, root, build, *here, runtime=q25tok, unreserved=False)
+        assert code == 0 and res[0]["residency"]["state"] == "resident", res
+        regions = res[0]["residency"]["regions"]
+        assert (res[0]["files_sent"] > 0) == sent
+        assert [r.get("sha256") for r in regions] == ([None] * len(regions) if sent else sha[build]), regions
+        assert resident(mem, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, small, *here, action="rollback")
+    assert code == 0 and [r.get("sha256") for r in res[0]["residency"]["regions"]] == sha[large], res
+    assert resident(mem, large)

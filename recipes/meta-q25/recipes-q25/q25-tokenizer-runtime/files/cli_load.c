@@ -132,6 +132,61 @@ HOLDS_A_MAPPING static int copy_in(const q25_region *r, void *mapped, FILE *f, u
     return 0;
 }
 
+/* whether n bytes of a and b (both normal memory) differ: a function of its own, called
+ * with no mapping in reach */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int chunk_differs(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint64_t any = 0;
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + k, 8);
+        memcpy(&y, b + k, 8);
+        any |= x ^ y;
+    }
+    for (; k < n; k++)
+        any |= (uint64_t)(a[k] ^ b[k]);
+    return any != 0;
+}
+
+/* load --compare: the partition (f) into the region a chunk at a time, each chunk read back at
+ * once and compared with the bytes just written (the deploy that received the file hashed it
+ * moments ago: not hashed again); then zeros to the region's end, read back as zeros.
+ * *same: every byte read back was the file's; *zero_tail: the rest reads zero */
+HOLDS_A_MAPPING static int copy_compare(const q25_region *r, void *mapped, FILE *f, uint8_t *buf, uint8_t *back,
+                                        int *same, int *zero_tail)
+{
+    int differ = 0;
+    for (uint64_t off = 0; off < r->file_size;) {
+        size_t want = r->file_size - off < CHUNK ? (size_t)(r->file_size - off) : CHUNK;
+        size_t got = fread(buf, 1, want, f);
+        if (got != want)
+            return ferror(f) ? errno : EIO;
+        if (q25_region_write(r, mapped, off, buf, got) != Q25_OK || q25_region_read(r, mapped, off, back, got) != Q25_OK)
+            return EINVAL;
+        differ |= chunk_differs(buf, back, got);
+        off += got;
+    }
+    if (q25_region_write(r, mapped, r->file_size, NULL, (size_t)(r->size - r->file_size)) != Q25_OK)
+        return EINVAL;
+    (void)msync(mapped, (size_t)r->size, MS_SYNC); /* as copy_in: for a file standing in for memory */
+    uint8_t any = 0;
+    for (uint64_t off = r->file_size; off < r->size;) {
+        size_t n = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK;
+        if (q25_region_read(r, mapped, off, back, n) != Q25_OK)
+            return EINVAL;
+        for (size_t k = 0; k < n; k++)
+            any |= back[k];
+        off += n;
+    }
+    *same = !differ;
+    *zero_tail = any == 0;
+    return 0;
+}
+
 /* verify --diff: where a region's bytes differ from its partition file, as byte ranges of
  * the partition (the first MAX_RANGES runs; runs closer than RANGE_GAP bytes are one) */
 enum { MAX_RANGES = 8, RANGE_GAP = 64 };
@@ -194,16 +249,19 @@ HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, ui
 }
 
 /* map, load (when f), read back (compared with d's file when d), unmap; 0 or an errno value
- * (*mapped_ok: the map worked) */
-HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FILE *f, uint8_t *buf, uint8_t digest[32],
-                       int *zero_tail, int *mapped_ok, q25_diff *d)
+ * (*mapped_ok: the map worked). With back (load --compare): each chunk read back as it is
+ * written and compared (*same), no digest */
+HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FILE *f, uint8_t *buf, uint8_t *back,
+                                       uint8_t digest[32], int *same, int *zero_tail, int *mapped_ok, q25_diff *d)
 {
     void *mapped = q25_region_map(r, mem, f != NULL);
     *mapped_ok = mapped != NULL;
     if (!mapped)
         return errno;
-    int e = f ? copy_in(r, mapped, f, buf) : 0;
-    if (!e)
+    int e;
+    if (f && back)
+        e = copy_compare(r, mapped, f, buf, back, same, zero_tail);
+    else if (!(e = f ? copy_in(r, mapped, f, buf) : 0))
         e = read_back(r, mapped, buf, digest, zero_tail, d);
     q25_region_unmap(r, mapped);
     return e;
@@ -244,10 +302,10 @@ static void print_diff(const q25_region *r, const q25_diff *d, int zero_tail)
         printf("differs %s none: the partition file %s is not the table's either\n", r->node, r->file);
 }
 
-/* q25tok load|verify [--mem PATH] [--dt DIR] [--diff] TABLE */
+/* q25tok load|verify [--mem PATH] [--dt DIR] [--compare (load) | --diff (verify)] TABLE */
 int q25tok_region_command(int argc, char **argv)
 {
-    int load = strcmp(argv[1], "load") == 0, want_diff = 0;
+    int load = strcmp(argv[1], "load") == 0, want_diff = 0, compare = 0;
     const char *mem = "/dev/mem", *dt = "/sys/firmware/devicetree/base", *table = NULL;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--mem") == 0 && i + 1 < argc)
@@ -256,15 +314,17 @@ int q25tok_region_command(int argc, char **argv)
             dt = argv[++i];
         else if (!load && strcmp(argv[i], "--diff") == 0)
             want_diff = 1;
+        else if (load && strcmp(argv[i], "--compare") == 0)
+            compare = 1;
         else if (!table && argv[i][0] != '-')
             table = argv[i];
         else {
-            fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR]%s TABLE\n", argv[1], load ? "" : " [--diff]");
+            fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR]%s TABLE\n", argv[1], load ? " [--compare]" : " [--diff]");
             return EXIT_USAGE;
         }
     }
     if (!table) {
-        fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR]%s TABLE\n", argv[1], load ? "" : " [--diff]");
+        fprintf(stderr, "usage: q25tok %s [--mem PATH] [--dt DIR]%s TABLE\n", argv[1], load ? " [--compare]" : " [--diff]");
         return EXIT_USAGE;
     }
     uint8_t *text;
@@ -281,9 +341,10 @@ int q25tok_region_command(int argc, char **argv)
         fprintf(stderr, "q25tok: %s: not a region table (%s)\n", table, q25_strerror(st));
         return EXIT_REGION;
     }
-    uint8_t *buf = malloc(CHUNK), *fbuf = want_diff ? malloc(CHUNK) : NULL;
-    if (!buf || (want_diff && !fbuf)) {
+    uint8_t *buf = malloc(CHUNK), *fbuf = want_diff || compare ? malloc(CHUNK) : NULL;
+    if (!buf || ((want_diff || compare) && !fbuf)) {
         free(buf);
+        free(fbuf);
         fprintf(stderr, "q25tok: out of memory\n");
         return EXIT_IO;
     }
@@ -324,8 +385,9 @@ int q25tok_region_command(int argc, char **argv)
                 diff.err = errno ? errno : EIO;
         }
         uint8_t d[32];
-        int zero_tail = 0, mapped_ok = 0;
-        int e = region_pass(r, mem, f, buf, d, &zero_tail, &mapped_ok, want_diff ? &diff : NULL);
+        int zero_tail = 0, mapped_ok = 0, same = 0;
+        int e = region_pass(r, mem, f, buf, compare ? fbuf : NULL, d, &same, &zero_tail, &mapped_ok,
+                            want_diff ? &diff : NULL);
         if (f)
             fclose(f);
         if (diff.f)
@@ -339,10 +401,10 @@ int q25tok_region_command(int argc, char **argv)
         }
         char hex[65];
         hex32(d, hex);
-        int ok = strcmp(hex, r->sha256) == 0 && zero_tail;
-        printf("region %s base 0x%llx size 0x%llx bytes %llu sha256 %s %s\n", r->node, (unsigned long long)r->base,
-               (unsigned long long)r->size, (unsigned long long)r->file_size, hex,
-               ok ? (load ? "loaded" : "resident") : "MISMATCH");
+        int ok = (compare ? same : strcmp(hex, r->sha256) == 0) && zero_tail;
+        printf("region %s base 0x%llx size 0x%llx bytes %llu %s%s %s\n", r->node, (unsigned long long)r->base,
+               (unsigned long long)r->size, (unsigned long long)r->file_size, compare ? "compared" : "sha256 ",
+               compare ? "" : hex, ok ? (load ? "loaded" : "resident") : "MISMATCH");
         if (!ok && want_diff)
             print_diff(r, &diff, zero_tail);
         if (!ok && worst == EXIT_OK)

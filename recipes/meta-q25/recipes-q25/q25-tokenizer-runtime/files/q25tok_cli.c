@@ -43,7 +43,7 @@ static const char *usage_text =
     "usage: q25tok info IMAGE\n"
     "       q25tok encode [--special] IMAGE [FILE...]\n"
     "       q25tok decode [--special] IMAGE ID...\n"
-    "       q25tok load [--mem PATH] [--dt DIR] REGION_TABLE\n"
+    "       q25tok load [--mem PATH] [--dt DIR] [--compare] REGION_TABLE\n"
     "       q25tok verify [--mem PATH] [--dt DIR] [--diff] REGION_TABLE\n"
     "       q25tok receive FILE   (standard input into FILE, a new file; prints its sha256)\n"
     "       q25tok dequant TYPE FILE   (ggml blocks to float32 on stdout)\n"
