@@ -38,6 +38,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,6 +78,7 @@ struct q25_pool {
     uint64_t gen;             /* bumped for every job handed over */
     uint32_t n_threads, pending, stop, started;
     job j;
+    atomic_uint_fast64_t next; /* the job's next row not yet taken (share_rows) */
     int status[Q25_MAX_THREADS];
     float *rows[Q25_MAX_THREADS]; /* rows[0] = m->row, the caller's */
     pthread_t tid[Q25_MAX_THREADS];
@@ -320,9 +322,21 @@ static int chunk_rows(const job *c, uint64_t a, uint64_t b, float *row)
     return Q25_OK;
 }
 
-/* thread i of n takes rows [nr * i / n, nr * (i + 1) / n) of the chunk (nr * i fits: nr is at
- * most RAW_CHUNK or a row's floats, i < Q25_MAX_THREADS) */
-static uint64_t split(uint64_t nr, uint32_t i, uint32_t n) { return nr * i / n; }
+/* the chunk's rows, GRAIN at a time, to whichever thread is free: the caller joins once it has
+ * fetched the next chunk, so no thread waits for another's fixed share. Each row's outputs
+ * are the same whoever computes them. */
+enum { GRAIN = 16 };
+static int share_rows(struct q25_pool *p, const job *c, float *row)
+{
+    for (;;) {
+        const uint64_t a = atomic_fetch_add_explicit(&p->next, GRAIN, memory_order_relaxed);
+        if (a >= c->nr)
+            return Q25_OK;
+        const int st = chunk_rows(c, a, c->nr - a < GRAIN ? c->nr : a + GRAIN, row);
+        if (st != Q25_OK)
+            return st;
+    }
+}
 
 static void *pool_worker(void *arg)
 {
@@ -339,7 +353,7 @@ static void *pool_worker(void *arg)
         seen = p->gen;
         const job c = p->j;
         pthread_mutex_unlock(&p->mu);
-        const int st = chunk_rows(&c, split(c.nr, i, p->n_threads), split(c.nr, i + 1, p->n_threads), p->rows[i]);
+        const int st = share_rows(p, &c, p->rows[i]);
         pthread_mutex_lock(&p->mu);
         p->status[i] = st;
         if (--p->pending == 0)
@@ -369,6 +383,7 @@ static int pool_start(q25_model *m, struct q25_pool *p, uint32_t n_threads, floa
     p->n_threads = n_threads;
     p->gen = 0;
     p->pending = p->stop = p->started = 0;
+    atomic_init(&p->next, 0);
     p->rows[0] = m->row;
     for (uint32_t i = 1; i < n_threads; i++) {
         p->rows[i] = rows + (size_t)(i - 1) * row_stride;
@@ -430,8 +445,8 @@ static int fetch_next(const q25_model *m, const prefetch *next)
 }
 
 /* one fetched chunk, then the next one fetched: by the caller alone (the chunk computed first:
- * `next` may be the same buffer), or split among the pool's threads while the caller fetches
- * `next` (into the other buffer) before it computes its own range */
+ * `next` may be the same buffer), or shared among the pool's threads while the caller fetches
+ * `next` (into the other buffer) before it takes rows too */
 static int run_chunk(q25_model *m, const job *c, const prefetch *next)
 {
     struct q25_pool *p = m->pool;
@@ -441,13 +456,14 @@ static int run_chunk(q25_model *m, const job *c, const prefetch *next)
     }
     pthread_mutex_lock(&p->mu);
     p->j = *c;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed); /* published by the mutex */
     p->pending = p->n_threads - 1;
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     int st = fetch_next(m, next); /* on failure the workers are still waited for */
     if (st == Q25_OK)
-        st = chunk_rows(c, 0, split(c->nr, 1, p->n_threads), m->row);
+        st = share_rows(p, c, m->row);
     pthread_mutex_lock(&p->mu);
     while (p->pending)
         pthread_cond_wait(&p->done, &p->mu);
