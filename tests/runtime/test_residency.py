@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from requirements import need_program
 from sparse_files import read_at, written, zero_between
+from stuck_memory import stuck_library
 
 from q25deploy.packer.region_table import TABLE, region_table
 
@@ -303,37 +304,14 @@ def test_verify_diff_names_the_tensor_and_byte_range_of_a_flipped_bit(tmp_path, 
     assert run(q25tok, "load", "--diff", "--mem", mem, "--dt", dt, b / TABLE).returncode == 2  # verify's alone
 
 
-# DDR with a stuck address line: the writable mapping of the memory (q25tok's one MAP_SHARED
-# writable map) has its second page aliased to the first, so what is written at page 1 lands
-# on page 0. A region then reads back other bytes than were written there.
-STUCK_ADDRESS_LINE = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <sys/mman.h>
-#include <unistd.h>
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-    void *(*real)(void *, size_t, int, int, int, off_t) = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
-    void *p = real(addr, len, prot, flags, fd, off);
-    long page = sysconf(_SC_PAGESIZE);
-    if (p != MAP_FAILED && fd >= 0 && (prot & PROT_WRITE) && (flags & MAP_SHARED) && len >= 2 * (size_t)page)
-        real((char *)p + page, (size_t)page, prot, flags | MAP_FIXED, fd, off);
-    return p;
-}
-void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) { return mmap(addr, len, prot, flags, fd, off); }
-"""
-
-
 @pytest.mark.parametrize("compare", [False, True], ids=["hashed", "compared"])
 def test_a_load_reads_back_what_it_wrote(tmp_path, q25tok, compare):
     """`q25tok load` reads every region back: hashed against the table's sha256, or with
     --compare (a deploy's load of partition files it has just received and hashed) compared
     chunk by chunk with the bytes written. Either way the same bytes land, and memory that does
-    not keep them (a stuck address line: page 1 aliases page 0) is a MISMATCH, exit 6."""
-    cc = need_program("cc", "Debian: gcc")
-    shim = tmp_path / "stuck.so"
-    (tmp_path / "stuck.c").write_text(STUCK_ADDRESS_LINE)
-    subprocess.run([cc, "-shared", "-fPIC", "-o", shim, tmp_path / "stuck.c", "-ldl"], check=True)
+    not keep them (a stuck address line, tests/stuck_memory.py: page 1 lands on page 0) is a
+    MISMATCH, exit 6."""
+    shim = stuck_library(tmp_path)
     data = random.Random(47).randbytes(0x3000 + 7)  # no two pages alike
     table = one_region_table(tmp_path, data)
     mem, dt = fake_board(tmp_path, {"regions": [{"node": "q25-region0@100000", "base": 0x100000, "size": 0x10000}]})

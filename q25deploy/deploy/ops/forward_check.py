@@ -21,6 +21,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from collections.abc import Callable
 from typing import Protocol
 
 from ...common import is_sha256
@@ -34,6 +35,8 @@ EXIT_USAGE = 2  # q25tok: an unknown command or option (an image older than gene
 GENERATE_TIMEOUT = 3600  # seconds for every prompt: an A53 runs a 0.5B model at about a token a second
 MARK = "@@q25-prompt-done"
 VERDICT = "@@q25-compare"
+LOADED = "@@q25-load"  # what the load beside the pass printed (forward_beside_load)
+LOAD_ANSWER = re.compile(rb"^@@q25-load ([0-9]{1,3}) +([0-9]{1,15})\n", re.M)
 # one prompt's answer: its dump, the marker, what q25tok compare printed, its status
 ANSWER = re.compile(rf"(.*?){MARK}\n(.*?){VERDICT} (\d+)\n", re.S)
 LAYER = re.compile(r"^(step \d+: layer (\d+))")
@@ -47,17 +50,27 @@ class Report(Protocol):
     def warn(self, name: str, msg: str) -> None: ...
 
 
-def generate_script(q25tok: str, source: list[str], tables: list[str], steps: int, prompts: list[list[int]]) -> str:
+def generate_script(
+    q25tok: str, source: list[str], tables: list[str], steps: int, prompts: list[list[int]], beside: bool = False
+) -> str:
     """One board command for every prompt (its ids and forced continuation), the record's lines
     on stdin (kept in a private temporary directory): each prompt's dump of its last ``steps``
     positions, a marker line, what ``q25tok compare`` printed and a line with its status; stops
-    at the first generate that fails, with its status (what it printed on stderr tells why)."""
+    at the first generate that fails, with its status (what it printed on stderr tells why).
+    ``beside``: the script's arguments are a command started first, in the background, and
+    waited for on the way out, however the script ends: ``@@q25-load STATUS N``, then its
+    stdout (N bytes) and its stderr."""
     head = [q25tok, "generate", *source, "--positions", str(steps), "--dump-layers", *tables]
-    lines = [
-        'd=$(mktemp -d "${TMPDIR:-/tmp}/q25fwd.XXXXXX") || exit 1',
-        "trap 'rm -rf \"$d\"' EXIT",
-        'cat > "$d/expected" || exit 1',
-    ]
+    lines = ['d=$(mktemp -d "${TMPDIR:-/tmp}/q25fwd.XXXXXX") || exit 1']
+    if beside:
+        lines += [
+            '"$@" > "$d/load.out" 2> "$d/load.err" & load=$!',
+            "trap 'wait $load; lst=$?; echo \"" + LOADED + ' $lst $(wc -c < "$d/load.out")"; '
+            'cat "$d/load.out" "$d/load.err"; rm -rf "$d"\' EXIT',
+        ]
+    else:
+        lines.append("trap 'rm -rf \"$d\"' EXIT")
+    lines.append('cat > "$d/expected" || exit 1')
     for i, ids in enumerate(prompts):
         gen = shlex.join([*head, *map(str, ids)])
         lines.append(f'{gen} > "$d/dump" || {{ st=$?; cat "$d/dump"; exit $st; }}; cat "$d/dump"; echo {MARK}')
@@ -86,8 +99,7 @@ def forward_step(
     if known is None:
         check_forward(board, report, cur, q25tok, record, residency, paths)
         return None
-    source = "mem" if residency.get("state") in ("resident", "failed") else "files"
-    key = forward_key(partition_map, q25tok_sha256, record, source) if is_sha256(q25tok_sha256) else None
+    key = _key(partition_map, q25tok_sha256, record, residency)
     n = len(record["prompts"])
     # only regions that ``q25tok verify`` has just proven to hold these partitions stand for the
     # weights that passed; partition files a quick smoke did not hash again do not
@@ -104,6 +116,13 @@ def forward_step(
     return {"key": key, "prompts": n} if passed and key else None
 
 
+def _key(partition_map: dict, q25tok_sha256: str, record: dict, residency: dict) -> str | None:
+    """The pass's key (:func:`.forward_known.forward_key`): from the regions when they were
+    read back (holding the partitions, or not: then it ran from them), else from the files."""
+    source = "mem" if residency.get("state") in ("resident", "failed") else "files"
+    return forward_key(partition_map, q25tok_sha256, record, source) if is_sha256(q25tok_sha256) else None
+
+
 def check_forward(
     board: BoardSession, report: Report, cur: str, q25tok: str, record: dict, residency: dict, paths: dict[str, str]
 ) -> bool:
@@ -115,17 +134,89 @@ def check_forward(
         source, where = ["--mem", paths["memory"], "--dt", paths["device_tree"]], "from the reserved regions"
     else:
         source, where = ["--files"], "from the partition files"
-        report.warn("forward pass", "forward pass run from the partition files: they are not in reserved memory")
-    prompts = record["prompts"]
-    try:
-        expected = forward_expect.render(record)
-    except Exception as e:  # a record the comparison cannot read: this board's failure, in one line
-        return report.check(
-            "forward pass", False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}"
-        )
-    script = generate_script(q25tok, source, tables, record["steps"], [p["ids"] + p["forced"] for p in prompts])
+        report.warn("forward pass", FROM_FILES)
+    expected = _expected(report, record)
+    if expected is None:
+        return False
+    script = generate_script(
+        q25tok, source, tables, record["steps"], [p["ids"] + p["forced"] for p in record["prompts"]]
+    )
     status, out, err = board.run(["sh", "-c", script], stdin=expected, check=False, timeout=GENERATE_TIMEOUT)
-    text, why = out.decode("utf-8", "replace"), err.decode("utf-8", "replace").strip()
+    return _judge(report, record["prompts"], status, out.decode("utf-8", "replace"), err, where)
+
+
+FROM_FILES = "forward pass run from the partition files: they are not in reserved memory"
+
+
+def forward_beside_load(
+    board: BoardSession,
+    report: Report,
+    cur: str,
+    q25tok: str,
+    record: dict,
+    paths: dict[str, str],
+    load_argv: list[str],
+    loaded: Callable[[int, bytes, bytes], dict],
+    *,
+    partition_map: dict,
+    known: dict[str, str] | None,
+    q25tok_sha256: str,
+) -> tuple[dict | None, dict]:
+    """A deploy's load (``load_argv``: partition files it has just sent and proven, into their
+    regions, each read back) and the forward pass from those files, in one board command, side
+    by side; ``loaded(status, stdout, stderr)`` reads the load's answer. Returns the state's
+    ``forward`` entry for a pass that passed (with ``known``, as :func:`forward_step`: else
+    None) and the regions' residency. When the load read every region back as written,
+    the regions hold the very bytes the pass read: its checks say so. Regions the running tree
+    does not reserve leave the pass from the files (a warning, as :func:`check_forward`); regions
+    that differ from their partitions are checked again from the regions, which names the layer
+    the difference reaches."""
+    expected = _expected(report, record)
+    if expected is None:
+        return None, loaded(*board.run(load_argv, check=False, timeout=GENERATE_TIMEOUT))
+    tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
+    prompts = [p["ids"] + p["forced"] for p in record["prompts"]]
+    script = generate_script(q25tok, ["--files"], tables, record["steps"], prompts, beside=True)
+    status, out, err = board.run(
+        ["sh", "-c", script, "sh", *load_argv], stdin=expected, check=False, timeout=GENERATE_TIMEOUT
+    )
+    m = LOAD_ANSWER.search(out)
+    if m is None:  # the script stopped before it started the load: the load runs now, alone
+        residency = loaded(*board.run(load_argv, check=False, timeout=GENERATE_TIMEOUT))
+    else:
+        rest = out[m.end() :]
+        n = int(m.group(2))
+        residency = loaded(int(m.group(1)), rest[:n], rest[n:])
+        out = out[: m.start()]
+    state = residency.get("state")
+    if state == "failed":
+        passed = check_forward(board, report, cur, q25tok, record, residency, paths)
+    else:
+        if state == "resident":
+            where = "from the partition files, which the reserved regions hold (loaded beside it, each read back)"
+        else:
+            where = "from the partition files"
+            report.warn("forward pass", FROM_FILES)
+        passed = _judge(report, record["prompts"], status, out.decode("utf-8", "replace"), err, where)
+    key = _key(partition_map, q25tok_sha256, record, residency)
+    return (
+        {"key": key, "prompts": len(record["prompts"])} if passed and key and known is not None else None
+    ), residency
+
+
+def _expected(report: Report, record: dict) -> bytes | None:
+    """The record as ``q25tok compare`` reads it, or None with a failed check (a record the
+    comparison cannot read: this board's failure, in one line)."""
+    try:
+        return forward_expect.render(record)
+    except Exception as e:
+        report.check("forward pass", False, f"cannot compare with the build's forward record: {type(e).__name__}: {e}")
+        return None
+
+
+def _judge(report: Report, prompts: list[dict], status: int, text: str, err: bytes, where: str) -> bool:
+    """The forward script's answer (:func:`generate_script`) as one check per prompt."""
+    why = err.decode("utf-8", "replace").strip()
     if status == EXIT_USAGE and "usage" in why and MARK not in text:
         report.warn("forward pass", f"forward pass not run: this q25tok has no generate --positions ({why[-80:]})")
         return False

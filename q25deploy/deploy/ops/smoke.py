@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from ...errors import Q25Error
 from ...plugin.routing import board_hooks
 from ...tokenizer.prompts import SMOKE_PROMPTS
-from ..state.residency import differing_tensors, verify
+from ..state.residency import PENDING, differing_tensors, load, q25tok_argv, reported, verify
 from ..transport.boardbase import HASH_FILES, BoardSession
 from .deployer import BoardFiles
-from .forward_check import forward_step
+from .forward_check import forward_beside_load, forward_step
 
 DETAIL = 200  # characters of a board's answer a check keeps
 
@@ -90,21 +90,44 @@ def smoke_test(
     report = _Report(strict)
     cur = files.cur()
     image = posixpath.join(cur, image_name)
+    due = forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256")
+    loading = residency is not None and residency.get("state") == PENDING["state"]
+    if loading and not due:  # no pass to run beside it: the load first, as ever
+        residency, loading = load(board, files, q25tok, compare=True, **board_paths), False
     want_sha = forward is not None and known is not None  # the forward pass's key needs q25tok's sha256
     ok, sha = _check_image(board, report, expected, q25tok, image, want_sha)
     if not ok:
-        return report.result()
+        if loading:
+            residency = load(board, files, q25tok, compare=True, **board_paths)
+        return report.result(residency=residency)
     regions = partition_map.get("regions", [])
     if not quick:
         _check_partitions(board, report, cur, regions)
     _check_device_tree(board, report, board_paths["device_tree"], regions)
-    if residency is None or residency.get("state") not in ("resident", "failed"):
+    passed = None
+    beside = _Report(strict)  # the forward pass's checks, after the residency's and the probe's
+    if loading and forward is not None:
+        passed, residency = forward_beside_load(
+            board,
+            beside,
+            cur,
+            q25tok,
+            forward,
+            board_paths,
+            q25tok_argv(files, "load", q25tok, compare=True, **board_paths),
+            lambda *answer: reported(board, *answer),
+            partition_map=partition_map,
+            known=known,
+            q25tok_sha256=sha or "",
+        )
+    elif residency is None or residency.get("state") not in ("resident", "failed"):
         residency = verify(board, files, q25tok, **board_paths)  # the regions hold the partitions
     _check_residency(report, residency, partition_map)
     if probe is not None:
         _check_probe(board, report, cur, q25tok, probe, residency, board_paths, partition_map)
-    passed = None
-    if forward is not None and forward["model_sha256"] == partition_map.get("model", {}).get("sha256"):
+    report.checks += beside.checks
+    report.warnings += beside.warnings
+    if due and not loading and forward is not None:
         passed = forward_step(  # not: another model's weights
             board,
             report,

@@ -35,6 +35,9 @@ from ..transport.become import hint as become_hint
 from ..transport.boardbase import BoardSession
 
 EXIT_REGION = 6  # q25tok: not reserved in the running device tree, or the bytes differ
+# a deploy's load left to its smoke test, which runs it beside the forward pass (a load of
+# partitions that deploy has just sent and proven: ``load --compare``); never reported as is
+PENDING = {"state": "pending", "regions": []}
 
 
 LOADED = ".q25deploy-loaded"
@@ -58,8 +61,7 @@ fi
 exit $st"""
 
 
-def run_q25tok(
-    board: BoardSession,
+def q25tok_argv(
     files,
     command: str,
     q25tok: str,
@@ -68,21 +70,28 @@ def run_q25tok(
     device_tree: str,
     stamp: str = "",
     compare: bool = False,
-) -> dict:
+) -> list[str]:
     """``q25tok load|verify`` on ``current``'s region table through ``memory`` (``/dev/mem``),
-    checked against ``device_tree``; per-region results (a load this boot already did: cached).
-    ``stamp``: the load record's use, ``write`` (a load's default), ``read`` or ``none``
-    (a verify's default: the regions are read back whatever the record says). ``compare``
-    (a load of partition files this deploy has just received and hashed): ``load --compare``."""
+    checked against ``device_tree``, as a board command (:func:`reported` reads its answer:
+    per-region results; a load this boot already did: cached). ``stamp``: the load record's
+    use, ``write`` (a load's default), ``read`` or ``none`` (a verify's default: the regions are
+    read back whatever the record says). ``compare`` (a load of partition files this deploy has
+    just sent and proven): ``load --compare``. Also run beside the smoke test's forward pass
+    (:func:`~q25deploy.deploy.ops.forward_check.forward_beside_load`)."""
     cur = files.cur()
     stamp = stamp or ("write" if command == "load" else "none")
     path = "-" if stamp == "none" else files.path(LOADED)
     flag = "--compare" if compare and command == "load" else "-"
-    status, out, err = board.run(
-        ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, path, stamp, flag],
-        check=False,
-        timeout=600,
-    )
+    return ["sh", "-c", SCRIPT, "sh", cur, q25tok, command, f"{cur}/{TABLE}", memory, device_tree, path, stamp, flag]
+
+
+def _run(board: BoardSession, argv: list[str]) -> dict:
+    status, out, err = board.run(argv, check=False, timeout=600)
+    return reported(board, status, out, err)
+
+
+def reported(board: BoardSession, status: int, out: bytes, err: bytes) -> dict:
+    """What the command of :func:`q25tok_argv` printed, as per-region results and a state."""
     text = out.decode("utf-8", "replace")
     if text.strip() in ("no-table", "cached"):
         return {
@@ -171,11 +180,11 @@ def differing_tensors(region: dict, pmap: dict) -> str:
 
 
 def load(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: str, compare: bool = False) -> dict:
-    return run_q25tok(board, files, "load", q25tok, memory=memory, device_tree=device_tree, compare=compare)
+    return _run(board, q25tok_argv(files, "load", q25tok, memory=memory, device_tree=device_tree, compare=compare))
 
 
 def verify(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: str) -> dict:
-    return run_q25tok(board, files, "verify", q25tok, memory=memory, device_tree=device_tree)
+    return _run(board, q25tok_argv(files, "verify", q25tok, memory=memory, device_tree=device_tree))
 
 
 def held(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: str, read_back: bool = False) -> dict:
@@ -183,4 +192,4 @@ def held(board: BoardSession, files, q25tok: str, *, memory: str, device_tree: s
     current region table (``cached``: not read again), else (or with ``read_back``) what
     ``q25tok verify`` reads back. Nothing on the board is written."""
     stamp = "none" if read_back else "read"
-    return run_q25tok(board, files, "verify", q25tok, memory=memory, device_tree=device_tree, stamp=stamp)
+    return _run(board, q25tok_argv(files, "verify", q25tok, memory=memory, device_tree=device_tree, stamp=stamp))

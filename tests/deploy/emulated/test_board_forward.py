@@ -1,6 +1,7 @@
 """The forward pass on the emulated Cortex-A53 (`q25tok generate` from the reserved regions
 through /dev/mem, Device memory, under the board's glibc-mem* guard): `deploy --strict` of the
-tiny model runs it in its smoke test and agrees with the build's record; a byte flipped in DDR
+tiny model runs it in its smoke test, from the files it sent beside the load that puts them in
+DDR and reads them back, and agrees with the build's record; a byte flipped in DDR
 (the scale of a block in the middle of a layer-1 tensor, where the tensor probe does not read)
 makes `smoke` fail and name layer 1. Prints the forward pass's time on the board."""
 
@@ -32,7 +33,7 @@ def test_deploy_runs_the_forward_pass_from_ddr_and_a_flipped_byte_names_its_laye
     assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"], res
     forward = [c for n, c in checks(res).items() if n.startswith("forward prompt ")]
     assert len(forward) == len(record["prompts"]) and all(
-        c["ok"] and "from the reserved regions" in c["detail"] for c in forward
+        c["ok"] and "which the reserved regions hold (loaded beside it, each read back)" in c["detail"] for c in forward
     ), res
     # the same deploy again: root's state records the pass, so it is not run again (deploy/state/forward_known.py)
     release = res[0]["release"]

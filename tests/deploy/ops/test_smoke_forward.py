@@ -9,11 +9,13 @@ the emulated board: tests/deploy/emulated/test_board_forward.py."""
 from __future__ import annotations
 
 import json
+import os
 
-from deploy_helpers import deploy
+from deploy_helpers import INSTALL, deploy
 from quant_blocks import SCALE_HIGH_BYTE, flipped, middle_scale, with_scale
 from release_builds import shared_a2_build
-from test_deploy_reserved import reserved_board
+from stuck_memory import stuck_q25tok
+from test_deploy_reserved import reserved_board, resident
 
 from q25deploy.builddir import BuildDir
 from q25deploy.cli.app import main
@@ -171,3 +173,35 @@ def test_a_non_finite_reference_is_a_named_difference_not_exit_70(tmp_path, caps
     assert code == 13 and "internal error" not in err, (err, res)
     bad = [c for c in forward_checks(res) if not c["ok"]]
     assert bad and all("the host reference is not finite here" in c["detail"] for c in bad), res
+
+
+def test_a_deploy_runs_the_pass_beside_its_load_and_it_stands_for_the_regions(tmp_path, capsys, ssh, models, q25tok):
+    """A deploy that has just sent every partition loads them (each MiB compared as it is read
+    back) while the forward pass runs from those files, in one board command: once the load has
+    read every region back as written, the pass stands for the regions (its check says so; the
+    residency and the load record are the load's). Regions that do not keep what was written
+    (a stuck address line under a layer-1 tensor, tests/stuck_memory.py) fail the residency,
+    and the pass runs again from the regions and names layer 1."""
+    srv, root, build = ssh["servers"][2], tmp_path / "board", models["A"]
+    here, _, mem = reserved_board(tmp_path, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, "--strict", *here, runtime=q25tok, unreserved=False)
+    assert code == 0 and res[0]["smoke"]["ok"] and not res[0]["smoke"]["warnings"], res
+    assert res[0]["residency"]["state"] == "resident", res
+    assert all("sha256" not in r and r["state"] == "loaded" for r in res[0]["residency"]["regions"]), res
+    [check] = forward_checks(res)
+    where = "from the partition files, which the reserved regions hold (loaded beside it, each read back)"
+    assert check["ok"] and where in check["detail"], check
+    assert (root / INSTALL / ".q25deploy-loaded").is_file() and resident(mem, build)
+    code, res, _ = deploy(capsys, ssh, srv, root, build, *here, action="status")
+    assert res[0]["residency"] == "resident" and res[0]["residency_by"] == "load record", res
+
+    pmap = BuildDir(build).partition_map
+    _, at = scale_byte(pmap, 1)
+    region = next(r for r in pmap["regions"] if r["base"] <= at < r["base"] + r["size"])
+    stuck = stuck_q25tok(tmp_path, q25tok, (at - region["base"]) // os.sysconf("SC_PAGESIZE"))
+    again = tmp_path / "board2"  # a first deploy again (the regions still hold A)
+    code, res, _ = deploy(capsys, ssh, srv, again, build, *here, runtime=stuck, unreserved=False)
+    assert code == 13 and res[0]["residency"]["state"] == "failed", res
+    assert [r["state"] for r in res[0]["residency"]["regions"]] == ["MISMATCH"], res
+    bad = [c for c in forward_checks(res) if not c["ok"]]
+    assert bad and bad[0]["detail"].startswith("step 0: layer 1 (blk.1.*): "), res
