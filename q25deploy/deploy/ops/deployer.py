@@ -40,6 +40,7 @@ from ...layout import RUNTIME_BIN
 from ..state.boardfiles import STATE_NAME, BoardFiles
 from ..state.forward_known import recorded
 from ..state.release import STATE_FORMAT, Release, plan_transfer
+from ..state.residency import PENDING
 from ..transport import interrupt
 from ..transport.boardbase import HASH_FILES, BoardSession
 from ..transport.host_result import HostResult
@@ -347,7 +348,7 @@ def _switch_and_test(
     phases.mark("load")
     progress("smoke test")
     res.smoke = smoke(True, res.residency)  # this deploy has just proven every file it sent: not hashed again
-    if (res.residency or {}).get("state") == "pending":  # the smoke test loaded, beside its forward pass
+    if (res.residency or {}).get("state") == PENDING["state"]:  # the smoke test loaded, beside its forward pass
         res.residency = res.smoke.get("residency")
     phases.mark("smoke")
     if res.smoke["ok"]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from collections.abc import Callable
 from typing import Protocol
 
 from ...common import is_sha256
@@ -29,6 +28,7 @@ from ...layout import REGION_TABLE, TENSOR_TABLE
 from ...model import forward_expect
 from ...model.record_compare import parse_dump
 from ..state.forward_known import forward_key
+from ..state.residency import reported
 from ..transport.boardbase import BoardSession
 
 EXIT_USAGE = 2  # q25tok: an unknown command or option (an image older than generate --positions)
@@ -156,24 +156,27 @@ def forward_beside_load(
     record: dict,
     paths: dict[str, str],
     load_argv: list[str],
-    loaded: Callable[[int, bytes, bytes], dict],
     *,
     partition_map: dict,
     known: dict[str, str] | None,
     q25tok_sha256: str,
 ) -> tuple[dict | None, dict]:
     """A deploy's load (``load_argv``: partition files it has just sent and proven, into their
-    regions, each read back) and the forward pass from those files, in one board command, side
-    by side; ``loaded(status, stdout, stderr)`` reads the load's answer. Returns the state's
+    regions, each read back: :func:`.residency.q25tok_argv`) and the forward pass from those
+    files, in one board command, side by side. Returns the state's
     ``forward`` entry for a pass that passed (with ``known``, as :func:`forward_step`: else
     None) and the regions' residency. When the load read every region back as written,
     the regions hold the very bytes the pass read: its checks say so. Regions the running tree
     does not reserve leave the pass from the files (a warning, as :func:`check_forward`); regions
     that differ from their partitions are checked again from the regions, which names the layer
     the difference reaches."""
+
+    def alone() -> dict:  # the load without the pass
+        return reported(board, *board.run(load_argv, check=False, timeout=GENERATE_TIMEOUT))
+
     expected = _expected(report, record)
     if expected is None:
-        return None, loaded(*board.run(load_argv, check=False, timeout=GENERATE_TIMEOUT))
+        return None, alone()
     tables = [posixpath.join(cur, REGION_TABLE), posixpath.join(cur, TENSOR_TABLE)]
     prompts = [p["ids"] + p["forced"] for p in record["prompts"]]
     script = generate_script(q25tok, ["--files"], tables, record["steps"], prompts, beside=True)
@@ -182,11 +185,11 @@ def forward_beside_load(
     )
     m = LOAD_ANSWER.search(out)
     if m is None:  # the script stopped before it started the load: the load runs now, alone
-        residency = loaded(*board.run(load_argv, check=False, timeout=GENERATE_TIMEOUT))
+        residency = alone()
     else:
         rest = out[m.end() :]
         n = int(m.group(2))
-        residency = loaded(int(m.group(1)), rest[:n], rest[n:])
+        residency = reported(board, int(m.group(1)), rest[:n], rest[n:])
         out = out[: m.start()]
     state = residency.get("state")
     if state == "failed":

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from ...errors import Q25Error
 from ...plugin.routing import board_hooks
 from ...tokenizer.prompts import SMOKE_PROMPTS
-from ..state.residency import PENDING, differing_tensors, load, q25tok_argv, reported, verify
+from ..state.residency import PENDING, differing_tensors, load, q25tok_argv, verify
 from ..transport.boardbase import HASH_FILES, BoardSession
 from .deployer import BoardFiles
 from .forward_check import forward_beside_load, forward_step
@@ -115,7 +115,6 @@ def smoke_test(
             forward,
             board_paths,
             q25tok_argv(files, "load", q25tok, compare=True, **board_paths),
-            lambda *answer: reported(board, *answer),
             partition_map=partition_map,
             known=known,
             q25tok_sha256=sha or "",

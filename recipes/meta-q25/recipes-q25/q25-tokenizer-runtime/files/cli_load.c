@@ -112,26 +112,6 @@ enum { CHUNK = 1 << 20 };  /* file -> bounce buffer -> region, a MiB at a time *
 #define HOLDS_A_MAPPING
 #endif
 
-/* the partition (f, r->file_size bytes) into the region through buf, then zeros to its end */
-HOLDS_A_MAPPING static int copy_in(const q25_region *r, void *mapped, FILE *f, uint8_t *buf)
-{
-    for (uint64_t off = 0; off < r->file_size;) {
-        size_t want = r->file_size - off < CHUNK ? (size_t)(r->file_size - off) : CHUNK;
-        size_t got = fread(buf, 1, want, f);
-        if (got != want)
-            return ferror(f) ? errno : EIO;
-        if (q25_region_write(r, mapped, off, buf, got) != Q25_OK)
-            return EINVAL;
-        off += got;
-    }
-    if (q25_region_write(r, mapped, r->file_size, NULL, (size_t)(r->size - r->file_size)) != Q25_OK)
-        return EINVAL;
-    /* for a file standing in for memory (--mem); /dev/mem has no fsync and answers EINVAL,
-     * and its stores are uncached (Device memory) anyway */
-    (void)msync(mapped, (size_t)r->size, MS_SYNC);
-    return 0;
-}
-
 /* whether n bytes of a and b (both normal memory) differ: a function of its own, called
  * with no mapping in reach */
 #if defined(__GNUC__)
@@ -152,38 +132,30 @@ static int chunk_differs(const uint8_t *a, const uint8_t *b, size_t n)
     return any != 0;
 }
 
-/* load --compare: the partition (f) into the region a chunk at a time, each chunk read back at
- * once and compared with the bytes just written (the deploy that received the file hashed it
- * moments ago: not hashed again); then zeros to the region's end, read back as zeros.
- * *same: every byte read back was the file's; *zero_tail: the rest reads zero */
-HOLDS_A_MAPPING static int copy_compare(const q25_region *r, void *mapped, FILE *f, uint8_t *buf, uint8_t *back,
-                                        int *same, int *zero_tail)
+/* the partition (f, r->file_size bytes) into the region through buf, then zeros to its end;
+ * with back (load --compare), each chunk read back into it at once and compared with the bytes
+ * just written (*differ: some did not read back as written) */
+HOLDS_A_MAPPING static int copy_in(const q25_region *r, void *mapped, FILE *f, uint8_t *buf, uint8_t *back, int *differ)
 {
-    int differ = 0;
     for (uint64_t off = 0; off < r->file_size;) {
         size_t want = r->file_size - off < CHUNK ? (size_t)(r->file_size - off) : CHUNK;
         size_t got = fread(buf, 1, want, f);
         if (got != want)
             return ferror(f) ? errno : EIO;
-        if (q25_region_write(r, mapped, off, buf, got) != Q25_OK || q25_region_read(r, mapped, off, back, got) != Q25_OK)
+        if (q25_region_write(r, mapped, off, buf, got) != Q25_OK)
             return EINVAL;
-        differ |= chunk_differs(buf, back, got);
+        if (back) {
+            if (q25_region_read(r, mapped, off, back, got) != Q25_OK)
+                return EINVAL;
+            *differ |= chunk_differs(buf, back, got);
+        }
         off += got;
     }
     if (q25_region_write(r, mapped, r->file_size, NULL, (size_t)(r->size - r->file_size)) != Q25_OK)
         return EINVAL;
-    (void)msync(mapped, (size_t)r->size, MS_SYNC); /* as copy_in: for a file standing in for memory */
-    uint8_t any = 0;
-    for (uint64_t off = r->file_size; off < r->size;) {
-        size_t n = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK;
-        if (q25_region_read(r, mapped, off, back, n) != Q25_OK)
-            return EINVAL;
-        for (size_t k = 0; k < n; k++)
-            any |= back[k];
-        off += n;
-    }
-    *same = !differ;
-    *zero_tail = any == 0;
+    /* for a file standing in for memory (--mem); /dev/mem has no fsync and answers EINVAL,
+     * and its stores are uncached (Device memory) anyway */
+    (void)msync(mapped, (size_t)r->size, MS_SYNC);
     return 0;
 }
 
@@ -219,15 +191,16 @@ static void diff_chunk(q25_diff *d, uint64_t off, const uint8_t *buf, size_t n)
     }
 }
 
-/* the region read back through buf: the partition's digest, and whether the rest is zero
- * (and, with d, where the partition's bytes differ from d->f's) */
-HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, uint8_t *buf, uint8_t digest[32], int *zero_tail,
-                                     q25_diff *d)
+/* the region read back through buf from offset from (0, or the partition's end when copy_in
+ * compared it): the digest of the partition's bytes read, and whether the rest is zero (and,
+ * with d, where the partition's bytes differ from d->f's) */
+HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, uint64_t from, uint8_t *buf,
+                                     uint8_t digest[32], int *zero_tail, q25_diff *d)
 {
     q25_sha256_ctx ctx;
     q25_sha256_init(&ctx);
     uint8_t any = 0;
-    for (uint64_t off = 0; off < r->size;) {
+    for (uint64_t off = from; off < r->size;) {
         size_t n = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK;
         if (q25_region_read(r, mapped, off, buf, n) != Q25_OK)
             return EINVAL;
@@ -250,7 +223,7 @@ HOLDS_A_MAPPING static int read_back(const q25_region *r, const void *mapped, ui
 
 /* map, load (when f), read back (compared with d's file when d), unmap; 0 or an errno value
  * (*mapped_ok: the map worked). With back (load --compare): each chunk read back as it is
- * written and compared (*same), no digest */
+ * written and compared (*same), then only the rest of the region read back (no digest) */
 HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FILE *f, uint8_t *buf, uint8_t *back,
                                        uint8_t digest[32], int *same, int *zero_tail, int *mapped_ok, q25_diff *d)
 {
@@ -258,11 +231,11 @@ HOLDS_A_MAPPING static int region_pass(const q25_region *r, const char *mem, FIL
     *mapped_ok = mapped != NULL;
     if (!mapped)
         return errno;
-    int e;
-    if (f && back)
-        e = copy_compare(r, mapped, f, buf, back, same, zero_tail);
-    else if (!(e = f ? copy_in(r, mapped, f, buf) : 0))
-        e = read_back(r, mapped, buf, digest, zero_tail, d);
+    int differ = 0;
+    int e = f ? copy_in(r, mapped, f, buf, back, &differ) : 0;
+    if (!e)
+        e = read_back(r, mapped, f && back ? r->file_size : 0, buf, digest, zero_tail, d);
+    *same = !differ;
     q25_region_unmap(r, mapped);
     return e;
 }
